@@ -1,0 +1,42 @@
+# Two commands on a fresh machine: `make train` and `make test`. Everything else is for developers.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+CONFIG ?= configs/cartpole_ppo.yaml
+
+.PHONY: train test test-fast lint type format protos bench clean
+
+# Re-install whenever pyproject.toml changes; the stamp keeps repeat runs instant.
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+train: $(STAMP)
+	$(VENV)/bin/stepstream train $(CONFIG)
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+test-fast: $(STAMP)
+	$(PY) -m pytest -q -m "not learning"
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+format: $(STAMP)
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
+
+type: $(STAMP)
+	$(VENV)/bin/mypy protos common processor trainer cli benchmarks
+
+# Regenerates protos/*_pb2*.py[i] from protos/*.proto with the pinned grpcio-tools.
+protos: $(STAMP)
+	$(PY) -m grpc_tools.protoc -I. --python_out=. --pyi_out=. --grpc_python_out=. protos/stepstream.proto
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

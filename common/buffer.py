@@ -1,0 +1,405 @@
+"""Experience buffers: AgentBufferField, AgentBuffer and ProcessingBuffer.
+
+The API is ML-Agents' (``mlagents.trainers.buffer``); the storage is not. Each field keeps one
+contiguous numpy array that grows geometrically (amortised O(1) append), so batching, shuffling,
+sampling and truncating are single vectorised indexing operations instead of Python loops over
+lists of small arrays.
+
+Words used below:
+    row: one entry of a field, e.g. one step's observation ``float32 [32]``.
+    experience: one step of one agent; an AgentBuffer holds one row per experience in each field.
+    sequence: ``training_length`` consecutive rows, the unit recurrent trainers consume.
+
+Shapes: ``L`` = rows in a field, ``T`` = training/sequence length, ``B`` = batch size in sequences.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Iterable, Iterator, Mapping, MutableMapping
+from typing import IO, Any
+
+import h5py
+import numpy as np
+
+from common.errors import BufferException
+
+_MIN_CAPACITY = 16
+_FILE_MARK = "stepstream_agent_buffer"
+_FILE_VERSION = 1
+
+
+def _as_rows(x: Any) -> np.ndarray:
+    """Coerce input to an array; float64 becomes float32, the dtype every network consumes."""
+    arr = np.asarray(x)
+    if arr.dtype == np.float64:
+        arr = arr.astype(np.float32)
+    return arr
+
+
+class AgentBufferField:
+    """One named column of an AgentBuffer: ``L`` rows of one shape and dtype.
+
+    The first row appended fixes the row shape and dtype; later rows are cast to that dtype and
+    must have that shape. ``padding_value`` scales the last row to make padding rows (see
+    ``get_batch``): 0 gives zero rows, 1 repeats the last row (as action masks want).
+    """
+
+    __slots__ = ("_data", "_len", "padding_value")
+
+    def __init__(self, padding_value: float = 0.0) -> None:
+        self._data: np.ndarray | None = None
+        self._len = 0
+        self.padding_value = padding_value
+
+    # -- reading ---------------------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return self._len
+
+    @property
+    def data(self) -> np.ndarray:
+        """The ``L`` stored rows, ``[L, *row_shape]``; a read-only view, copy before mutating."""
+        if self._data is None:
+            empty = np.zeros((0,), dtype=np.float32)
+            empty.flags.writeable = False
+            return empty
+        view = self._data[: self._len]
+        view.flags.writeable = False
+        return view
+
+    def __getitem__(self, index: Any) -> np.ndarray:
+        return self.data[index]
+
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+        return self.data if dtype is None else self.data.astype(dtype)
+
+    def __iter__(self) -> Iterator[np.ndarray]:
+        return iter(self.data)
+
+    def __repr__(self) -> str:
+        shape = None if self._data is None else (self._len, *self._data.shape[1:])
+        return f"AgentBufferField(shape={shape}, padding_value={self.padding_value})"
+
+    # -- writing ---------------------------------------------------------------------------------
+
+    def _reserve(self, extra: int, template: np.ndarray) -> np.ndarray:
+        """Make room for ``extra`` more rows shaped like ``template[0]``; returns the storage."""
+        needed = self._len + extra
+        if self._data is None:
+            self._data = np.empty((max(needed, _MIN_CAPACITY), *template.shape[1:]), dtype=template.dtype)
+        elif self._data.shape[1:] != template.shape[1:]:
+            raise BufferException(
+                f"row shape {tuple(template.shape[1:])} does not match the field's row shape {tuple(self._data.shape[1:])}"
+            )
+        elif needed > len(self._data):
+            grown = np.empty((max(needed, 2 * len(self._data)), *self._data.shape[1:]), dtype=self._data.dtype)
+            grown[: self._len] = self._data[: self._len]
+            self._data = grown
+        return self._data
+
+    def append(self, element: Any, padding_value: float = 0.0) -> None:
+        """Add one row. ``padding_value`` becomes the field's padding value, as in ML-Agents."""
+        row = _as_rows(element)
+        data = self._reserve(1, row[np.newaxis])
+        data[self._len] = row
+        self._len += 1
+        self.padding_value = padding_value
+
+    def extend(self, rows: Any) -> None:
+        """Add many rows at once: ``rows`` is ``[K, *row_shape]`` (or a sequence of K rows)."""
+        arr = _as_rows(rows)
+        if arr.ndim == 0:
+            raise BufferException("extend() needs a sequence of rows, got a scalar")
+        if len(arr) == 0:
+            return
+        data = self._reserve(len(arr), arr)
+        data[self._len : self._len + len(arr)] = arr
+        self._len += len(arr)
+
+    def set(self, data: Any) -> None:
+        """Replace every row with ``data`` (``[K, *row_shape]``); the row shape may change."""
+        self.reset_field()
+        self._data = None
+        self.extend(data)
+
+    def reset_field(self) -> None:
+        """Forget every row; the storage is kept for reuse."""
+        self._len = 0
+
+    def _keep_range(self, start: int, stop: int) -> None:
+        """Keep rows ``[start, stop)`` only, moved to the front in place."""
+        if self._data is not None and start > 0:
+            self._data[: stop - start] = self._data[start:stop]
+        self._len = stop - start
+
+    def _take(self, indices: np.ndarray) -> np.ndarray:
+        """Rows at ``indices`` as a new array (fancy indexing copies)."""
+        if self._data is None:
+            return np.zeros((len(indices),), dtype=np.float32)
+        return self._data[: self._len][indices]
+
+    # -- batching --------------------------------------------------------------------------------
+
+    def get_batch(self, batch_size: int | None = None, training_length: int | None = 1, sequential: bool = True) -> np.ndarray:
+        """Rows for a batch of ``batch_size`` sequences of ``training_length`` rows, flattened.
+
+        Sequential (non-overlapping sequences): with ``batch_size`` None, every row, split into
+        ``ceil(L / T)`` sequences; if ``L`` is not a multiple of ``T`` the *last* sequence is
+        padded at its end with ``last_row * padding_value`` rows (``[a,b,c,d,e]`` at ``T = 2``
+        gives ``[a,b,c,d,e,pad]``), so every sequence starts on a real row. With fewer sequences
+        asked for than exist, the newest ``batch_size * T`` rows.
+
+        Non-sequential (overlapping windows): ``batch_size`` windows of ``T`` rows ending at the
+        last ``batch_size`` rows; ``batch_size`` None means every window, ``L - T + 1`` of them.
+
+        Returns:
+            ``[batch_size * T, *row_shape]``, a new array, or a read-only view when no padding or
+            windowing was needed.
+
+        Raises:
+            BufferException: ``T`` < 1, or more sequences/windows than the rows can form.
+        """
+        length = 1 if training_length is None else int(training_length)
+        if length < 1:
+            raise BufferException(f"training_length must be >= 1, got {length}")
+        n = self._len
+        if sequential:
+            leftover = n % length
+            available = n // length + (leftover != 0)
+            batch = available if batch_size is None else int(batch_size)
+            if batch > available:
+                raise BufferException(f"batch_size {batch} > {available} sequences of length {length} in a field of {n} rows")
+            if batch * length > n:
+                pad = self.data[-1] * self.padding_value
+                padding = np.broadcast_to(pad, (length - leftover, *pad.shape)).astype(pad.dtype)
+                return np.concatenate([self.data, padding])
+            return self.data[n - batch * length :]
+        available = n - length + 1
+        batch = available if batch_size is None else int(batch_size)
+        if batch > available or available < 1:
+            raise BufferException(f"batch_size {batch} > {max(available, 0)} windows of length {length} in a field of {n} rows")
+        ends = np.arange(n - batch + 1, n + 1)
+        index = (ends[:, np.newaxis] - length + np.arange(length)).ravel()
+        return self._take(index)
+
+
+class AgentBuffer(MutableMapping[str, AgentBufferField]):
+    """A key -> AgentBufferField map whose fields are created on first use.
+
+    Every field should hold one row per experience; ``check_length`` verifies that, and the
+    whole-buffer operations (shuffle, sample, truncate, minibatch) raise ``BufferException`` when
+    it does not hold. The key names a trajectory produces are listed in ``common.trajectory``.
+    """
+
+    def __init__(self) -> None:
+        self._fields: dict[str, AgentBufferField] = {}
+
+    # -- mapping ---------------------------------------------------------------------------------
+
+    def __getitem__(self, key: str) -> AgentBufferField:
+        field = self._fields.get(key)
+        if field is None:
+            field = self._fields[key] = AgentBufferField()
+        return field
+
+    def __setitem__(self, key: str, value: AgentBufferField | Any) -> None:
+        if isinstance(value, AgentBufferField):
+            self._fields[key] = value
+        else:
+            self[key].set(value)
+
+    def __delitem__(self, key: str) -> None:
+        del self._fields[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._fields)
+
+    def __len__(self) -> int:
+        return len(self._fields)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._fields
+
+    def __repr__(self) -> str:
+        return f"AgentBuffer({self.num_experiences} experiences, keys={sorted(self._fields)})"
+
+    # -- whole-buffer queries --------------------------------------------------------------------
+
+    @property
+    def num_experiences(self) -> int:
+        """Rows in the longest field (every field has this many when ``check_length`` holds)."""
+        return max((len(f) for f in self._fields.values()), default=0)
+
+    def check_length(self, key_list: Iterable[str] | None = None) -> bool:
+        """Whether every field in ``key_list`` (default: all) has the same number of rows."""
+        keys = list(self._fields) if key_list is None else list(key_list)
+        return len({len(self[k]) for k in keys}) <= 1
+
+    def _uniform_length(self, key_list: Iterable[str] | None = None) -> int:
+        keys = list(self._fields) if key_list is None else list(key_list)
+        lengths = {k: len(self[k]) for k in keys}
+        if len(set(lengths.values())) > 1:
+            raise BufferException(f"fields have unequal lengths: {lengths}")
+        return next(iter(lengths.values()), 0)
+
+    # -- whole-buffer operations -----------------------------------------------------------------
+
+    def reset_agent(self) -> None:
+        """Empty every field (keeping keys and storage)."""
+        for field in self._fields.values():
+            field.reset_field()
+
+    def extend_rows(self, rows: Mapping[str, np.ndarray]) -> None:
+        """Append many experiences at once: ``rows[key]`` is ``[K, *row_shape]`` for every key.
+
+        The fast path for a trainer draining its queue: concatenate many trajectories' rows and
+        append them with one copy per field.
+        """
+        lengths = {k: len(v) for k, v in rows.items()}
+        if len(set(lengths.values())) > 1:
+            raise BufferException(f"rows to append have unequal lengths: {lengths}")
+        for key, value in rows.items():
+            self[key].extend(value)
+
+    def shuffle(self, sequence_length: int = 1, key_list: Iterable[str] | None = None, rng: np.random.Generator | None = None) -> None:
+        """Permute whole sequences of ``sequence_length`` rows, with one permutation for all fields.
+
+        Raises:
+            BufferException: unequal field lengths, or a length not a multiple of ``sequence_length``.
+        """
+        keys = list(self._fields) if key_list is None else list(key_list)
+        n = self._uniform_length(keys)
+        if sequence_length < 1 or n % sequence_length:
+            raise BufferException(f"cannot shuffle {n} rows in whole sequences of {sequence_length}")
+        rng = np.random.default_rng() if rng is None else rng
+        order = rng.permutation(n // sequence_length)
+        index = (order[:, np.newaxis] * sequence_length + np.arange(sequence_length)).ravel()
+        for key in keys:
+            field = self[key]
+            if field._data is not None:
+                field._data[:n] = field._take(index)
+
+    def make_mini_batch(self, start: int, end: int) -> AgentBuffer:
+        """A new AgentBuffer holding copies of rows ``[start, end)`` of every field."""
+        mini_batch = AgentBuffer()
+        for key, field in self._fields.items():
+            mini_batch[key].extend(field.data[start:end])
+            mini_batch[key].padding_value = field.padding_value
+        return mini_batch
+
+    def sample_mini_batch(self, batch_size: int, sequence_length: int = 1, rng: np.random.Generator | None = None) -> AgentBuffer:
+        """``batch_size // sequence_length`` whole sequences drawn uniformly with replacement.
+
+        Sequences start at multiples of ``sequence_length``, as ML-Agents' do.
+
+        Raises:
+            BufferException: unequal field lengths, or fewer rows than one sequence.
+        """
+        n = self._uniform_length()
+        if sequence_length < 1 or n < sequence_length:
+            raise BufferException(f"cannot sample sequences of {sequence_length} from {n} rows")
+        rng = np.random.default_rng() if rng is None else rng
+        starts = rng.integers(0, n // sequence_length, size=batch_size // sequence_length) * sequence_length
+        index = (starts[:, np.newaxis] + np.arange(sequence_length)).ravel()
+        mini_batch = AgentBuffer()
+        for key, field in self._fields.items():
+            mini_batch[key].extend(field._take(index))
+            mini_batch[key].padding_value = field.padding_value
+        return mini_batch
+
+    def truncate(self, max_length: int, sequence_length: int = 1) -> None:
+        """Keep the newest rows: at most ``max_length`` rounded down to a multiple of ``sequence_length``."""
+        keep = max_length - max_length % sequence_length
+        n = self._uniform_length()
+        if n > keep:
+            for field in self._fields.values():
+                field._keep_range(n - keep, n)
+
+    def resequence_and_append(
+        self,
+        target_buffer: AgentBuffer,
+        key_list: Iterable[str] | None = None,
+        batch_size: int | None = None,
+        training_length: int | None = None,
+    ) -> None:
+        """Append this buffer's fields to ``target_buffer`` as ``get_batch(batch_size, training_length)``."""
+        keys = list(self._fields) if key_list is None else list(key_list)
+        for key in keys:
+            target_buffer[key].extend(self[key].get_batch(batch_size=batch_size, training_length=training_length))
+            target_buffer[key].padding_value = self[key].padding_value
+
+    # -- HDF5 ------------------------------------------------------------------------------------
+
+    def save_to_file(self, file_object: str | IO[bytes] | Any) -> None:
+        """Write every field to HDF5 (a path or a binary file-like object), exactly: dtype, shape, key."""
+        with h5py.File(file_object, "w") as f:
+            f.attrs[_FILE_MARK] = _FILE_VERSION
+            for i, (key, field) in enumerate(self._fields.items()):
+                dataset = f.create_dataset(f"field_{i}", data=field.data)
+                dataset.attrs["key"] = key
+                dataset.attrs["padding_value"] = field.padding_value
+
+    def load_from_file(self, file_object: str | IO[bytes] | Any) -> None:
+        """Replace this buffer's contents with a file written by ``save_to_file``.
+
+        Raises:
+            BufferException: the file is not HDF5, or not an AgentBuffer written by stepstream.
+        """
+        try:
+            f = h5py.File(file_object, "r")
+        except (OSError, ValueError) as err:
+            raise BufferException(f"{file_object!r} is not an HDF5 AgentBuffer file: {err}") from err
+        with f:
+            if f.attrs.get(_FILE_MARK) != _FILE_VERSION:
+                raise BufferException(f"{file_object!r} is an HDF5 file but not an AgentBuffer (no '{_FILE_MARK}' mark)")
+            self._fields.clear()
+            for dataset in f.values():
+                if not isinstance(dataset, h5py.Dataset) or "key" not in dataset.attrs:
+                    raise BufferException(f"{file_object!r}: unexpected entry {dataset.name}")
+                field = self[str(dataset.attrs["key"])]
+                field.set(dataset[()])
+                field.padding_value = float(dataset.attrs["padding_value"])
+
+
+class ProcessingBuffer(dict[Hashable, AgentBuffer]):
+    """Agent id -> that agent's AgentBuffer; the per-agent staging area before the update buffer."""
+
+    def __missing__(self, agent_id: Hashable) -> AgentBuffer:
+        buffer = self[agent_id] = AgentBuffer()
+        return buffer
+
+    def append_to_update_buffer(
+        self,
+        update_buffer: AgentBuffer,
+        agent_id: Hashable,
+        key_list: Iterable[str] | None = None,
+        batch_size: int | None = None,
+        training_length: int | None = None,
+    ) -> None:
+        """Append one agent's rows to ``update_buffer`` in sequences of ``training_length``.
+
+        Raises:
+            BufferException: the agent's fields in ``key_list`` differ in length.
+        """
+        agent_buffer = self[agent_id]
+        keys = list(agent_buffer) if key_list is None else list(key_list)
+        if not agent_buffer.check_length(keys):
+            lengths = {k: len(agent_buffer[k]) for k in keys}
+            raise BufferException(f"agent {agent_id!r}: fields have unequal lengths {lengths}")
+        agent_buffer.resequence_and_append(update_buffer, keys, batch_size, training_length)
+
+    def append_all_agent_batch_to_update_buffer(
+        self,
+        update_buffer: AgentBuffer,
+        key_list: Iterable[str] | None = None,
+        batch_size: int | None = None,
+        training_length: int | None = None,
+    ) -> None:
+        """``append_to_update_buffer`` for every agent, in insertion order."""
+        for agent_id in self:
+            self.append_to_update_buffer(update_buffer, agent_id, key_list, batch_size, training_length)
+
+    def reset_local_buffers(self) -> None:
+        """Empty every agent's buffer."""
+        for buffer in self.values():
+            buffer.reset_agent()

@@ -1,0 +1,63 @@
+"""The project's error types.
+
+The core raises these; exactly one table in the processor's servicer layer maps them to gRPC
+status codes. Code tells them apart by type, never by message text. This module imports nothing
+from the project, so every layer (``protos`` included) may raise its types.
+"""
+
+from __future__ import annotations
+
+
+class StepstreamError(Exception):
+    """Base of every error stepstream raises on purpose."""
+
+
+class ConfigError(StepstreamError):
+    """A configuration file or flag is wrong; the message names the dotted key."""
+
+
+class NotSupportedYetError(ConfigError):
+    """A valid ML-Agents setting, or a spec, that stepstream does not implement yet."""
+
+
+class ProtocolError(StepstreamError):
+    """A peer sent a malformed message, or a well-formed one at the wrong time.
+
+    ``FAILED_PRECONDITION`` rather than ``INVALID_ARGUMENT`` when ``precondition`` is true: the
+    message itself was fine, but it conflicts with the order of calls or an earlier declaration.
+    """
+
+    def __init__(self, message: str, *, precondition: bool = False) -> None:
+        super().__init__(message)
+        self.precondition = precondition
+
+
+class UnknownBehaviorError(ProtocolError):
+    """A message names a behavior that was never declared."""
+
+
+class IncompatibleVersionError(ProtocolError):
+    """The peer speaks a protocol version this build cannot serve."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, precondition=True)
+
+
+class BufferException(StepstreamError):
+    """A buffer call is inconsistent: unequal field lengths, a batch larger than the data, ..."""
+
+
+class TopicClosedError(StepstreamError):
+    """A publish or take on a topic that has been closed."""
+
+
+class TopicFullError(StepstreamError):
+    """A publish found the topic full and its policy is to fail rather than wait or drop."""
+
+
+class DeadlineExceededError(StepstreamError):
+    """An operation did not finish within its stated timeout."""
+
+
+class SessionReplacedError(StepstreamError):
+    """A newer Hello with the same client id took over this session."""

@@ -1,0 +1,99 @@
+"""numpy <-> ``Tensor`` message: raw little-endian bytes plus dtype and shape.
+
+No per-element loops: encoding is one ``tobytes``, decoding one ``np.frombuffer``, so the cost is a
+single memory copy (or none) whatever the tensor's size.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from common.errors import ProtocolError
+from protos import stepstream_pb2 as pb
+
+_TO_WIRE: dict[np.dtype, int] = {
+    np.dtype("float32"): pb.FLOAT32,
+    np.dtype("float64"): pb.FLOAT64,
+    np.dtype("float16"): pb.FLOAT16,
+    np.dtype("int8"): pb.INT8,
+    np.dtype("int16"): pb.INT16,
+    np.dtype("int32"): pb.INT32,
+    np.dtype("int64"): pb.INT64,
+    np.dtype("uint8"): pb.UINT8,
+    np.dtype("uint16"): pb.UINT16,
+    np.dtype("uint32"): pb.UINT32,
+    np.dtype("uint64"): pb.UINT64,
+    np.dtype("bool"): pb.BOOL,
+}
+_FROM_WIRE: dict[int, np.dtype] = {code: dtype.newbyteorder("<") for dtype, code in _TO_WIRE.items()}
+
+#: Every dtype the wire can carry.
+SUPPORTED_DTYPES: tuple[np.dtype, ...] = tuple(_TO_WIRE)
+
+
+def dtype_to_wire(dtype: np.dtype | type | str) -> int:
+    """The ``DType`` enum value of a numpy dtype; raises ``ProtocolError`` for unsupported ones."""
+    key = np.dtype(dtype).newbyteorder("=")
+    try:
+        return _TO_WIRE[key]
+    except KeyError:
+        raise ProtocolError(f"dtype {key} cannot travel on the wire (supported: {', '.join(map(str, _TO_WIRE))})") from None
+
+
+def dtype_from_wire(code: int) -> np.dtype:
+    """The numpy dtype (little-endian) of a ``DType`` enum value."""
+    try:
+        return _FROM_WIRE[code]
+    except KeyError:
+        raise ProtocolError(f"unknown dtype code {code}") from None
+
+
+def to_tensor(array: np.ndarray | float | int | bool, out: pb.Tensor | None = None) -> pb.Tensor:
+    """Encode an array as a ``Tensor`` message.
+
+    Args:
+        array: any array (or scalar) of a supported dtype; non-contiguous or big-endian arrays
+            are copied into C-order little-endian first.
+        out: an existing message to fill (e.g. a sub-message field) instead of a new one.
+
+    Returns:
+        ``out`` or a new ``Tensor``.
+    """
+    arr = np.asarray(array)
+    code = dtype_to_wire(arr.dtype)
+    if arr.dtype.byteorder == ">":
+        arr = arr.astype(arr.dtype.newbyteorder("<"))
+    msg = pb.Tensor() if out is None else out
+    msg.dtype = code  # type: ignore[assignment]
+    del msg.shape[:]
+    msg.shape.extend(arr.shape)
+    msg.data = np.ascontiguousarray(arr).tobytes()
+    return msg
+
+
+def from_tensor(msg: pb.Tensor, field: str = "tensor") -> np.ndarray:
+    """Decode a ``Tensor`` message without copying.
+
+    Args:
+        msg: the message.
+        field: the field's name, used in error messages (``"observations[0]"``).
+
+    Returns:
+        A read-only array of ``msg.shape`` viewing ``msg.data``.
+
+    Raises:
+        ProtocolError: unknown dtype, a negative dimension, or a byte length that does not match
+            shape and dtype.
+    """
+    dtype = dtype_from_wire(msg.dtype)
+    shape = tuple(msg.shape)
+    if any(d < 0 for d in shape):
+        raise ProtocolError(f"{field}: negative dimension in shape {list(shape)}")
+    expected = math.prod(shape) * dtype.itemsize
+    if len(msg.data) != expected:
+        raise ProtocolError(
+            f"{field}: {len(msg.data)} bytes do not match shape {list(shape)} of {dtype.name} ({expected} bytes expected)"
+        )
+    return np.frombuffer(msg.data, dtype=dtype).reshape(shape)
