@@ -15,7 +15,8 @@ Shapes: ``L`` = rows in a field, ``T`` = training/sequence length, ``B`` = batch
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable, Iterator, Mapping, MutableMapping
+import os
+from collections.abc import Hashable, Iterable, Iterator, Mapping, MutableMapping, Sequence
 from typing import IO, Any
 
 import h5py
@@ -26,6 +27,17 @@ from common.errors import BufferException
 _MIN_CAPACITY = 16
 _FILE_MARK = "stepstream_agent_buffer"
 _FILE_VERSION = 1
+_DATASET_PREFIX = "field_"
+
+_rng_cache: tuple[int, np.random.Generator] | None = None
+
+
+def _default_rng() -> np.random.Generator:
+    """One fresh Generator per process (a forked child seeds its own), not ~20 us of OS entropy per call."""
+    global _rng_cache
+    if _rng_cache is None or _rng_cache[0] != os.getpid():
+        _rng_cache = (os.getpid(), np.random.default_rng())
+    return _rng_cache[1]
 
 
 def _as_rows(x: Any) -> np.ndarray:
@@ -34,6 +46,15 @@ def _as_rows(x: Any) -> np.ndarray:
     if arr.dtype == np.float64:
         arr = arr.astype(np.float32)
     return arr
+
+
+def _row_arrays(values: list[Any]) -> list[np.ndarray]:
+    """Each value as an array of rows: an AgentBufferField's rows (its storage itself when full: a view
+    costs ~0.1 us, which adds up over thousands of trajectories), anything else through ``np.asarray``."""
+    try:  # The common case: fields that hold rows. Anything else raises and takes the general path.
+        return [data if len(data := v._data) == v._len else data[: v._len] for v in values]
+    except (AttributeError, TypeError):
+        return [v.data if isinstance(v, AgentBufferField) else np.asarray(v) for v in values]
 
 
 class AgentBufferField:
@@ -51,6 +72,15 @@ class AgentBufferField:
         self._len = 0
         self.padding_value = padding_value
 
+    @classmethod
+    def _adopt(cls, rows: np.ndarray, padding_value: float) -> AgentBufferField:
+        """A field whose storage is ``rows`` (``[L, *row_shape]``, a fresh array nobody else holds)."""
+        field = cls.__new__(cls)
+        field._data = rows
+        field._len = len(rows)
+        field.padding_value = padding_value
+        return field
+
     # -- reading ---------------------------------------------------------------------------------
 
     def __len__(self) -> int:
@@ -59,11 +89,7 @@ class AgentBufferField:
     @property
     def data(self) -> np.ndarray:
         """The ``L`` stored rows, ``[L, *row_shape]``; a read-only view, copy before mutating."""
-        if self._data is None:
-            empty = np.zeros((0,), dtype=np.float32)
-            empty.flags.writeable = False
-            return empty
-        view = self._data[: self._len]
+        view = np.zeros((0,), dtype=np.float32) if self._data is None else self._data[: self._len]
         view.flags.writeable = False
         return view
 
@@ -71,7 +97,11 @@ class AgentBufferField:
         return self.data[index]
 
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
-        return self.data if dtype is None else self.data.astype(dtype)
+        data = self.data
+        if dtype is not None and np.dtype(dtype) != data.dtype:
+            return data.astype(dtype)
+        # np.array(field) asks for a copy: never hand out the storage itself then.
+        return data.copy() if copy else data
 
     def __iter__(self) -> Iterator[np.ndarray]:
         return iter(self.data)
@@ -82,25 +112,24 @@ class AgentBufferField:
 
     # -- writing ---------------------------------------------------------------------------------
 
-    def _reserve(self, extra: int, template: np.ndarray) -> np.ndarray:
-        """Make room for ``extra`` more rows shaped like ``template[0]``; returns the storage."""
+    def _reserve(self, extra: int, row_shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+        """Make room for ``extra`` more rows of ``row_shape``; returns the storage (``dtype``: for the first rows)."""
         needed = self._len + extra
-        if self._data is None:
-            self._data = np.empty((max(needed, _MIN_CAPACITY), *template.shape[1:]), dtype=template.dtype)
-        elif self._data.shape[1:] != template.shape[1:]:
-            raise BufferException(
-                f"row shape {tuple(template.shape[1:])} does not match the field's row shape {tuple(self._data.shape[1:])}"
-            )
-        elif needed > len(self._data):
-            grown = np.empty((max(needed, 2 * len(self._data)), *self._data.shape[1:]), dtype=self._data.dtype)
-            grown[: self._len] = self._data[: self._len]
-            self._data = grown
-        return self._data
+        data = self._data
+        if data is None:
+            data = self._data = np.empty((max(needed, _MIN_CAPACITY), *row_shape), dtype=dtype)
+        elif data.shape[1:] != row_shape:
+            raise BufferException(f"row shape {tuple(row_shape)} does not match the field's row shape {data.shape[1:]}")
+        elif needed > len(data):
+            grown = np.empty((max(needed, 2 * len(data)), *row_shape), dtype=data.dtype)
+            grown[: self._len] = data[: self._len]
+            data = self._data = grown
+        return data
 
     def append(self, element: Any, padding_value: float = 0.0) -> None:
         """Add one row. ``padding_value`` becomes the field's padding value, as in ML-Agents."""
         row = _as_rows(element)
-        data = self._reserve(1, row[np.newaxis])
+        data = self._reserve(1, row.shape, row.dtype)
         data[self._len] = row
         self._len += 1
         self.padding_value = padding_value
@@ -110,11 +139,25 @@ class AgentBufferField:
         arr = _as_rows(rows)
         if arr.ndim == 0:
             raise BufferException("extend() needs a sequence of rows, got a scalar")
-        if len(arr) == 0:
+        self._extend_arrays([arr], [len(arr)])
+
+    def _extend_arrays(self, arrays: list[np.ndarray], lengths: list[int]) -> None:
+        """``extend(np.concatenate(arrays))`` without the intermediate copy: one concatenate into the storage.
+
+        ``lengths[i]`` is ``len(arrays[i])``; empty arrays are skipped, whatever their shape.
+        """
+        if 0 in lengths:
+            arrays = [arr for arr, k in zip(arrays, lengths, strict=True) if k]
+        total = sum(lengths)
+        if not total:
             return
-        data = self._reserve(len(arr), arr)
-        data[self._len : self._len + len(arr)] = arr
-        self._len += len(arr)
+        first = arrays[0]
+        data = self._reserve(total, first.shape[1:], np.dtype(np.float32) if first.dtype == np.float64 else first.dtype)
+        try:
+            np.concatenate(arrays, out=data[self._len : self._len + total], casting="unsafe")
+        except ValueError as err:
+            raise BufferException(f"rows do not all have the field's row shape {data.shape[1:]}: {err}") from err
+        self._len += total
 
     def set(self, data: Any) -> None:
         """Replace every row with ``data`` (``[K, *row_shape]``); the row shape may change."""
@@ -127,15 +170,14 @@ class AgentBufferField:
         self._len = 0
 
     def _keep_range(self, start: int, stop: int) -> None:
-        """Keep rows ``[start, stop)`` only, moved to the front in place."""
+        """Keep rows ``[start, stop)`` only, in O(1): the storage becomes a view from ``start`` (no rows move)."""
         if self._data is not None and start > 0:
-            self._data[: stop - start] = self._data[start:stop]
+            self._data = self._data[start:]
         self._len = stop - start
 
     def _take(self, indices: np.ndarray) -> np.ndarray:
         """Rows at ``indices`` as a new array (fancy indexing copies)."""
-        if self._data is None:
-            return np.zeros((len(indices),), dtype=np.float32)
+        assert self._data is not None, "callers check the length first"
         return self._data[: self._len][indices]
 
     # -- batching --------------------------------------------------------------------------------
@@ -157,11 +199,13 @@ class AgentBufferField:
             windowing was needed.
 
         Raises:
-            BufferException: ``T`` < 1, or more sequences/windows than the rows can form.
+            BufferException: ``T`` < 1, ``batch_size`` < 0, or more sequences/windows than the rows form.
         """
         length = 1 if training_length is None else int(training_length)
         if length < 1:
             raise BufferException(f"training_length must be >= 1, got {length}")
+        if batch_size is not None and batch_size < 0:
+            raise BufferException(f"batch_size must be >= 0, got {batch_size}")
         n = self._len
         if sequential:
             leftover = n % length
@@ -170,14 +214,15 @@ class AgentBufferField:
             if batch > available:
                 raise BufferException(f"batch_size {batch} > {available} sequences of length {length} in a field of {n} rows")
             if batch * length > n:
-                pad = self.data[-1] * self.padding_value
-                padding = np.broadcast_to(pad, (length - leftover, *pad.shape)).astype(pad.dtype)
-                return np.concatenate([self.data, padding])
+                data = self.data
+                # The padding row keeps the field's dtype (int and bool fields stay int and bool).
+                pad = np.asarray(data[-1] * self.padding_value).astype(data.dtype)
+                return np.concatenate([data, np.broadcast_to(pad, (length - leftover, *pad.shape))])
             return self.data[n - batch * length :]
         available = n - length + 1
         batch = available if batch_size is None else int(batch_size)
         if batch > available or available < 1:
-            raise BufferException(f"batch_size {batch} > {max(available, 0)} windows of length {length} in a field of {n} rows")
+            raise BufferException(f"batch_size {batch} > {max(available, 0)} windows of {length} rows in a field of {n} rows")
         ends = np.arange(n - batch + 1, n + 1)
         index = (ends[:, np.newaxis] - length + np.arange(length)).ravel()
         return self._take(index)
@@ -233,11 +278,11 @@ class AgentBuffer(MutableMapping[str, AgentBufferField]):
     def check_length(self, key_list: Iterable[str] | None = None) -> bool:
         """Whether every field in ``key_list`` (default: all) has the same number of rows."""
         keys = list(self._fields) if key_list is None else list(key_list)
-        return len({len(self[k]) for k in keys}) <= 1
+        return len({len(self._fields.get(k, ())) for k in keys}) <= 1
 
     def _uniform_length(self, key_list: Iterable[str] | None = None) -> int:
         keys = list(self._fields) if key_list is None else list(key_list)
-        lengths = {k: len(self[k]) for k in keys}
+        lengths = {k: len(self._fields.get(k, ())) for k in keys}  # a missing key is not created
         if len(set(lengths.values())) > 1:
             raise BufferException(f"fields have unequal lengths: {lengths}")
         return next(iter(lengths.values()), 0)
@@ -249,19 +294,47 @@ class AgentBuffer(MutableMapping[str, AgentBufferField]):
         for field in self._fields.values():
             field.reset_field()
 
-    def extend_rows(self, rows: Mapping[str, np.ndarray]) -> None:
-        """Append many experiences at once: ``rows[key]`` is ``[K, *row_shape]`` for every key.
+    def extend_rows(self, rows: Mapping[str, Any]) -> None:
+        """Append K experiences at once, one copy per field: ``rows[key]`` is ``[K, *row_shape]`` for every key.
 
-        The fast path for a trainer draining its queue: concatenate many trajectories' rows and
-        append them with one copy per field.
+        Raises:
+            BufferException: the keys' row counts differ.
         """
-        lengths = {k: len(v) for k, v in rows.items()}
-        if len(set(lengths.values())) > 1:
-            raise BufferException(f"rows to append have unequal lengths: {lengths}")
-        for key, value in rows.items():
-            self[key].extend(value)
+        self.extend_rows_many([rows])
 
-    def shuffle(self, sequence_length: int = 1, key_list: Iterable[str] | None = None, rng: np.random.Generator | None = None) -> None:
+    def extend_rows_many(self, rows_list: Sequence[Mapping[str, Any]], key_list: Iterable[str] | None = None) -> None:
+        """Append many row maps in order, one concatenate per field straight into the storage.
+
+        The fastest way to drain a trainer's queue. ``rows_list`` holds ``to_rows()`` dicts or
+        per-trajectory AgentBuffers (``rows[key]``: ``[K_i, *row_shape]``); ``key_list`` defaults to
+        the first map's keys. The same as ``extend_rows`` of their concatenation.
+
+        Raises:
+            BufferException: a map whose fields differ in length, or that lacks a key.
+        """
+        if not rows_list:
+            return
+        keys = list(rows_list[0]) if key_list is None else list(key_list)
+        maps = [rows._fields if isinstance(rows, AgentBuffer) else rows for rows in rows_list]  # no field created
+        columns: dict[str, list[np.ndarray]] = {}
+        expected: list[int] = []
+        for key in keys:
+            try:
+                arrays = _row_arrays([m[key] for m in maps])
+                lengths = [len(arr) for arr in arrays]
+            except (KeyError, TypeError) as err:
+                raise BufferException(f"key {key!r}: not an array of rows in every row map ({err!r})") from err
+            if not columns:
+                expected = lengths
+            elif lengths != expected:
+                raise BufferException(f"key {key!r}: row counts {lengths} differ from {keys[0]!r}'s {expected}")
+            columns[key] = arrays
+        for key, arrays in columns.items():
+            self[key]._extend_arrays(arrays, expected)
+
+    def shuffle(
+        self, sequence_length: int = 1, key_list: Iterable[str] | None = None, rng: np.random.Generator | None = None
+    ) -> None:
         """Permute whole sequences of ``sequence_length`` rows, with one permutation for all fields.
 
         Raises:
@@ -271,7 +344,7 @@ class AgentBuffer(MutableMapping[str, AgentBufferField]):
         n = self._uniform_length(keys)
         if sequence_length < 1 or n % sequence_length:
             raise BufferException(f"cannot shuffle {n} rows in whole sequences of {sequence_length}")
-        rng = np.random.default_rng() if rng is None else rng
+        rng = _default_rng() if rng is None else rng
         order = rng.permutation(n // sequence_length)
         index = (order[:, np.newaxis] * sequence_length + np.arange(sequence_length)).ravel()
         for key in keys:
@@ -283,14 +356,18 @@ class AgentBuffer(MutableMapping[str, AgentBufferField]):
         """A new AgentBuffer holding copies of rows ``[start, end)`` of every field."""
         mini_batch = AgentBuffer()
         for key, field in self._fields.items():
-            mini_batch[key].extend(field.data[start:end])
-            mini_batch[key].padding_value = field.padding_value
+            if field._data is None:
+                mini_batch._fields[key] = AgentBufferField(field.padding_value)
+            else:
+                rows = field._data[: field._len][start:end].copy()
+                mini_batch._fields[key] = AgentBufferField._adopt(rows, field.padding_value)
         return mini_batch
 
-    def sample_mini_batch(self, batch_size: int, sequence_length: int = 1, rng: np.random.Generator | None = None) -> AgentBuffer:
-        """``batch_size // sequence_length`` whole sequences drawn uniformly with replacement.
-
-        Sequences start at multiples of ``sequence_length``, as ML-Agents' do.
+    def sample_mini_batch(
+        self, batch_size: int, sequence_length: int = 1, rng: np.random.Generator | None = None
+    ) -> AgentBuffer:
+        """``batch_size // sequence_length`` whole sequences drawn uniformly with replacement; as in
+        ML-Agents, sequences start at multiples of ``sequence_length``.
 
         Raises:
             BufferException: unequal field lengths, or fewer rows than one sequence.
@@ -298,17 +375,21 @@ class AgentBuffer(MutableMapping[str, AgentBufferField]):
         n = self._uniform_length()
         if sequence_length < 1 or n < sequence_length:
             raise BufferException(f"cannot sample sequences of {sequence_length} from {n} rows")
-        rng = np.random.default_rng() if rng is None else rng
+        rng = _default_rng() if rng is None else rng
         starts = rng.integers(0, n // sequence_length, size=batch_size // sequence_length) * sequence_length
         index = (starts[:, np.newaxis] + np.arange(sequence_length)).ravel()
         mini_batch = AgentBuffer()
         for key, field in self._fields.items():
-            mini_batch[key].extend(field._take(index))
-            mini_batch[key].padding_value = field.padding_value
+            mini_batch._fields[key] = AgentBufferField._adopt(field._take(index), field.padding_value)
         return mini_batch
 
     def truncate(self, max_length: int, sequence_length: int = 1) -> None:
-        """Keep the newest rows: at most ``max_length`` rounded down to a multiple of ``sequence_length``."""
+        """Keep the newest rows: at most ``max_length`` rounded down to a multiple of ``sequence_length``.
+
+        O(1) per field, no rows move. Raises BufferException for unequal field lengths or bad arguments.
+        """
+        if max_length < 0 or sequence_length < 1:
+            raise BufferException(f"cannot truncate to {max_length} rows in sequences of {sequence_length}")
         keep = max_length - max_length % sequence_length
         n = self._uniform_length()
         if n > keep:
@@ -324,9 +405,14 @@ class AgentBuffer(MutableMapping[str, AgentBufferField]):
     ) -> None:
         """Append this buffer's fields to ``target_buffer`` as ``get_batch(batch_size, training_length)``."""
         keys = list(self._fields) if key_list is None else list(key_list)
+        every_row = batch_size is None and training_length in (None, 1)
         for key in keys:
-            target_buffer[key].extend(self[key].get_batch(batch_size=batch_size, training_length=training_length))
-            target_buffer[key].padding_value = self[key].padding_value
+            field, target = self[key], target_buffer[key]
+            if every_row:  # what get_batch would return, without its checks and read-only view
+                target._extend_arrays(rows := _row_arrays([field]), [len(rows[0])])
+            else:
+                target.extend(field.get_batch(batch_size=batch_size, training_length=training_length))
+            target.padding_value = field.padding_value
 
     # -- HDF5 ------------------------------------------------------------------------------------
 
@@ -335,9 +421,10 @@ class AgentBuffer(MutableMapping[str, AgentBufferField]):
         with h5py.File(file_object, "w") as f:
             f.attrs[_FILE_MARK] = _FILE_VERSION
             for i, (key, field) in enumerate(self._fields.items()):
-                dataset = f.create_dataset(f"field_{i}", data=field.data)
+                dataset = f.create_dataset(f"{_DATASET_PREFIX}{i}", data=field.data)
                 dataset.attrs["key"] = key
                 dataset.attrs["padding_value"] = field.padding_value
+                dataset.attrs["typed"] = field._data is not None  # an empty field keeps its dtype and row shape
 
     def load_from_file(self, file_object: str | IO[bytes] | Any) -> None:
         """Replace this buffer's contents with a file written by ``save_to_file``.
@@ -352,13 +439,21 @@ class AgentBuffer(MutableMapping[str, AgentBufferField]):
         with f:
             if f.attrs.get(_FILE_MARK) != _FILE_VERSION:
                 raise BufferException(f"{file_object!r} is an HDF5 file but not an AgentBuffer (no '{_FILE_MARK}' mark)")
-            self._fields.clear()
-            for dataset in f.values():
-                if not isinstance(dataset, h5py.Dataset) or "key" not in dataset.attrs:
-                    raise BufferException(f"{file_object!r}: unexpected entry {dataset.name}")
-                field = self[str(dataset.attrs["key"])]
-                field.set(dataset[()])
-                field.padding_value = float(dataset.attrs["padding_value"])
+            entries: dict[int, h5py.Dataset] = {}
+            for name, dataset in f.items():
+                index = name.removeprefix(_DATASET_PREFIX)
+                if not (isinstance(dataset, h5py.Dataset) and index.isdigit() and dataset.ndim and "key" in dataset.attrs):
+                    raise BufferException(f"{file_object!r}: entry {name!r} is not a buffer field")
+                entries[int(index)] = dataset
+            fields: dict[str, AgentBufferField] = {}
+            for _, dataset in sorted(entries.items()):  # in the order they were saved
+                padding, rows = float(dataset.attrs.get("padding_value", 0.0)), dataset[()]
+                typed = len(rows) > 0 or dataset.attrs.get("typed", True)
+                fields[str(dataset.attrs["key"])] = (
+                    AgentBufferField._adopt(rows, padding) if typed else AgentBufferField(padding)
+                )
+        # Replace the contents only once the whole file has been read.
+        self._fields = fields
 
 
 class ProcessingBuffer(dict[Hashable, AgentBuffer]):

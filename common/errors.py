@@ -16,8 +16,8 @@ class ConfigError(StepstreamError):
     """A configuration file or flag is wrong; the message names the dotted key."""
 
 
-class NotSupportedYetError(ConfigError):
-    """A valid ML-Agents setting, or a spec, that stepstream does not implement yet."""
+class NotSupportedYetError(StepstreamError):
+    """A valid ML-Agents setting, or a declared spec (image observations, memory), not implemented yet."""
 
 
 class ProtocolError(StepstreamError):

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -143,7 +144,8 @@ class Trajectory:
         rows: dict[str, np.ndarray] = {}
         for i, (obs, next_obs) in enumerate(zip(self.obs, self.next_obs, strict=True)):
             rows[obs_key(i)] = obs
-            rows[next_obs_key(i)] = np.concatenate([obs[1:], next_obs[np.newaxis]])
+            # Row j's next obs is obs j+1; the last row's is next_obs. No rows at all when T = 0.
+            rows[next_obs_key(i)] = np.concatenate([obs[1:], next_obs[np.newaxis]]) if t else obs[:0]
         rows[CONTINUOUS_ACTIONS] = self.continuous_actions
         rows[DISCRETE_ACTIONS] = self.discrete_actions
         rows[CONTINUOUS_LOG_PROBS] = self.continuous_log_probs
@@ -206,7 +208,7 @@ class Trajectory:
             ProtocolError: a malformed tensor, or per-step tensors of different lengths.
         """
         name = f"trajectory {msg.id.session_id}/{msg.id.agent_id}/{msg.id.sequence}"
-        per_step = {
+        per_step: dict[str, Any] = {  # Any: mypy would match a dict[str, ndarray] to ``extras`` too
             "continuous_actions": from_tensor(msg.continuous_actions, "continuous_actions"),
             "discrete_actions": from_tensor(msg.discrete_actions, "discrete_actions"),
             "continuous_log_probs": from_tensor(msg.continuous_log_probs, "continuous_log_probs"),
@@ -224,10 +226,13 @@ class Trajectory:
         lengths.update({f"observations[{i}]": (o.shape[0] if o.ndim else -1) for i, o in enumerate(obs)})
         if mask is not None:
             lengths["action_mask"] = mask.shape[0] if mask.ndim else -1
-        if len(set(lengths.values())) != 1:
-            raise ProtocolError(f"{name}: per-step tensors disagree on the number of steps: {lengths}")
+        if len(set(lengths.values())) != 1 or -1 in lengths.values():
+            raise ProtocolError(f"{name}: per-step tensors disagree on the number of steps (-1: a scalar): {lengths}")
         if len(next_obs) != len(obs):
             raise ProtocolError(f"{name}: {len(obs)} observations but {len(next_obs)} next_observations")
+        for i, (o, n) in enumerate(zip(obs, next_obs, strict=True)):
+            if n.shape != o.shape[1:]:
+                raise ProtocolError(f"{name}: next_observations[{i}] has shape {list(n.shape)}, not {list(o.shape[1:])}")
         return cls(
             id=TrajectoryId(msg.id.session_id, msg.id.agent_id, msg.id.sequence),
             behavior_name=msg.behavior_name,

@@ -279,9 +279,11 @@ class PolicyQuery(_message.Message):
     def __init__(self, behavior_name: _Optional[str] = ...) -> None: ...
 
 class PolicyStatus(_message.Message):
-    __slots__ = ("behavior_name", "highest_version")
+    __slots__ = ("behavior_name", "highest_version", "brain_parameters")
     BEHAVIOR_NAME_FIELD_NUMBER: _ClassVar[int]
     HIGHEST_VERSION_FIELD_NUMBER: _ClassVar[int]
+    BRAIN_PARAMETERS_FIELD_NUMBER: _ClassVar[int]
     behavior_name: str
     highest_version: int
-    def __init__(self, behavior_name: _Optional[str] = ..., highest_version: _Optional[int] = ...) -> None: ...
+    brain_parameters: BrainParameters
+    def __init__(self, behavior_name: _Optional[str] = ..., highest_version: _Optional[int] = ..., brain_parameters: _Optional[_Union[BrainParameters, _Mapping]] = ...) -> None: ...

@@ -87,7 +87,10 @@ def from_tensor(msg: pb.Tensor, field: str = "tensor") -> np.ndarray:
         ProtocolError: unknown dtype, a negative dimension, or a byte length that does not match
             shape and dtype.
     """
-    dtype = dtype_from_wire(msg.dtype)
+    try:
+        dtype = dtype_from_wire(msg.dtype)
+    except ProtocolError as err:
+        raise ProtocolError(f"{field}: {err}") from None
     shape = tuple(msg.shape)
     if any(d < 0 for d in shape):
         raise ProtocolError(f"{field}: negative dimension in shape {list(shape)}")

@@ -1,0 +1,361 @@
+"""The sections inside one behavior of ML-Agents' trainer YAML: hyperparameters, networks, reward signals.
+
+One frozen dataclass per section. Field names and defaults are those of ML-Agents 1.x (release 20+,
+``mlagents.trainers.settings``); ``trainer_type: bc`` is stepstream's own. Every class validates its
+ranges in ``__post_init__``, so a direct construction is checked exactly like a parsed file, with a
+:class:`ConfigKeyError` whose ``key`` names the field; the parser (:mod:`common.config`) prefixes the
+dotted path and the file name. Import these names from :mod:`common.config`.
+
+Units: "agent steps" counts agent experiences (one agent, one step), never env steps.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from common.errors import ConfigError, NotSupportedYetError
+
+
+class ConfigKeyError(ConfigError):
+    """A ConfigError about one key; ``key`` is its dotted path ("" for the whole file)."""
+
+    def __init__(self, key: str, detail: str, source: str | None = None) -> None:
+        self.key, self.detail, self.source = key, detail, source
+        where = ": ".join(part for part in (source, key) if part)
+        super().__init__(f"{where}: {detail}" if where else detail)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.key, self.detail, self.source))
+
+
+class NotSupportedKeyError(NotSupportedYetError):
+    """A valid ML-Agents setting stepstream does not implement yet; ``key`` is its dotted path."""
+
+    def __init__(self, key: str, detail: str, source: str | None = None) -> None:
+        self.key, self.detail, self.source = key, detail, source
+        where = ": ".join(part for part in (source, key) if part)
+        super().__init__(f"{where}: {detail}" if where else detail)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.key, self.detail, self.source))
+
+
+def require(ok: bool, key: str, detail: str) -> None:
+    """Raise ``ConfigKeyError(key, detail)`` unless ``ok``."""
+    if not ok:
+        raise ConfigKeyError(key, detail)
+
+
+def at_least(value: float, low: float, key: str) -> None:
+    require(value >= low, key, f"must be >= {low}, got {value!r}")
+
+
+def positive(value: float, key: str) -> None:
+    require(value > 0, key, f"must be > 0, got {value!r}")
+
+
+class ScheduleType(str, Enum):
+    """How a hyperparameter changes over ``max_steps`` (ML-Agents' ``ScheduleType``)."""
+
+    CONSTANT = "constant"
+    LINEAR = "linear"
+
+
+class EncoderType(str, Enum):
+    """Visual encoder for image observations (ML-Agents' ``EncoderType``); only ``simple`` for now."""
+
+    SIMPLE = "simple"
+    NATURE_CNN = "nature_cnn"
+    RESNET = "resnet"
+    MATCH3 = "match3"
+    FULLY_CONNECTED = "fully_connected"
+
+
+class TrainerType(str, Enum):
+    """Which trainer learns a behavior; ``bc`` is stepstream's standalone behavioural cloning."""
+
+    PPO = "ppo"
+    SAC = "sac"
+    BC = "bc"
+
+
+class RewardSignalType(str, Enum):
+    """Reward signal names under ``reward_signals`` (``rnd`` is not supported yet)."""
+
+    EXTRINSIC = "extrinsic"
+    GAIL = "gail"
+    CURIOSITY = "curiosity"
+
+
+# --- hyperparameters ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class PPOHyperparameters:
+    """``hyperparameters`` for ``trainer_type: ppo`` (Schulman et al. 2017, arXiv:1707.06347)."""
+
+    batch_size: int = 1024
+    """Experiences per gradient minibatch (agent steps); >= 1."""
+    buffer_size: int = 10240
+    """Experiences gathered before each update (agent steps); >= 1, best a multiple of batch_size."""
+    learning_rate: float = 3.0e-4
+    """Adam step size at the start of training (per gradient step); > 0."""
+    learning_rate_schedule: ScheduleType = ScheduleType.LINEAR
+    """``linear`` decays the learning rate towards 0 at max_steps; ``constant`` keeps it."""
+    beta: float = 5.0e-3
+    """Entropy bonus coefficient (dimensionless); >= 0."""
+    epsilon: float = 0.2
+    """Clip range of the policy probability ratio (dimensionless); > 0, usually 0.1-0.3."""
+    lambd: float = 0.95
+    """GAE lambda (dimensionless); in [0, 1]."""
+    num_epoch: int = 3
+    """Passes over the update buffer per update; >= 1."""
+    beta_schedule: ScheduleType | None = None
+    """Schedule of beta (linear ends at 1e-5); None follows learning_rate_schedule, as in ML-Agents."""
+    epsilon_schedule: ScheduleType | None = None
+    """Schedule of epsilon (linear ends at 0.1); None follows learning_rate_schedule, as in ML-Agents."""
+
+    def __post_init__(self) -> None:
+        at_least(self.batch_size, 1, "batch_size")
+        at_least(self.buffer_size, 1, "buffer_size")
+        positive(self.learning_rate, "learning_rate")
+        at_least(self.beta, 0, "beta")
+        positive(self.epsilon, "epsilon")
+        require(0 <= self.lambd <= 1, "lambd", f"must be in [0, 1], got {self.lambd!r}")
+        at_least(self.num_epoch, 1, "num_epoch")
+
+    @property
+    def num_minibatches(self) -> int:
+        """Full minibatches per epoch: ``buffer_size // batch_size``."""
+        return self.buffer_size // self.batch_size
+
+    @property
+    def effective_beta_schedule(self) -> ScheduleType:
+        """``beta_schedule``, or ``learning_rate_schedule`` when unset."""
+        return self.beta_schedule or self.learning_rate_schedule
+
+    @property
+    def effective_epsilon_schedule(self) -> ScheduleType:
+        """``epsilon_schedule``, or ``learning_rate_schedule`` when unset."""
+        return self.epsilon_schedule or self.learning_rate_schedule
+
+    def resolved(self) -> dict[str, Any]:
+        """Fields whose written value is derived: what ``to_dict`` records instead of None."""
+        return {"beta_schedule": self.effective_beta_schedule, "epsilon_schedule": self.effective_epsilon_schedule}
+
+
+@dataclass(frozen=True, kw_only=True)
+class SACHyperparameters:
+    """``hyperparameters`` for ``trainer_type: sac`` (Haarnoja et al. 2018, arXiv:1812.05905)."""
+
+    batch_size: int = 128
+    """Experiences per gradient minibatch sampled from the replay buffer (agent steps); >= 1."""
+    buffer_size: int = 50000
+    """Replay buffer capacity (agent steps); >= 1."""
+    learning_rate: float = 3.0e-4
+    """Adam step size at the start of training (per gradient step); > 0."""
+    learning_rate_schedule: ScheduleType = ScheduleType.CONSTANT
+    """``constant`` keeps the learning rate; ``linear`` decays it towards 0 at max_steps."""
+    buffer_init_steps: int = 0
+    """Experiences gathered before the first update (agent steps); >= 0."""
+    tau: float = 0.005
+    """Soft-update rate of the target Q networks per update (dimensionless); in (0, 1]."""
+    steps_per_update: float = 1.0
+    """Agent steps per gradient update, on average (ratio); > 0."""
+    save_replay_buffer: bool = False
+    """Save the replay buffer with each checkpoint and reload it on resume."""
+    init_entcoef: float = 1.0
+    """Initial entropy coefficient alpha (dimensionless); > 0."""
+    reward_signal_steps_per_update: float | None = None
+    """Agent steps per reward-signal update (ratio); > 0; None means steps_per_update, as in ML-Agents."""
+
+    def __post_init__(self) -> None:
+        at_least(self.batch_size, 1, "batch_size")
+        at_least(self.buffer_size, 1, "buffer_size")
+        positive(self.learning_rate, "learning_rate")
+        at_least(self.buffer_init_steps, 0, "buffer_init_steps")
+        require(0 < self.tau <= 1, "tau", f"must be in (0, 1], got {self.tau!r}")
+        positive(self.steps_per_update, "steps_per_update")
+        positive(self.init_entcoef, "init_entcoef")
+        if self.reward_signal_steps_per_update is not None:
+            positive(self.reward_signal_steps_per_update, "reward_signal_steps_per_update")
+
+    @property
+    def effective_reward_signal_steps_per_update(self) -> float:
+        """``reward_signal_steps_per_update``, or ``steps_per_update`` when unset."""
+        if self.reward_signal_steps_per_update is None:
+            return self.steps_per_update
+        return self.reward_signal_steps_per_update
+
+    def resolved(self) -> dict[str, Any]:
+        """Fields whose written value is derived: what ``to_dict`` records instead of None."""
+        return {"reward_signal_steps_per_update": self.effective_reward_signal_steps_per_update}
+
+
+@dataclass(frozen=True, kw_only=True)
+class BCHyperparameters:
+    """``hyperparameters`` for ``trainer_type: bc``: supervised learning of the demonstrated actions.
+
+    Stepstream's own (ML-Agents 0.12 called it ``offline_bc``; batch_size and learning_rate follow
+    its defaults). Provisional until the BC trainer lands.
+    """
+
+    demo_path: str
+    """Path of a ``.demo`` file, or a folder of them (required)."""
+    batch_size: int = 64
+    """Demonstrated experiences per gradient minibatch (agent steps); >= 1."""
+    num_epoch: int = 3
+    """Passes over the demonstrations per update; >= 1."""
+    learning_rate: float = 3.0e-4
+    """Adam step size at the start of training (per gradient step); > 0."""
+    learning_rate_schedule: ScheduleType = ScheduleType.CONSTANT
+    """``constant`` keeps the learning rate; ``linear`` decays it towards 0 at max_steps."""
+
+    def __post_init__(self) -> None:
+        require(bool(self.demo_path), "demo_path", "must name a .demo file or folder, got ''")
+        at_least(self.batch_size, 1, "batch_size")
+        at_least(self.num_epoch, 1, "num_epoch")
+        positive(self.learning_rate, "learning_rate")
+
+
+Hyperparameters = PPOHyperparameters | SACHyperparameters | BCHyperparameters
+
+
+# --- networks, reward signals, behavioural cloning ----------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class MemorySettings:
+    """``network_settings.memory`` (an LSTM); parsed, but not supported until the next wave."""
+
+    sequence_length: int = 64
+    """Steps per training sequence (agent steps); >= 1."""
+    memory_size: int = 128
+    """Size of the recurrent state (floats); > 0 and even."""
+
+    def __post_init__(self) -> None:
+        at_least(self.sequence_length, 1, "sequence_length")
+        ok = self.memory_size > 0 and self.memory_size % 2 == 0
+        require(ok, "memory_size", f"must be > 0 and even, got {self.memory_size!r}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class NetworkSettings:
+    """``network_settings``: the MLP body of the policy, the critics and the reward-signal models."""
+
+    normalize: bool = False
+    """Normalise vector observations with a running mean and variance."""
+    hidden_units: int = 128
+    """Units per hidden layer; >= 1."""
+    num_layers: int = 2
+    """Hidden layers; >= 1."""
+    vis_encode_type: EncoderType = EncoderType.SIMPLE
+    """Encoder for image observations; only ``simple`` until images arrive."""
+    memory: MemorySettings | None = None
+    """Recurrent memory; must be None until memory arrives."""
+    deterministic: bool = False
+    """Act with the distribution's mode instead of sampling; must be False for now."""
+
+    def __post_init__(self) -> None:
+        at_least(self.hidden_units, 1, "hidden_units")
+        at_least(self.num_layers, 1, "num_layers")
+        if self.vis_encode_type is not EncoderType.SIMPLE:
+            detail = f"{self.vis_encode_type.value!r} is not supported yet (image observations arrive in the next wave)"
+            raise NotSupportedKeyError("vis_encode_type", detail)
+        if self.memory is not None:
+            raise NotSupportedKeyError("memory", "not supported yet (recurrent networks arrive in the next wave)")
+        if self.deterministic:
+            raise NotSupportedKeyError("deterministic", "true is not supported yet")
+
+
+@dataclass(frozen=True, kw_only=True)
+class RewardSignalSettings:
+    """``reward_signals.extrinsic``, and the fields every reward signal shares."""
+
+    gamma: float = 0.99
+    """Discount factor per agent step (dimensionless); in [0, 1)."""
+    strength: float = 1.0
+    """Multiplier of this signal's reward (dimensionless); finite."""
+    network_settings: NetworkSettings = field(default_factory=NetworkSettings)
+    """Network of the signal's own model (GAIL discriminator, curiosity model); unused by extrinsic."""
+
+    def __post_init__(self) -> None:
+        require(0 <= self.gamma < 1, "gamma", f"must be in [0, 1), got {self.gamma!r}")
+        require(abs(self.strength) < float("inf"), "strength", f"must be finite, got {self.strength!r}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class GAILSettings(RewardSignalSettings):
+    """``reward_signals.gail`` (Ho & Ermon 2016, arXiv:1606.03476)."""
+
+    demo_path: str
+    """Path of a ``.demo`` file, or a folder of them (required)."""
+    learning_rate: float = 3.0e-4
+    """Adam step size of the discriminator; > 0."""
+    encoding_size: int | None = None
+    """Deprecated by ML-Agents; sets network_settings.hidden_units when network_settings is absent."""
+    use_actions: bool = False
+    """Let the discriminator see actions as well as observations."""
+    use_vail: bool = False
+    """Use a variational information bottleneck in the discriminator (Peng et al. 2018)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        require(bool(self.demo_path), "demo_path", "must name a .demo file or folder, got ''")
+        positive(self.learning_rate, "learning_rate")
+        if self.encoding_size is not None:
+            at_least(self.encoding_size, 1, "encoding_size")
+
+
+@dataclass(frozen=True, kw_only=True)
+class CuriositySettings(RewardSignalSettings):
+    """``reward_signals.curiosity`` (Pathak et al. 2017, arXiv:1705.05363)."""
+
+    learning_rate: float = 3.0e-4
+    """Adam step size of the forward and inverse models; > 0."""
+    encoding_size: int | None = None
+    """Deprecated by ML-Agents; sets network_settings.hidden_units when network_settings is absent."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        positive(self.learning_rate, "learning_rate")
+        if self.encoding_size is not None:
+            at_least(self.encoding_size, 1, "encoding_size")
+
+
+REWARD_SIGNAL_SETTINGS_FOR: dict[RewardSignalType, type[RewardSignalSettings]] = {
+    RewardSignalType.EXTRINSIC: RewardSignalSettings,
+    RewardSignalType.GAIL: GAILSettings,
+    RewardSignalType.CURIOSITY: CuriositySettings,
+}
+"""The settings class of each reward signal."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class BehavioralCloningSettings:
+    """``behavioral_cloning``: a BC loss added to a PPO or SAC update (ML-Agents' component)."""
+
+    demo_path: str
+    """Path of a ``.demo`` file, or a folder of them (required)."""
+    steps: int = 0
+    """Agent steps over which strength decays linearly to 0; 0 keeps it constant; >= 0."""
+    strength: float = 1.0
+    """Weight of the BC loss relative to the RL loss (dimensionless); >= 0."""
+    samples_per_update: int = 0
+    """Demonstrated experiences used per update; 0 uses them all; >= 0."""
+    num_epoch: int | None = None
+    """Passes over the demonstrations per update; >= 1; None uses the trainer's num_epoch."""
+    batch_size: int | None = None
+    """Demonstrated experiences per minibatch; >= 1; None uses the trainer's batch_size."""
+
+    def __post_init__(self) -> None:
+        require(bool(self.demo_path), "demo_path", "must name a .demo file or folder, got ''")
+        at_least(self.steps, 0, "steps")
+        at_least(self.strength, 0, "strength")
+        at_least(self.samples_per_update, 0, "samples_per_update")
+        if self.num_epoch is not None:
+            at_least(self.num_epoch, 1, "num_epoch")
+        if self.batch_size is not None:
+            at_least(self.batch_size, 1, "batch_size")

@@ -1,0 +1,77 @@
+"""The topics of every behavior, created on first use."""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from common.topics.memory import TrajectoryTopic
+from common.topics.policy import PolicyTopic
+
+if TYPE_CHECKING:
+    from common.trajectory import Trajectory
+
+P = TypeVar("P")
+
+
+def trajectory_topic_name(behavior_name: str) -> str:
+    return f"trajectories/{behavior_name}"
+
+
+def policy_topic_name(behavior_name: str) -> str:
+    return f"policies/{behavior_name}"
+
+
+class TopicRegistry(Generic[P]):
+    """Get-or-create the two in-process topics of each behavior; thread-safe.
+
+    ``P`` is the policy payload type (in practice ``PolicyUpdate``).
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._trajectories: dict[str, TrajectoryTopic[Trajectory]] = {}
+        self._policies: dict[str, PolicyTopic[P]] = {}
+
+    def trajectories(self, behavior_name: str) -> TrajectoryTopic[Trajectory]:
+        """The topic ``trajectories/<behavior_name>``.
+
+        Raises:
+            ValueError: ``behavior_name`` is empty.
+        """
+        _check_behavior_name(behavior_name)
+        with self._lock:
+            topic = self._trajectories.get(behavior_name)
+            if topic is None:
+                topic = self._trajectories[behavior_name] = TrajectoryTopic(trajectory_topic_name(behavior_name))
+            return topic
+
+    def policies(self, behavior_name: str) -> PolicyTopic[P]:
+        """The topic ``policies/<behavior_name>``.
+
+        Raises:
+            ValueError: ``behavior_name`` is empty.
+        """
+        _check_behavior_name(behavior_name)
+        with self._lock:
+            topic = self._policies.get(behavior_name)
+            if topic is None:
+                topic = self._policies[behavior_name] = PolicyTopic(policy_topic_name(behavior_name))
+            return topic
+
+    def behavior_names(self) -> list[str]:
+        """Every behavior with at least one topic, sorted."""
+        with self._lock:
+            return sorted(self._trajectories.keys() | self._policies.keys())
+
+    def close(self) -> None:
+        """Close every topic (waking their waiters); later lookups still return the closed topics."""
+        with self._lock:
+            topics: list[TrajectoryTopic[Any] | PolicyTopic[Any]] = [*self._trajectories.values(), *self._policies.values()]
+        for topic in topics:
+            topic.close()
+
+
+def _check_behavior_name(behavior_name: str) -> None:
+    if not behavior_name:
+        raise ValueError("behavior_name must not be empty")

@@ -1,0 +1,102 @@
+"""The durable queue of one named trajectory subscriber: queued items, in-flight deliveries, counters."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections import deque
+from typing import Generic, TypeVar
+
+from common.topics.base import Delivery, FullPolicy, SubscriptionStats
+from common.topics.waiting import wake_all
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+class SubscriberQueue(Generic[T]):
+    """The durable state of one named subscriber of a ``TrajectoryTopic``.
+
+    Every field is guarded by the topic's lock, which the caller holds for every method.
+    """
+
+    def __init__(self, name: str, max_size: int, full_policy: FullPolicy, lock: threading.Lock) -> None:
+        self.name = name
+        self.max_size = max_size
+        self.full_policy = full_policy
+        self.queued: deque[tuple[T, bool]] = deque()
+        """(item, redelivered), oldest first."""
+        self.in_flight: dict[int, T] = {}
+        """tag -> item, in delivery order."""
+        self.next_tag = 0
+        self.attached: object | None = None
+        """The live subscription, compared by identity."""
+        self.readable = threading.Condition(lock)
+        self.thread_readers = 0
+        self.async_readers: set[asyncio.Future[None]] = set()
+        self.published = self.delivered = self.acked = self.dropped = self.redelivered = 0
+        self.blocked_seconds = 0.0
+
+    @property
+    def used(self) -> int:
+        return len(self.queued) + len(self.in_flight)
+
+    def put(self, item: T) -> None:
+        if len(self.queued) + len(self.in_flight) >= self.max_size:
+            self.drop_oldest()
+        self.queued.append((item, False))
+        self.published += 1
+        self.wake_readers()
+
+    def drop_oldest(self) -> None:
+        """Drop the oldest queued item or, when all are in flight, forget the oldest delivery."""
+        if self.queued:
+            self.queued.popleft()
+        else:  # its later ack is ignored, and it will not be redelivered
+            del self.in_flight[next(iter(self.in_flight))]
+        if not self.dropped:
+            logger.warning("subscriber queue %r is full (%d): dropping its oldest items", self.name, self.max_size)
+        self.dropped += 1
+
+    def take(self, max_items: int) -> list[Delivery[T]]:
+        taken = []
+        for _ in range(min(max_items, len(self.queued))):
+            item, redelivered = self.queued.popleft()
+            tag = self.next_tag
+            self.next_tag = tag + 1
+            self.in_flight[tag] = item
+            taken.append(Delivery(tag, item, redelivered))
+            self.redelivered += redelivered
+        self.delivered += len(taken)
+        return taken
+
+    def requeue_in_flight(self) -> int:
+        """Return every in-flight item to the queue front, oldest delivery first."""
+        count = len(self.in_flight)
+        self.queued.extendleft((item, True) for item in reversed(self.in_flight.values()))
+        self.in_flight.clear()
+        return count
+
+    def wake_readers(self) -> None:
+        if self.thread_readers:
+            self.readable.notify_all()
+        if self.async_readers:
+            wake_all(self.async_readers)
+
+    def stats(self) -> SubscriptionStats:
+        return SubscriptionStats(
+            subscriber_name=self.name,
+            max_size=self.max_size,
+            full_policy=self.full_policy,
+            attached=self.attached is not None,
+            published=self.published,
+            delivered=self.delivered,
+            acked=self.acked,
+            dropped=self.dropped,
+            redelivered=self.redelivered,
+            blocked_seconds=self.blocked_seconds,
+            depth=len(self.queued),
+            in_flight=len(self.in_flight),
+        )

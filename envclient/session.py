@@ -1,0 +1,173 @@
+"""An env client's session with the processor: Hello once, then BrainInfo -> ActionInfo per step.
+
+Usage (asyncio)::
+
+    params = BrainParameters("Walker", (ObservationSpec((32,), np.dtype(np.float32)),), ActionSpec(4))
+    async with EnvSession("127.0.0.1:50051", "sim-0", [params]) as session:
+        result = await session.step("Walker", agent_ids, [obs], rewards, done)
+        env.apply(result.continuous_actions)
+
+Shapes: ``N`` agent rows in one step, ``C`` continuous action size, ``B`` discrete branches.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import NamedTuple
+
+import grpc
+import numpy as np
+
+from common.errors import StepstreamError
+from common.specs import BrainParameters
+from protos import PROTOCOL_VERSION, from_tensor, pb, to_tensor
+from protos import stepstream_pb2_grpc as pb_grpc
+
+log = logging.getLogger(__name__)
+
+
+class StepRejectedError(StepstreamError):
+    """The processor ended the session with a non-OK status (``code``, ``details``)."""
+
+    def __init__(self, code: grpc.StatusCode, details: str) -> None:
+        super().__init__(f"{code.name}: {details}")
+        self.code = code
+        self.details = details
+
+
+class ActionResult(NamedTuple):
+    """The processor's answer to one BrainInfo, rows in the BrainInfo's order."""
+
+    continuous_actions: np.ndarray
+    """float32 [N, C], already clipped or squashed into [-1, 1]-style bounds by the policy."""
+    discrete_actions: np.ndarray
+    """int32 [N, B]."""
+    policy_version: int
+
+
+def brain_info_message(
+    behavior_name: str,
+    agent_ids: np.ndarray,
+    observations: Sequence[np.ndarray],
+    rewards: np.ndarray,
+    done: np.ndarray,
+    max_reached: np.ndarray | None = None,
+    action_mask: np.ndarray | None = None,
+) -> pb.BrainInfo:
+    """Encode one step of one behavior (shapes as in ``EnvSession.step``)."""
+    n = len(agent_ids)
+    msg = pb.BrainInfo(behavior_name=behavior_name)
+    to_tensor(np.asarray(agent_ids, dtype=np.int64), msg.agent_ids)
+    for obs in observations:
+        to_tensor(np.asarray(obs, dtype=np.float32), msg.observations.add())
+    to_tensor(np.asarray(rewards, dtype=np.float32), msg.rewards)
+    to_tensor(np.asarray(done, dtype=bool), msg.done)
+    to_tensor(np.zeros(n, bool) if max_reached is None else np.asarray(max_reached, dtype=bool), msg.max_reached)
+    if action_mask is not None:
+        to_tensor(np.asarray(action_mask, dtype=bool), msg.action_mask)
+    return msg
+
+
+class EnvSession:
+    """One Step stream. Not safe for concurrent ``step`` calls: one step in flight at a time."""
+
+    def __init__(
+        self,
+        address: str,
+        client_id: str,
+        brain_parameters: Sequence[BrainParameters],
+        *,
+        channel_options: Sequence[tuple[str, int]] = (),
+        protocol_version: int = PROTOCOL_VERSION,
+    ) -> None:
+        self.address = address
+        self.client_id = client_id
+        self.brain_parameters = list(brain_parameters)
+        self.session_id: str | None = None
+        self._options = list(channel_options)
+        self._protocol_version = protocol_version
+        self._channel: grpc.aio.Channel | None = None
+        self._call: grpc.aio.StreamStreamCall | None = None
+
+    async def __aenter__(self) -> EnvSession:
+        await self.open()
+        return self
+
+    async def __aexit__(self, *unused_exc: object) -> None:
+        await self.close()
+
+    async def open(self) -> str:
+        """Connect and say Hello; returns the session id.
+
+        Raises:
+            StepRejectedError: the processor refused the Hello.
+        """
+        self._channel = grpc.aio.insecure_channel(self.address, options=self._options)
+        self._call = pb_grpc.AgentProcessorStub(self._channel).Step()
+        hello = pb.Hello(protocol_version=self._protocol_version, client_id=self.client_id)
+        hello.brain_parameters.extend(p.to_proto() for p in self.brain_parameters)
+        reply = await self._exchange(pb.StepRequest(hello=hello))
+        self.session_id = reply.hello_reply.session_id
+        log.info("client '%s' connected to %s as session %s", self.client_id, self.address, self.session_id)
+        return self.session_id
+
+    async def _exchange(self, request: pb.StepRequest) -> pb.StepResponse:
+        if self._call is None:
+            raise StepstreamError("the session is not open")
+        try:
+            await self._call.write(request)
+            response = await self._call.read()
+        except grpc.aio.AioRpcError as err:
+            raise StepRejectedError(err.code(), err.details() or "") from None
+        if response is grpc.aio.EOF:
+            code = await self._call.code()
+            raise StepRejectedError(code, await self._call.details() or "stream ended")
+        return response
+
+    async def send(self, brain_info: pb.BrainInfo) -> ActionResult:
+        """Send an already-encoded BrainInfo; returns its actions."""
+        response = await self._exchange(pb.StepRequest(brain_info=brain_info))
+        info = response.action_info
+        return ActionResult(
+            from_tensor(info.continuous_actions, "continuous_actions"),
+            from_tensor(info.discrete_actions, "discrete_actions"),
+            info.policy_version,
+        )
+
+    async def step(
+        self,
+        behavior_name: str,
+        agent_ids: np.ndarray,
+        observations: Sequence[np.ndarray],
+        rewards: np.ndarray,
+        done: np.ndarray,
+        max_reached: np.ndarray | None = None,
+        action_mask: np.ndarray | None = None,
+    ) -> ActionResult:
+        """Send one step of one behavior and wait for its actions.
+
+        Args:
+            agent_ids: int [N], unique.
+            observations: one float32 [N, *shape] per declared observation spec.
+            rewards: float32 [N], the reward each agent received since its previous row.
+            done: bool [N], the agent's episode ended (its row carries the terminal obs).
+            max_reached: bool [N], the episode ended by a time limit; only together with done.
+            action_mask: bool [N, sum(branches)], True = allowed; None allows everything.
+
+        Raises:
+            StepRejectedError: the processor ended the session (bad input, replaced, shutdown).
+        """
+        return await self.send(brain_info_message(behavior_name, agent_ids, observations, rewards, done, max_reached, action_mask))
+
+    async def close(self) -> None:
+        """End the session cleanly (the processor flushes this session's partial trajectories)."""
+        if self._call is not None:
+            try:
+                await self._call.done_writing()
+            except (grpc.aio.AioRpcError, grpc.aio.UsageError):
+                pass
+            self._call = None
+        if self._channel is not None:
+            await self._channel.close()
+            self._channel = None

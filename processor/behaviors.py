@@ -1,0 +1,230 @@
+"""The processor's per-behavior state: declaration, inference, topics, staleness and counters.
+
+A behavior exists once an env client declares it in a Hello. Its topics may exist earlier (a
+trainer can subscribe before any env client connects): ``TopicRegistry`` creates them on demand.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from common.errors import ProtocolError, StepstreamError, UnknownBehaviorError
+from common.specs import BrainParameters
+from common.topics import FullPolicy, TopicRegistry
+from common.trajectory import Trajectory
+from processor.batching import InferenceBatcher
+from processor.inference import Policy
+from protos import pb
+
+log = logging.getLogger(__name__)
+
+#: The subscriber queue every behavior's trajectory topic declares at start, so a trainer that
+#: subscribes after env clients connected still gets every trajectory.
+TRAINER_SUBSCRIBER = "trainer"
+
+
+@dataclass(frozen=True)
+class BehaviorRuntime:
+    """The processor-side settings of one behavior (from the run's config)."""
+
+    time_horizon: int = 64
+    """Experiences after which a trajectory is cut even without done, >= 1."""
+    max_policy_lag: int | None = None
+    """Drop (and count) trajectories acted by a policy more than this many versions behind the
+    newest one; None keeps all."""
+
+
+@dataclass(frozen=True)
+class ProcessorSettings:
+    """Everything the processor needs to know, independent of how it is served."""
+
+    behaviors: Mapping[str, BehaviorRuntime] = field(default_factory=dict)
+    """Configured behaviors; with ``strict`` a Hello declaring any other is refused."""
+    strict: bool = False
+    default_runtime: BehaviorRuntime = BehaviorRuntime()
+    """Settings of behaviors not listed (only when not ``strict``)."""
+    declared_subscribers: tuple[str, ...] = (TRAINER_SUBSCRIBER,)
+    """Subscriber queues declared on every behavior's trajectory topic before any publish."""
+    trajectory_queue_size: int = 1024
+    """Capacity (trajectories, queued + unacknowledged) of each subscriber queue."""
+    full_policy: FullPolicy = FullPolicy.BLOCK
+    publish_timeout_s: float | None = None
+    """How long a session waits for room on a full ``block`` topic; None waits forever."""
+    max_batch_rows: int = 4096
+    """Rows of one inference forward pass at most."""
+    batch_deadline_ms: float = 2.0
+    """How long the first request of a forward pass waits for others to join it."""
+    first_policy_timeout_s: float = 120.0
+    """How long a BrainInfo waits for its behavior's first policy before failing."""
+    seed: int | None = None
+
+    def runtime(self, behavior_name: str) -> BehaviorRuntime:
+        runtime = self.behaviors.get(behavior_name)
+        if runtime is not None:
+            return runtime
+        if self.strict:
+            raise UnknownBehaviorError(
+                f"behavior '{behavior_name}' is not in the processor's config (configured: {sorted(self.behaviors)})"
+            )
+        return self.default_runtime
+
+
+@dataclass
+class BehaviorCounters:
+    """Running totals of one behavior; experiences are agent steps."""
+
+    published_trajectories: int = 0
+    published_experiences: int = 0
+    flushed_trajectories: int = 0
+    flushed_experiences: int = 0
+    stale_dropped_trajectories: int = 0
+    stale_dropped_experiences: int = 0
+    unpublished_trajectories: int = 0
+    """Trajectories lost to a topic that stayed full past publish_timeout_s, or closed."""
+    unpublished_experiences: int = 0
+
+
+class Behavior:
+    """One declared behavior: its BrainParameters, inference batcher, topics and counters."""
+
+    def __init__(self, params: BrainParameters, runtime: BehaviorRuntime, settings: ProcessorSettings, topics: TopicRegistry):
+        self.params = params
+        self.runtime = runtime
+        self.counters = BehaviorCounters()
+        self.trajectories = topics.trajectories(params.behavior_name)
+        self.policies = topics.policies(params.behavior_name)
+        self._publish_timeout_s = settings.publish_timeout_s
+        self.batcher = InferenceBatcher(
+            params.behavior_name,
+            max_batch_rows=settings.max_batch_rows,
+            deadline_ms=settings.batch_deadline_ms,
+            first_policy_timeout_s=settings.first_policy_timeout_s,
+            rng=np.random.default_rng(settings.seed),
+        )
+        self._follower: asyncio.Task[None] | None = None
+
+    @property
+    def name(self) -> str:
+        return self.params.behavior_name
+
+    def start(self) -> None:
+        """Start following the policy topic (call from the event loop)."""
+        self._follower = asyncio.get_running_loop().create_task(self._follow_policies(), name=f"policies/{self.name}")
+
+    async def stop(self) -> None:
+        if self._follower is not None:
+            self._follower.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._follower
+
+    async def _follow_policies(self) -> None:
+        """Swap each newer policy version into the batcher (latest-wins)."""
+        version = -1
+        while True:
+            newer = await self.policies.await_newer(version)
+            if newer is None:
+                continue
+            version, update = newer
+            try:
+                self.batcher.set_policy(Policy.from_update(update))
+            except StepstreamError:
+                log.exception("behavior '%s': policy version %d cannot be loaded; keeping the previous one", self.name, version)
+                continue
+            log.info("behavior '%s': acting with policy version %d", self.name, version)
+
+    async def publish(self, trajectories: list[Trajectory], *, flushed: bool = False) -> None:
+        """Publish cut trajectories, dropping (and counting) those older than ``max_policy_lag``.
+
+        Awaits room on ``block`` topics: this is what backpressures env clients.
+        """
+        lag = self.runtime.max_policy_lag
+        newest = self.policies.highest_version
+        c = self.counters
+        for trajectory in trajectories:
+            if flushed:
+                c.flushed_trajectories += 1
+                c.flushed_experiences += trajectory.length
+            if lag is not None and newest - trajectory.oldest_policy_version > lag:
+                c.stale_dropped_trajectories += 1
+                c.stale_dropped_experiences += trajectory.length
+                continue
+            try:
+                await self.trajectories.publish(trajectory, self._publish_timeout_s)
+            except StepstreamError:
+                c.unpublished_trajectories += 1
+                c.unpublished_experiences += trajectory.length
+                raise
+            c.published_trajectories += 1
+            c.published_experiences += trajectory.length
+
+    def status(self) -> pb.PolicyStatus:
+        msg = pb.PolicyStatus(behavior_name=self.name, highest_version=self.policies.highest_version)
+        msg.brain_parameters.CopyFrom(self.params.to_proto())
+        return msg
+
+
+class BehaviorTable:
+    """Every behavior the processor knows, created at the first Hello that declares it."""
+
+    def __init__(self, settings: ProcessorSettings, topics: TopicRegistry) -> None:
+        self.settings = settings
+        self.topics = topics
+        self._behaviors: dict[str, Behavior] = {}
+        for name in settings.behaviors:
+            self._declare_topics(name)
+
+    def _declare_topics(self, name: str) -> None:
+        topic = self.topics.trajectories(name)
+        for subscriber in self.settings.declared_subscribers:
+            topic.declare(subscriber, self.settings.trajectory_queue_size, self.settings.full_policy)
+
+    def __getitem__(self, name: str) -> Behavior:
+        behavior = self._behaviors.get(name)
+        if behavior is None:
+            raise UnknownBehaviorError(f"behavior '{name}' was never declared by an env client")
+        return behavior
+
+    def get(self, name: str) -> Behavior | None:
+        return self._behaviors.get(name)
+
+    def values(self) -> list[Behavior]:
+        return list(self._behaviors.values())
+
+    def declare(self, params: BrainParameters) -> Behavior:
+        """The behavior of these BrainParameters, created on first declaration.
+
+        Raises:
+            UnknownBehaviorError: the config is strict and does not list the behavior.
+            ProtocolError: (precondition) the behavior exists with other BrainParameters.
+        """
+        existing = self._behaviors.get(params.behavior_name)
+        if existing is not None:
+            if existing.params != params:
+                raise ProtocolError(
+                    f"behavior '{params.behavior_name}' is already declared with other BrainParameters: "
+                    f"{_describe(existing.params)} != {_describe(params)}",
+                    precondition=True,
+                )
+            return existing
+        runtime = self.settings.runtime(params.behavior_name)
+        self._declare_topics(params.behavior_name)
+        behavior = self._behaviors[params.behavior_name] = Behavior(params, runtime, self.settings, self.topics)
+        behavior.start()
+        log.info("behavior '%s' declared: %s", params.behavior_name, _describe(params))
+        return behavior
+
+    async def stop(self) -> None:
+        for behavior in self._behaviors.values():
+            await behavior.stop()
+
+
+def _describe(params: BrainParameters) -> str:
+    obs = ", ".join(f"{s.dtype.name}{list(s.shape)}" for s in params.observation_specs)
+    spec = params.action_spec
+    return f"obs [{obs}], continuous {spec.continuous_size}, branches {list(spec.discrete_branches)}"

@@ -1,0 +1,122 @@
+"""ProcessorServer: the grpc.aio server that owns the processor's lifecycle.
+
+``start()`` binds and returns the port (port 0 picks a free one, as tests do), ``stop(grace_s)``
+drains: new streams are refused, in-flight steps are answered, every session's partial
+trajectories are flushed to the topics, and only then do the topics close. ``serve()`` runs it
+until SIGTERM or SIGINT.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from dataclasses import dataclass
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+from common.topics import TopicRegistry
+from processor.behaviors import BehaviorTable, ProcessorSettings
+from processor.servicer import AgentProcessorServicer
+from processor.sessions import SessionTable
+from protos import stepstream_pb2_grpc as pb_grpc
+
+log = logging.getLogger(__name__)
+
+SERVICE_NAME = "stepstream.v1.AgentProcessor"
+
+
+@dataclass(frozen=True)
+class ServerOptions:
+    """How the server listens. Units in the names."""
+
+    host: str = "127.0.0.1"
+    """Loopback by default; binding another interface must be asked for."""
+    port: int = 0
+    """0 picks a free port; ``start()`` returns the real one."""
+    max_message_bytes: int = 16 * 1024 * 1024
+    """Larger messages are refused by gRPC itself with RESOURCE_EXHAUSTED."""
+    keepalive_time_ms: int = 10_000
+    """Ping an idle connection this often, so a vanished client is noticed."""
+    keepalive_timeout_ms: int = 5_000
+    """A ping unanswered this long closes the connection (its sessions are flushed)."""
+
+    def grpc_options(self) -> list[tuple[str, int]]:
+        return [
+            ("grpc.max_receive_message_length", self.max_message_bytes),
+            ("grpc.max_send_message_length", self.max_message_bytes),
+            ("grpc.keepalive_time_ms", self.keepalive_time_ms),
+            ("grpc.keepalive_timeout_ms", self.keepalive_timeout_ms),
+            ("grpc.keepalive_permit_without_calls", 1),
+            ("grpc.http2.min_recv_ping_interval_without_data_ms", 1_000),
+            ("grpc.http2.max_ping_strikes", 0),
+        ]
+
+
+class ProcessorServer:
+    """The AgentProcessor service on one port, with the standard health service beside it."""
+
+    def __init__(
+        self,
+        settings: ProcessorSettings | None = None,
+        options: ServerOptions | None = None,
+        topics: TopicRegistry | None = None,
+    ) -> None:
+        self.settings = settings or ProcessorSettings()
+        self.options = options or ServerOptions()
+        self.topics = topics if topics is not None else TopicRegistry()
+        self.behaviors = BehaviorTable(self.settings, self.topics)
+        self.sessions = SessionTable()
+        self.servicer = AgentProcessorServicer(self.behaviors, self.sessions)
+        self.health = health.aio.HealthServicer() if hasattr(health, "aio") else health.HealthServicer()
+        self._server: grpc.aio.Server | None = None
+        self.port: int | None = None
+
+    async def start(self) -> int:
+        """Bind and start serving; returns the bound port."""
+        server = grpc.aio.server(options=self.options.grpc_options())
+        pb_grpc.add_AgentProcessorServicer_to_server(self.servicer, server)
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
+        address = f"{self.options.host}:{self.options.port}"
+        port = server.add_insecure_port(address)
+        if port == 0:
+            raise OSError(f"cannot bind {address}")
+        await server.start()
+        await self._set_health(health_pb2.HealthCheckResponse.SERVING)
+        self._server, self.port = server, port
+        log.info("processor serving on %s:%d", self.options.host, port)
+        return port
+
+    async def _set_health(self, status: int) -> None:
+        for service in ("", SERVICE_NAME):
+            result = self.health.set(service, status)
+            if asyncio.iscoroutine(result):
+                await result
+
+    async def stop(self, grace_s: float = 5.0) -> None:
+        """Drain and stop: answer what is in flight, flush sessions, then close the topics."""
+        if self._server is None:
+            return
+        await self._set_health(health_pb2.HealthCheckResponse.NOT_SERVING)
+        # Stream handlers flush their sessions in `finally` as the server cancels them.
+        await self._server.stop(grace_s)
+        await self.behaviors.stop()
+        self.topics.close()
+        self._server = None
+        log.info("processor stopped")
+
+    async def wait(self) -> None:
+        if self._server is not None:
+            await self._server.wait_for_termination()
+
+    async def serve(self, grace_s: float = 5.0) -> None:
+        """Start, then run until SIGTERM/SIGINT, then drain with ``grace_s``."""
+        await self.start()
+        stopping = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stopping.set)
+        await stopping.wait()
+        log.info("signal received; draining (grace %.1f s)", grace_s)
+        await self.stop(grace_s)

@@ -1,0 +1,88 @@
+"""Env-client sessions: one per Step stream, made at Hello and released when the stream ends."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from dataclasses import dataclass, field
+
+from common.errors import UnknownBehaviorError
+from common.trajectory import Trajectory
+from processor.assembly import TrajectoryAssembler
+from processor.behaviors import Behavior
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Session:
+    """One live Step stream: its identity, its behaviors' assemblers, and who may replace it."""
+
+    client_id: str
+    session_id: str
+    assemblers: dict[str, TrajectoryAssembler]
+    behaviors: dict[str, Behavior]
+    task: asyncio.Task | None
+    """The stream handler's task, cancelled when a newer Hello with this client id arrives."""
+    replaced: bool = False
+    closed: bool = False
+    steps: int = field(default=0)
+
+    def behavior(self, name: str) -> tuple[Behavior, TrajectoryAssembler]:
+        """The behavior and assembler for a BrainInfo's behavior name.
+
+        Raises:
+            UnknownBehaviorError: the session's Hello did not declare it.
+        """
+        try:
+            return self.behaviors[name], self.assemblers[name]
+        except KeyError:
+            raise UnknownBehaviorError(
+                f"behavior '{name}' was not declared in the Hello of session {self.session_id} (declared: {sorted(self.behaviors)})"
+            ) from None
+
+    def flush(self) -> dict[str, list[Trajectory]]:
+        """Every behavior's partial trajectories (interrupted); the session holds no agent after."""
+        self.closed = True
+        return {name: assembler.flush() for name, assembler in self.assemblers.items()}
+
+
+class SessionTable:
+    """Live sessions by client id; a new Hello with a live client id replaces that session."""
+
+    def __init__(self) -> None:
+        self._by_client: dict[str, Session] = {}
+        self.opened = 0
+        self.replaced = 0
+        self.closed = 0
+
+    def __len__(self) -> int:
+        return len(self._by_client)
+
+    def open(self, client_id: str, behaviors: list[Behavior], task: asyncio.Task | None) -> Session:
+        """Register a new session, cancelling the task of a live one with the same client id."""
+        session_id = f"{client_id}-{uuid.uuid4().hex[:12]}"
+        session = Session(
+            client_id=client_id,
+            session_id=session_id,
+            assemblers={b.name: TrajectoryAssembler(b.params, session_id, b.runtime.time_horizon) for b in behaviors},
+            behaviors={b.name: b for b in behaviors},
+            task=task,
+        )
+        old = self._by_client.get(client_id)
+        if old is not None and not old.closed:
+            old.replaced = True
+            self.replaced += 1
+            log.warning("client '%s': session %s replaced by %s", client_id, old.session_id, session_id)
+            if old.task is not None:
+                old.task.cancel()
+        self._by_client[client_id] = session
+        self.opened += 1
+        return session
+
+    def close(self, session: Session) -> None:
+        """Forget the session (its handler flushed it)."""
+        if self._by_client.get(session.client_id) is session:
+            del self._by_client[session.client_id]
+        self.closed += 1

@@ -1,0 +1,548 @@
+"""The trainer-YAML config: ML-Agents' defaults, default_settings merging, and the strict parser's errors."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import pickle
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from common.config import (
+    BCHyperparameters,
+    BehavioralCloningSettings,
+    BehaviorSettings,
+    ConfigKeyError,
+    CuriositySettings,
+    EncoderType,
+    EnvSettings,
+    GAILSettings,
+    MemorySettings,
+    NetworkSettings,
+    NotSupportedKeyError,
+    PPOHyperparameters,
+    RewardSignalSettings,
+    RewardSignalType,
+    RunOptions,
+    SACHyperparameters,
+    ScheduleType,
+    TrainerType,
+    behavior_name_for_env,
+    load_config,
+    parse_config,
+)
+from common.errors import ConfigError, NotSupportedYetError
+
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
+
+
+def _behavior(settings: dict[str, Any], name: str = "CartPole", **top: Any) -> RunOptions:
+    return parse_config({"behaviors": {name: settings}, **top}, "test.yaml")
+
+
+def _defaults(cls: type, **required: Any) -> dict[str, Any]:
+    instance = cls(**required)
+    return {f.name: getattr(instance, f.name) for f in dataclasses.fields(instance) if f.name not in required}
+
+
+# --- defaults ---------------------------------------------------------------------------------
+
+ML_AGENTS_DEFAULTS = [
+    (
+        PPOHyperparameters,
+        {},
+        {
+            "batch_size": 1024,
+            "buffer_size": 10240,
+            "learning_rate": 3.0e-4,
+            "learning_rate_schedule": ScheduleType.LINEAR,
+            "beta": 5.0e-3,
+            "epsilon": 0.2,
+            "lambd": 0.95,
+            "num_epoch": 3,
+            "beta_schedule": None,
+            "epsilon_schedule": None,
+        },
+    ),
+    (
+        SACHyperparameters,
+        {},
+        {
+            "batch_size": 128,
+            "buffer_size": 50000,
+            "learning_rate": 3.0e-4,
+            "learning_rate_schedule": ScheduleType.CONSTANT,
+            "buffer_init_steps": 0,
+            "tau": 0.005,
+            "steps_per_update": 1,
+            "save_replay_buffer": False,
+            "init_entcoef": 1.0,
+            "reward_signal_steps_per_update": None,
+        },
+    ),
+    (
+        BCHyperparameters,
+        {"demo_path": "x.demo"},
+        {"batch_size": 64, "num_epoch": 3, "learning_rate": 3.0e-4, "learning_rate_schedule": ScheduleType.CONSTANT},
+    ),
+    (
+        NetworkSettings,
+        {},
+        {
+            "normalize": False,
+            "hidden_units": 128,
+            "num_layers": 2,
+            "vis_encode_type": EncoderType.SIMPLE,
+            "memory": None,
+            "deterministic": False,
+        },
+    ),
+    (MemorySettings, {}, {"sequence_length": 64, "memory_size": 128}),
+    (RewardSignalSettings, {}, {"gamma": 0.99, "strength": 1.0, "network_settings": NetworkSettings()}),
+    (
+        GAILSettings,
+        {"demo_path": "x.demo"},
+        {
+            "gamma": 0.99,
+            "strength": 1.0,
+            "network_settings": NetworkSettings(),
+            "learning_rate": 3e-4,
+            "encoding_size": None,
+            "use_actions": False,
+            "use_vail": False,
+        },
+    ),
+    (
+        CuriositySettings,
+        {},
+        {"gamma": 0.99, "strength": 1.0, "network_settings": NetworkSettings(), "learning_rate": 3e-4, "encoding_size": None},
+    ),
+    (
+        BehavioralCloningSettings,
+        {"demo_path": "x.demo"},
+        {"steps": 0, "strength": 1.0, "samples_per_update": 0, "num_epoch": None, "batch_size": None},
+    ),
+    (EnvSettings, {}, {"env_path": None, "num_envs": 1, "seed": -1}),
+]
+
+
+@pytest.mark.parametrize(("cls", "required", "expected"), ML_AGENTS_DEFAULTS, ids=lambda v: getattr(v, "__name__", ""))
+def test_section_defaults_match_ml_agents(cls: type, required: dict[str, Any], expected: dict[str, Any]) -> None:
+    assert _defaults(cls, **required) == expected
+
+
+def test_behavior_defaults_match_ml_agents() -> None:
+    settings = _behavior({}).behaviors["CartPole"]
+    assert settings.trainer_type is TrainerType.PPO
+    assert settings.hyperparameters == PPOHyperparameters()
+    assert settings.network_settings == NetworkSettings()
+    assert settings.reward_signals == {RewardSignalType.EXTRINSIC: RewardSignalSettings()}
+    assert settings.behavioral_cloning is None
+    expected = {"max_steps": 500000, "time_horizon": 64, "summary_freq": 50000, "checkpoint_interval": 500000}
+    assert {key: getattr(settings, key) for key in expected} == expected
+    assert settings.keep_checkpoints == 5
+    assert settings == BehaviorSettings()
+
+
+def test_derived_values_are_properties() -> None:
+    ppo = PPOHyperparameters(batch_size=64, buffer_size=256, learning_rate_schedule=ScheduleType.CONSTANT)
+    assert ppo.num_minibatches == 4
+    assert ppo.effective_beta_schedule is ScheduleType.CONSTANT
+    assert ppo.effective_epsilon_schedule is ScheduleType.CONSTANT
+    assert PPOHyperparameters(beta_schedule=ScheduleType.CONSTANT).effective_beta_schedule is ScheduleType.CONSTANT
+    assert SACHyperparameters(steps_per_update=4).effective_reward_signal_steps_per_update == 4
+    assert SACHyperparameters(reward_signal_steps_per_update=2).effective_reward_signal_steps_per_update == 2
+
+
+def test_schedules_follow_learning_rate_schedule_when_parsed() -> None:
+    hp = _behavior({"trainer_type": "ppo", "hyperparameters": {"learning_rate_schedule": "constant"}})
+    ppo = hp.behaviors["CartPole"].hyperparameters
+    assert isinstance(ppo, PPOHyperparameters)
+    assert (ppo.effective_beta_schedule, ppo.effective_epsilon_schedule) == (ScheduleType.CONSTANT, ScheduleType.CONSTANT)
+
+
+@pytest.mark.parametrize(
+    ("settings", "lag"),
+    [
+        ({"trainer_type": "ppo"}, 2),
+        ({"trainer_type": "sac"}, None),
+        ({"trainer_type": "bc", "hyperparameters": {"demo_path": "d.demo"}}, None),
+        ({"trainer_type": "sac", "max_policy_lag": 5}, 5),
+        ({"trainer_type": "ppo", "max_policy_lag": 0}, 0),
+    ],
+    ids=["ppo", "sac", "bc", "sac-set", "ppo-zero"],
+)
+def test_effective_max_policy_lag(settings: dict[str, Any], lag: int | None) -> None:
+    assert _behavior(settings).behaviors["CartPole"].effective_max_policy_lag == lag
+
+
+def test_bc_trainer_reads_demo_path() -> None:
+    settings = _behavior({"trainer_type": "bc", "hyperparameters": {"demo_path": "demos/x.demo"}}).behaviors["CartPole"]
+    assert settings.demo_path == "demos/x.demo"
+    assert BehaviorSettings().demo_path is None
+
+
+# --- default_settings ---------------------------------------------------------------------------
+
+DEFAULTS = {
+    "trainer_type": "ppo",
+    "hyperparameters": {"batch_size": 128, "buffer_size": 1280, "lambd": 0.9},
+    "network_settings": {"hidden_units": 32, "normalize": True},
+    "reward_signals": {"extrinsic": {"gamma": 0.9}},
+    "max_steps": 1000,
+}
+
+
+def test_default_settings_deep_merge_behavior_keys_win() -> None:
+    own = {
+        "hyperparameters": {"lambd": 0.7},
+        "network_settings": {"hidden_units": 16},
+        "reward_signals": {"extrinsic": {"strength": 2.0}},
+    }
+    options = parse_config({"default_settings": DEFAULTS, "behaviors": {"CartPole": own}})
+    settings = options.behaviors["CartPole"]
+    assert settings.hyperparameters == PPOHyperparameters(batch_size=128, buffer_size=1280, lambd=0.7)
+    assert settings.network_settings == NetworkSettings(hidden_units=16, normalize=True)
+    assert settings.reward_signals[RewardSignalType.EXTRINSIC] == RewardSignalSettings(gamma=0.9, strength=2.0)
+    assert settings.max_steps == 1000
+
+
+def test_deprecated_encoding_size_sets_the_signal_network_width() -> None:
+    signals = {
+        "curiosity": {"encoding_size": 64},
+        "gail": {"demo_path": "d.demo", "encoding_size": 32, "network_settings": {}},
+    }
+    settings = _behavior({"reward_signals": signals}).behaviors["CartPole"]
+    assert settings.reward_signals[RewardSignalType.CURIOSITY].network_settings.hidden_units == 64
+    assert settings.reward_signals[RewardSignalType.GAIL].network_settings.hidden_units == 128  # network_settings wins
+
+
+def test_default_settings_keep_extrinsic_under_a_behavior_adding_a_signal() -> None:
+    default = {"trainer_type": "ppo"}
+    own = {"reward_signals": {"curiosity": {"strength": 0.02}}}
+    settings = parse_config({"default_settings": default, "behaviors": {"A": own}}).behaviors["A"]
+    assert set(settings.reward_signals) == {RewardSignalType.EXTRINSIC, RewardSignalType.CURIOSITY}
+
+
+def test_trainer_type_switch_resets_hyperparameters() -> None:
+    own = {"trainer_type": "sac", "hyperparameters": {"tau": 0.01}}
+    settings = parse_config({"default_settings": DEFAULTS, "behaviors": {"Pendulum": own}}).behaviors["Pendulum"]
+    assert settings.trainer_type is TrainerType.SAC
+    assert settings.hyperparameters == SACHyperparameters(tau=0.01)
+    assert settings.network_settings.hidden_units == 32  # other sections still merge
+
+
+def test_default_settings_cover_env_behaviors_and_unknown_names() -> None:
+    options = parse_config({"default_settings": DEFAULTS, "env_settings": {"env_path": "gym:CartPole-v1"}})
+    assert options.default_settings is not None
+    assert options.behaviors == {"CartPole": options.default_settings}
+    assert options.settings_for("Other") == options.default_settings
+    with pytest.raises(ConfigKeyError) as info:
+        parse_config({"behaviors": {"A": {}}}).settings_for("B")
+    assert info.value.key == "behaviors.B"
+
+
+# --- errors -------------------------------------------------------------------------------------
+
+
+def test_unknown_key_names_the_dotted_path_with_a_did_you_mean() -> None:
+    with pytest.raises(ConfigKeyError) as info:
+        _behavior({"trainer_type": "ppo", "hyperparameters": {"lamd": 0.9}})
+    assert info.value.key == "behaviors.CartPole.hyperparameters.lamd"
+    assert str(info.value) == "test.yaml: behaviors.CartPole.hyperparameters.lamd: unknown key (did you mean 'lambd'?)"
+
+
+@pytest.mark.parametrize(
+    ("config", "key"),
+    [
+        ({"behaviours": {}}, "behaviours"),
+        ({"behaviors": {"A": {"time_horizn": 3}}}, "behaviors.A.time_horizn"),
+        ({"behaviors": {"A": {"trainer_type": "ppo", "hyperparameters": {"tau": 0.1}}}}, "behaviors.A.hyperparameters.tau"),
+        ({"behaviors": {"A": {"reward_signals": {"extrinsc": {}}}}}, "behaviors.A.reward_signals.extrinsc"),
+        ({"behaviors": {"A": {"trainer_type": "offline_bc"}}}, "behaviors.A.trainer_type"),
+        ({"env_settings": {"num_env": 2}}, "env_settings.num_env"),
+        ({"engine_settings": {"time_scal": 20}}, "engine_settings.time_scal"),
+        (
+            {"behaviors": {"A": {"network_settings": {"goal_conditioning_type": "hyperr"}}}},
+            "behaviors.A.network_settings.goal_conditioning_type",
+        ),
+        ({"behaviors": {"A": {"hyperparameters": {"batch_size": 32}}}}, "behaviors.A.hyperparameters"),
+        ({"behaviors": {"A": {"trainer_type": "bc"}}}, "behaviors.A.hyperparameters.demo_path"),
+        ({"env_settings": {"env_path": "gym:"}}, "env_settings.env_path"),
+    ],
+    ids=[
+        "top",
+        "behavior",
+        "other-trainer",
+        "signal",
+        "offline_bc",
+        "env",
+        "ignored-section",
+        "choice",
+        "no-type",
+        "missing",
+        "gym-id",
+    ],
+)
+def test_invalid_keys_raise_config_error_naming_the_key(config: dict[str, Any], key: str) -> None:
+    with pytest.raises(ConfigKeyError) as info:
+        parse_config(config, "test.yaml")
+    assert info.value.key == key
+    assert str(info.value).startswith(f"test.yaml: {key}: ")
+
+
+def test_hints_name_the_likely_fix() -> None:
+    with pytest.raises(ConfigKeyError, match=r"'tau' is a sac hyperparameter"):
+        _behavior({"trainer_type": "ppo", "hyperparameters": {"tau": 0.1}})
+    with pytest.raises(ConfigKeyError, match=r"did you mean 'bc'\?"):
+        _behavior({"trainer_type": "offline_bc"})
+
+
+@pytest.mark.parametrize(
+    ("hyperparameters", "key", "expected"),
+    [
+        ({"batch_size": "big"}, "batch_size", "expected an integer, got str 'big'"),
+        ({"batch_size": 64.5}, "batch_size", "expected an integer, got float 64.5"),
+        ({"batch_size": True}, "batch_size", "expected an integer, got bool True"),
+        ({"learning_rate": [1]}, "learning_rate", "expected a finite number, got list [1]"),
+        ({"learning_rate_schedule": "cosine"}, "learning_rate_schedule", "expected one of constant, linear, got str 'cosine'"),
+    ],
+)
+def test_wrong_type_names_path_expected_type_and_value(hyperparameters: dict[str, Any], key: str, expected: str) -> None:
+    with pytest.raises(ConfigKeyError) as info:
+        _behavior({"trainer_type": "ppo", "hyperparameters": hyperparameters})
+    assert str(info.value) == f"test.yaml: behaviors.CartPole.hyperparameters.{key}: {expected}"
+
+
+def test_numbers_written_as_yaml_strings_are_read_as_ml_agents_reads_them() -> None:
+    # PyYAML reads 5.0e5 and 1e-3 (no signed exponent) as strings; ML-Agents accepts them.
+    options = parse_config(
+        yaml.safe_load(
+            "behaviors:\n  A:\n    trainer_type: ppo\n    max_steps: 5.0e5\n    hyperparameters:\n      learning_rate: 1e-3\n"
+        )
+    )
+    settings = options.behaviors["A"]
+    assert settings.max_steps == 500000
+    assert settings.hyperparameters.learning_rate == pytest.approx(1e-3)
+
+
+@pytest.mark.parametrize(
+    ("settings", "key", "value"),
+    [
+        ({"trainer_type": "ppo", "hyperparameters": {"lambd": 1.5}}, "hyperparameters.lambd", "1.5"),
+        ({"trainer_type": "ppo", "hyperparameters": {"batch_size": 0}}, "hyperparameters.batch_size", "0"),
+        ({"trainer_type": "sac", "hyperparameters": {"tau": 0.0}}, "hyperparameters.tau", "0.0"),
+        ({"reward_signals": {"extrinsic": {"gamma": 1.0}}}, "reward_signals.extrinsic.gamma", "1.0"),
+        ({"time_horizon": 0}, "time_horizon", "0"),
+        ({"max_policy_lag": -1}, "max_policy_lag", "-1"),
+        ({"network_settings": {"hidden_units": 0}}, "network_settings.hidden_units", "0"),
+        ({"reward_signals": {}}, "reward_signals", "none"),
+    ],
+)
+def test_range_errors_give_the_value(settings: dict[str, Any], key: str, value: str) -> None:
+    with pytest.raises(ConfigKeyError) as info:
+        _behavior(settings)
+    assert info.value.key == f"behaviors.CartPole.{key}"
+    assert str(info.value).endswith(value)
+
+
+def test_direct_construction_is_range_checked() -> None:
+    with pytest.raises(ConfigKeyError) as info:
+        PPOHyperparameters(lambd=-0.1)
+    assert (info.value.key, str(info.value)) == ("lambd", "lambd: must be in [0, 1], got -0.1")
+    with pytest.raises(ConfigKeyError, match="does not fit trainer_type 'sac'"):
+        BehaviorSettings(trainer_type=TrainerType.SAC)
+
+
+def test_risky_settings_log_a_warning_with_the_numbers(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING, logger="common.config"):
+        _behavior({"trainer_type": "ppo", "hyperparameters": {"batch_size": 64, "buffer_size": 1000}})
+        _behavior({"trainer_type": "ppo", "hyperparameters": {"batch_size": 2048, "buffer_size": 1024}})
+    messages = [record.getMessage() for record in caplog.records]
+    assert (
+        "buffer_size 1000 is not a multiple of batch_size 64: 15 minibatches per epoch, 40 experiences left out" in messages[0]
+    )
+    assert "batch_size 2048 > buffer_size 1024" in messages[1]
+
+
+def test_ignored_keys_are_accepted_and_named_in_one_log_line(caplog: pytest.LogCaptureFixture) -> None:
+    config = {
+        "behaviors": {
+            "A": {"threaded": True, "even_checkpoints": False, "network_settings": {"goal_conditioning_type": "none"}}
+        },
+        "env_settings": {"base_port": 5005, "num_areas": 2, "timeout_wait": 60},
+        "torch_settings": {"device": "cpu"},
+        "checkpoint_settings": {"run_id": "x", "resume": False},
+        "engine_settings": {"time_scale": 20, "no_graphics": True},
+        "environment_parameters": None,
+        "debug": False,
+    }
+    with caplog.at_level(logging.INFO, logger="common.config"):
+        parse_config(config, "test.yaml")
+    assert len(caplog.records) == 1
+    message = caplog.records[0].getMessage()
+    for name in (
+        "behaviors.A.threaded",
+        "behaviors.A.even_checkpoints",
+        "behaviors.A.network_settings.goal_conditioning_type",
+        "env_settings.base_port",
+        "env_settings.num_areas",
+        "env_settings.timeout_wait",
+        "torch_settings",
+        "checkpoint_settings",
+        "engine_settings",
+        "environment_parameters",
+        "debug",
+    ):
+        assert name in message
+    assert message.startswith("test.yaml: ignoring")
+
+
+@pytest.mark.parametrize(
+    ("config", "key"),
+    [
+        ({"behaviors": {"A": {"network_settings": {"memory": {"memory_size": 64}}}}}, "behaviors.A.network_settings.memory"),
+        (
+            {"behaviors": {"A": {"network_settings": {"vis_encode_type": "resnet"}}}},
+            "behaviors.A.network_settings.vis_encode_type",
+        ),
+        ({"behaviors": {"A": {"network_settings": {"deterministic": True}}}}, "behaviors.A.network_settings.deterministic"),
+        ({"behaviors": {"A": {"self_play": {"window": 10}}}}, "behaviors.A.self_play"),
+        ({"behaviors": {"A": {"init_path": "results/old"}}}, "behaviors.A.init_path"),
+        ({"behaviors": {"A": {"trainer_type": "poca"}}}, "behaviors.A.trainer_type"),
+        ({"behaviors": {"A": {"reward_signals": {"rnd": {}}}}}, "behaviors.A.reward_signals.rnd"),
+        (
+            {"behaviors": {"A": {"trainer_type": "ppo", "hyperparameters": {"shared_critic": True}}}},
+            "behaviors.A.hyperparameters.shared_critic",
+        ),
+        ({"environment_parameters": {"gravity": 9.8}}, "environment_parameters"),
+        ({"env_settings": {"env_path": "Builds/3DBall.x86_64"}}, "env_settings.env_path"),
+        ({"default_settings": {"network_settings": {"memory": {}}}}, "default_settings.network_settings.memory"),
+    ],
+    ids=[
+        "memory",
+        "vis_encode_type",
+        "deterministic",
+        "self_play",
+        "init_path",
+        "poca",
+        "rnd",
+        "shared_critic",
+        "env-params",
+        "unity-build",
+        "in-default",
+    ],
+)
+def test_not_supported_yet_names_the_key(config: dict[str, Any], key: str) -> None:
+    with pytest.raises(NotSupportedYetError) as info:
+        parse_config(config, "test.yaml")
+    assert isinstance(info.value, NotSupportedKeyError)
+    assert not isinstance(info.value, ConfigError)
+    assert info.value.key == key
+    assert str(info.value).startswith(f"test.yaml: {key}: ") and "not supported yet" in str(info.value)
+
+
+def test_errors_name_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "x.yaml"
+    path.write_text("behaviors:\n  CartPole:\n    trainer_type: ppo\n    hyperparameters:\n      lamd: 0.9\n")
+    with pytest.raises(
+        ConfigKeyError, match=rf"^{re.escape(str(path))}: behaviors\.CartPole\.hyperparameters\.lamd: unknown key"
+    ):
+        load_config(path)
+    path.write_text("behaviors: [unclosed\n")
+    with pytest.raises(ConfigKeyError, match=rf"^{re.escape(str(path))}: not valid YAML"):
+        load_config(path)
+    with pytest.raises(ConfigKeyError, match=r"missing\.yaml: cannot read"):
+        load_config(tmp_path / "missing.yaml")
+
+
+def test_errors_survive_pickling() -> None:
+    error = ConfigKeyError("behaviors.A.x", "unknown key", "f.yaml")
+    again = pickle.loads(pickle.dumps(error))
+    assert (type(again), again.key, str(again)) == (ConfigKeyError, "behaviors.A.x", str(error))
+
+
+# --- env_settings -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("env_path", "name"),
+    [("gym:CartPole-v1", "CartPole"), ("gym:Pendulum-v1", "Pendulum"), ("gym:ALE/Pong-v5", "Pong"), ("gym:MyEnv", "MyEnv")],
+)
+def test_behavior_name_for_env(env_path: str, name: str) -> None:
+    assert behavior_name_for_env(env_path) == name
+
+
+def test_env_path_string_and_list() -> None:
+    one = parse_config({"behaviors": {"CartPole": {}}, "env_settings": {"env_path": "gym:CartPole-v1", "num_envs": 4}})
+    assert one.env_settings.env_paths == ("gym:CartPole-v1",)
+    assert one.env_settings.num_envs == 4
+    two = parse_config(
+        {
+            "behaviors": {"CartPole": {}, "Pendulum": {"trainer_type": "sac"}},
+            "env_settings": {"env_path": ["gym:CartPole-v1", "gym:Pendulum-v1"]},
+        }
+    )
+    assert two.env_settings.env_path == ("gym:CartPole-v1", "gym:Pendulum-v1")
+    assert two.env_settings.behavior_names == {"CartPole": "gym:CartPole-v1", "Pendulum": "gym:Pendulum-v1"}
+
+
+@pytest.mark.parametrize(
+    ("env_settings", "detail"),
+    [
+        ({"env_path": "gym:CartPole-v1"}, "behavior 'CartPole' (from 'gym:CartPole-v1') has no entry under behaviors"),
+        ({"env_path": ["gym:CartPole-v0", "gym:CartPole-v1"]}, "both give behavior 'CartPole'"),
+        ({"env_path": []}, "is an empty list"),
+        ({"num_envs": 2}, "must be 1 when env_path is not set, got 2"),
+        ({"env_path": 3}, "expected a str or a list, got int 3"),
+    ],
+)
+def test_env_settings_errors(env_settings: dict[str, Any], detail: str) -> None:
+    with pytest.raises(ConfigKeyError, match=re.escape(detail)):
+        parse_config({"behaviors": {"Other": {}}, "env_settings": env_settings})
+
+
+def test_overrides_merge_over_the_file() -> None:
+    options = parse_config({"behaviors": {"A": {}}}, overrides={"env_settings": {"seed": 7}})
+    assert options.env_settings.seed == 7
+
+
+# --- the shipped configs and the resolved configuration.yaml ---------------------------------------
+
+
+@pytest.mark.parametrize("name", ["cartpole_ppo.yaml", "pendulum_sac.yaml", "multi_behavior.yaml"])
+def test_shipped_configs_load_and_round_trip(name: str) -> None:
+    options = load_config(CONFIGS / name)
+    assert set(options.behaviors) == set(options.env_settings.behavior_names)
+    resolved = options.to_dict()
+    again = parse_config(yaml.safe_load(yaml.safe_dump(resolved)), "configuration.yaml")
+    assert again.to_dict() == resolved
+    for behavior, settings in options.behaviors.items():
+        assert again.behaviors[behavior].effective_max_policy_lag == settings.effective_max_policy_lag
+
+
+def test_shipped_configs_hold_the_intended_algorithms() -> None:
+    cartpole = load_config(CONFIGS / "cartpole_ppo.yaml").behaviors["CartPole"]
+    assert cartpole.trainer_type is TrainerType.PPO and cartpole.max_steps == 100000
+    multi = load_config(CONFIGS / "multi_behavior.yaml")
+    assert multi.behaviors["Pendulum"].trainer_type is TrainerType.SAC
+    assert multi.behaviors["Pendulum"].hyperparameters == SACHyperparameters(
+        batch_size=256, buffer_size=50000, buffer_init_steps=100, learning_rate=1e-3
+    )
+    assert multi.behaviors["CartPole"].network_settings.hidden_units == 64
+
+
+def test_to_dict_writes_derived_values_and_round_trips_exactly_when_explicit() -> None:
+    options = parse_config({"default_settings": DEFAULTS, "behaviors": {"A": {}, "B": {"trainer_type": "sac"}}})
+    resolved = options.to_dict()
+    assert resolved["behaviors"]["A"]["max_policy_lag"] == 2
+    assert resolved["behaviors"]["A"]["hyperparameters"]["beta_schedule"] == "linear"
+    assert resolved["behaviors"]["B"]["hyperparameters"]["reward_signal_steps_per_update"] == 1.0
+    again = parse_config(resolved)
+    assert again.to_dict() == resolved
+    assert parse_config(again.to_dict()) == again
+    assert pickle.loads(pickle.dumps(again)) == again

@@ -1,0 +1,321 @@
+"""decode_hello / decode_brain_info: a good message decodes; each bad one raises the right error type
+with a message that names the field, the agent (where there is one) and the behavior.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+
+from common.errors import IncompatibleVersionError, NotSupportedYetError, ProtocolError
+from common.specs import ActionSpec, BrainParameters, ObservationSpec
+from processor.wire import decode_brain_info, decode_hello
+from protos import PROTOCOL_VERSION, pb, to_tensor
+
+PARAMS = BrainParameters("Gridder", (ObservationSpec((3,), np.dtype(np.float32)),), ActionSpec(1, (3, 2)))
+"""Observations float32 [N, 3]; actions: 1 continuous + branches (3, 2), so masks are [N, 5]."""
+
+IDS = np.array([7, 3, 11], dtype=np.int64)
+OBS = np.arange(9, dtype=np.float32).reshape(3, 3) / 4
+REWARDS = np.array([0.5, -1.0, 2.0], dtype=np.float32)
+DONE = np.array([False, True, True])
+MAX_REACHED = np.array([False, False, True])
+MASK = np.array([[1, 0, 1, 1, 0], [0, 1, 0, 1, 1], [1, 1, 1, 0, 1]], dtype=np.uint8)
+
+
+def good_brain_info() -> pb.BrainInfo:
+    """Three agents (ids 7, 3, 11) of PARAMS; agent 3 terminated, agent 11 truncated."""
+    msg = pb.BrainInfo(behavior_name=PARAMS.behavior_name)
+    to_tensor(IDS, msg.agent_ids)
+    to_tensor(OBS, msg.observations.add())
+    to_tensor(REWARDS, msg.rewards)
+    to_tensor(DONE, msg.done)
+    to_tensor(MAX_REACHED, msg.max_reached)
+    to_tensor(MASK, msg.action_mask)
+    return msg
+
+
+def good_hello() -> pb.Hello:
+    return pb.Hello(protocol_version=PROTOCOL_VERSION, client_id="env-0", brain_parameters=[PARAMS.to_proto()])
+
+
+# -- good messages -------------------------------------------------------------------------------
+
+
+def test_good_brain_info_decodes_to_the_arrays_sent() -> None:
+    info = decode_brain_info(good_brain_info(), PARAMS, session="sess-1")
+
+    assert info.behavior_name == "Gridder"
+    assert info.num_agents == 3
+    np.testing.assert_array_equal(info.agent_ids, IDS, strict=True)
+    assert len(info.observations) == 1
+    np.testing.assert_array_equal(info.observations[0], OBS, strict=True)
+    np.testing.assert_array_equal(info.rewards, REWARDS, strict=True)
+    np.testing.assert_array_equal(info.done, DONE, strict=True)
+    np.testing.assert_array_equal(info.max_reached, MAX_REACHED, strict=True)
+    assert info.action_mask is not None
+    np.testing.assert_array_equal(info.action_mask, MASK.astype(bool), strict=True)
+
+
+def test_good_brain_info_normalises_dtypes() -> None:
+    """int32 ids become int64, float64 rewards float32, a bool mask stays bool; no mask decodes to None."""
+    msg = good_brain_info()
+    to_tensor(IDS.astype(np.int32), msg.agent_ids)
+    to_tensor(REWARDS.astype(np.float64), msg.rewards)
+    msg.ClearField("action_mask")
+
+    info = decode_brain_info(msg, PARAMS)
+
+    np.testing.assert_array_equal(info.agent_ids, IDS, strict=True)
+    np.testing.assert_array_equal(info.rewards, REWARDS, strict=True)
+    assert info.action_mask is None
+
+
+def test_no_agents_is_a_valid_step() -> None:
+    """A behavior with no agent deciding this step sends an empty BrainInfo (as ML-Agents may)."""
+    msg = pb.BrainInfo(behavior_name="Gridder")
+    to_tensor(np.zeros(0, np.int64), msg.agent_ids)
+    to_tensor(np.zeros((0, 3), np.float32), msg.observations.add())
+    to_tensor(np.zeros(0, np.float32), msg.rewards)
+    to_tensor(np.zeros(0, bool), msg.done)
+    to_tensor(np.zeros(0, bool), msg.max_reached)
+
+    assert decode_brain_info(msg, PARAMS).num_agents == 0
+
+
+def test_good_hello_decodes() -> None:
+    hello = decode_hello(good_hello())
+
+    assert hello.client_id == "env-0"
+    assert hello.brain_parameters == (PARAMS,)
+
+
+# -- bad BrainInfos ------------------------------------------------------------------------------
+
+
+Spoil = Callable[[pb.BrainInfo], object]
+"""Changes a good BrainInfo in place (any return value is ignored)."""
+
+
+@dataclass(frozen=True)
+class Bad:
+    """A good message spoiled by ``spoil``; decoding raises ``error`` naming each of ``named``."""
+
+    name: str
+    spoil: Spoil
+    error: type[Exception]
+    named: tuple[str, ...]
+
+
+def _set(field: str, array: np.ndarray) -> Spoil:
+    return lambda msg: to_tensor(array, getattr(msg, field))
+
+
+def _set_obs(array: np.ndarray) -> Spoil:
+    return lambda msg: to_tensor(array, msg.observations[0])
+
+
+def _with(base: np.ndarray, index: tuple[int, ...], value: float | int | bool) -> np.ndarray:
+    out = base.copy()
+    out[index] = value
+    return out
+
+
+def _clear(field: str) -> Spoil:
+    return lambda msg: msg.ClearField(field)  # type: ignore[arg-type]
+
+
+def _truncate(field: str) -> Spoil:
+    def spoil(msg: pb.BrainInfo) -> None:
+        tensor = getattr(msg, field) if field != "observations[0]" else msg.observations[0]
+        tensor.data = tensor.data[:-1]
+
+    return spoil
+
+
+BEHAVIOR = "behavior 'Gridder'"
+
+BAD_BRAIN_INFOS: tuple[Bad, ...] = (
+    # Tensors whose bytes do not match their shape and dtype.
+    Bad("rewards_bytes_short", _truncate("rewards"), ProtocolError, (BEHAVIOR, "rewards", "bytes")),
+    Bad("obs_bytes_short", _truncate("observations[0]"), ProtocolError, (BEHAVIOR, "observations[0]", "bytes")),
+    Bad("agent_ids_bytes_short", _truncate("agent_ids"), ProtocolError, (BEHAVIOR, "agent_ids", "bytes")),
+    # Observations against BrainParameters.
+    Bad(
+        "obs_count",
+        lambda msg: to_tensor(OBS, msg.observations.add()),
+        ProtocolError,
+        (BEHAVIOR, "2 observations sent", "declare 1"),
+    ),
+    Bad("obs_missing", _clear("observations"), ProtocolError, (BEHAVIOR, "0 observations sent")),
+    Bad("obs_shape", _set_obs(np.zeros((3, 4), np.float32)), ProtocolError, (BEHAVIOR, "observations[0]", "[3, 4]", "[3, 3]")),
+    Bad("obs_rows", _set_obs(np.zeros((2, 3), np.float32)), ProtocolError, (BEHAVIOR, "observations[0]", "[2, 3]", "[3, 3]")),
+    Bad("obs_dtype", _set_obs(OBS.astype(np.float64)), ProtocolError, (BEHAVIOR, "observations[0]", "float64", "float32")),
+    # Non-finite values: the message names the agent.
+    Bad("obs_nan", _set_obs(_with(OBS, (1, 2), np.nan)), ProtocolError, (BEHAVIOR, "observations[0]", "agent 3", "NaN")),
+    Bad("obs_inf", _set_obs(_with(OBS, (2, 0), -np.inf)), ProtocolError, (BEHAVIOR, "observations[0]", "agent 11", "Inf")),
+    Bad("reward_nan", _set("rewards", _with(REWARDS, (0,), np.nan)), ProtocolError, (BEHAVIOR, "rewards", "agent 7")),
+    Bad("reward_inf", _set("rewards", _with(REWARDS, (2,), np.inf)), ProtocolError, (BEHAVIOR, "rewards", "agent 11")),
+    # Agent ids.
+    Bad(
+        "duplicate_agent_ids",
+        _set("agent_ids", np.array([7, 3, 7], np.int64)),
+        ProtocolError,
+        (BEHAVIOR, "duplicate agent ids [7]"),
+    ),
+    Bad("agent_ids_float", _set("agent_ids", IDS.astype(np.float32)), ProtocolError, (BEHAVIOR, "agent_ids", "float32")),
+    Bad("agent_ids_matrix", _set("agent_ids", IDS.reshape(3, 1)), ProtocolError, (BEHAVIOR, "agent_ids", "[3, 1]")),
+    # Per-agent vectors of the wrong length or kind.
+    Bad("rewards_length", _set("rewards", REWARDS[:2]), ProtocolError, (BEHAVIOR, "rewards", "[3]", "[2]")),
+    Bad("rewards_int", _set("rewards", np.array([1, 2, 3], np.int32)), ProtocolError, (BEHAVIOR, "rewards", "int32")),
+    Bad("done_float", _set("done", DONE.astype(np.float32)), ProtocolError, (BEHAVIOR, "done", "float32")),
+    # Action masks.
+    Bad("mask_width", _set("action_mask", MASK[:, :4]), ProtocolError, (BEHAVIOR, "action_mask", "[3, 5]", "[3, 4]")),
+    Bad("mask_rows", _set("action_mask", MASK[:2]), ProtocolError, (BEHAVIOR, "action_mask", "[3, 5]", "[2, 5]")),
+    Bad(
+        "mask_branch_empty",
+        _set("action_mask", _with(_with(MASK, (2, 3), 0), (2, 4), 0)),  # agent 11: branch 1 (columns 3-4) all 0
+        ProtocolError,
+        (BEHAVIOR, "action_mask", "branch 1", "agent 11"),
+    ),
+    # max_reached comes only with done.
+    Bad(
+        "max_reached_without_done",
+        _set("max_reached", np.array([True, False, True])),
+        ProtocolError,
+        (BEHAVIOR, "max_reached", "agent 7"),
+    ),
+    # Missing fields.
+    *(
+        Bad(f"missing_{field}", _clear(field), ProtocolError, (BEHAVIOR, f"'{field}' is missing"))
+        for field in ("agent_ids", "rewards", "done", "max_reached")
+    ),
+)
+
+
+@pytest.mark.parametrize("bad", BAD_BRAIN_INFOS, ids=[b.name for b in BAD_BRAIN_INFOS])
+def test_bad_brain_info_is_refused(bad: Bad) -> None:
+    msg = good_brain_info()
+    bad.spoil(msg)
+
+    with pytest.raises(ProtocolError) as caught:
+        decode_brain_info(msg, PARAMS)
+
+    assert caught.type is bad.error
+    for word in bad.named:
+        assert word in str(caught.value), f"{word!r} not in {str(caught.value)!r}"
+
+
+def test_brain_info_error_names_the_session() -> None:
+    msg = good_brain_info()
+    msg.ClearField("done")
+
+    with pytest.raises(ProtocolError, match=r"behavior 'Gridder' \(session sess-9\)"):
+        decode_brain_info(msg, PARAMS, session="sess-9")
+
+
+def test_unknown_dtype_names_the_field() -> None:
+    msg = good_brain_info()
+    msg.rewards.dtype = 99  # type: ignore[assignment]
+
+    with pytest.raises(ProtocolError, match="rewards"):
+        decode_brain_info(msg, PARAMS)
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered in cast:RuntimeWarning")
+def test_float64_reward_beyond_float32_range_is_refused() -> None:
+    msg = good_brain_info()
+    to_tensor(np.array([0.5, 1e300, 2.0]), msg.rewards)
+
+    with pytest.raises(ProtocolError, match="agent 3"):
+        decode_brain_info(msg, PARAMS)
+
+
+# -- bad Hellos ----------------------------------------------------------------------------------
+
+
+def _spec(shape: tuple[int, ...], dtype: int = pb.FLOAT32) -> pb.ObservationSpec:
+    return pb.ObservationSpec(shape=shape, dtype=dtype)  # type: ignore[arg-type]
+
+
+def _hello_with(**changes: object) -> Callable[[pb.Hello], None]:
+    """Spoil the Hello's one BrainParameters: set ``behavior_name``, ``observation_specs`` or ``branches``."""
+
+    def spoil(msg: pb.Hello) -> None:
+        bp = msg.brain_parameters[0]
+        if "behavior_name" in changes:
+            bp.behavior_name = str(changes["behavior_name"])
+        if "observation_specs" in changes:
+            del bp.observation_specs[:]
+            bp.observation_specs.extend(changes["observation_specs"])  # type: ignore[arg-type]
+        if "branches" in changes:
+            del bp.action_spec.discrete_branches[:]
+            bp.action_spec.discrete_branches.extend(changes["branches"])  # type: ignore[arg-type]
+
+    return spoil
+
+
+BAD_HELLOS: tuple[tuple[str, Callable[[pb.Hello], None], type[Exception], tuple[str, ...]], ...] = (
+    (
+        "protocol_version",
+        lambda msg: setattr(msg, "protocol_version", PROTOCOL_VERSION + 1),
+        IncompatibleVersionError,
+        (f"protocol version {PROTOCOL_VERSION + 1}", f"speaks {PROTOCOL_VERSION}"),
+    ),
+    ("empty_client_id", lambda msg: setattr(msg, "client_id", ""), ProtocolError, ("client_id",)),
+    ("no_behaviors", lambda msg: msg.ClearField("brain_parameters"), ProtocolError, ("env-0", "no behaviors")),
+    (
+        "image_observation",
+        _hello_with(observation_specs=[_spec((84, 84, 3), pb.UINT8)]),
+        NotSupportedYetError,
+        ("behavior 'Gridder'", "observation_specs[0]", "not supported yet"),
+    ),
+    (
+        "rank_2_observation",
+        _hello_with(observation_specs=[_spec((4, 4))]),
+        ProtocolError,
+        ("behavior 'Gridder'", "observation_specs[0].shape"),
+    ),
+    (
+        "uint8_vector",
+        _hello_with(observation_specs=[_spec((4,), pb.UINT8)]),
+        ProtocolError,
+        ("behavior 'Gridder'", "observation_specs[0].dtype", "uint8"),
+    ),
+    ("no_observations", _hello_with(observation_specs=[]), ProtocolError, ("behavior 'Gridder'", "no observation specs")),
+    ("empty_behavior_name", _hello_with(behavior_name=""), ProtocolError, ("behavior_name",)),
+    ("empty_branch", _hello_with(branches=[3, 0]), ProtocolError, ("behavior 'Gridder'", "discrete_branches[1]")),
+    (
+        "duplicate_behavior",
+        lambda msg: msg.brain_parameters.append(PARAMS.to_proto()),
+        ProtocolError,
+        ("env-0", "twice", "Gridder"),
+    ),
+)
+
+
+@pytest.mark.parametrize(("spoil", "error", "named"), [h[1:] for h in BAD_HELLOS], ids=[h[0] for h in BAD_HELLOS])
+def test_bad_hello_is_refused(spoil: Callable[[pb.Hello], None], error: type[Exception], named: tuple[str, ...]) -> None:
+    msg = good_hello()
+    spoil(msg)
+
+    with pytest.raises((ProtocolError, NotSupportedYetError)) as caught:
+        decode_hello(msg)
+
+    assert caught.type is error
+    for word in named:
+        assert word in str(caught.value), f"{word!r} not in {str(caught.value)!r}"
+
+
+def test_version_mismatch_is_a_failed_precondition() -> None:
+    """A well-formed Hello from another protocol version: FAILED_PRECONDITION, not INVALID_ARGUMENT."""
+    msg = good_hello()
+    msg.protocol_version = PROTOCOL_VERSION + 1
+
+    with pytest.raises(IncompatibleVersionError) as caught:
+        decode_hello(msg)
+
+    assert caught.value.precondition
