@@ -24,8 +24,9 @@ peer's single run). The first run pays one-off costs: fresh storage's first-touc
 (``fill``: about 1.4 us per 4 KiB page on these VMs, more than the copy itself), h5py's first
 file. The minimum is the steady state of a trainer, which refills its update buffer every update
 cycle: each ``fill`` repeat fills a brand-new AgentBuffer, but the process's allocator hands back
-memory the previous repeat freed. Each ``truncate`` repeat truncates a fresh full copy (copied
-before the clock starts); the other ops repeat on the same filled buffer, as the peer's run on it.
+memory the previous repeat freed. ``fill`` runs first, so its single run is the process's first
+fill. Each ``truncate`` repeat truncates a fresh full copy (copied before the clock starts); the
+other ops repeat on the one filled buffer, which the peer's single run also uses.
 
 Before the timed ops, the batched and the one-at-a-time fills are checked to give identical
 buffers.
@@ -55,7 +56,7 @@ SEQUENCE_LENGTH = 16
 
 
 def make_trajectories(n: int, seed: int = 0) -> list[AgentBuffer]:
-    """The N / 64 per-trajectory AgentBuffers of B1, drawn like the peer's (same seed, same fields)."""
+    """The N / 64 per-trajectory AgentBuffers of B1: the peer's fields, shapes and dtypes, standard-normal values."""
     rng = np.random.default_rng(seed)
     trajectories = []
     for _ in range(n // TRAJECTORY_LENGTH):
@@ -187,9 +188,14 @@ def main(argv: list[str] | None = None) -> None:
         parser.error("n must be >= 64 and --repeats >= 1")
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     record = run(args.n, args.repeats, args.seed)
-    for label, figures in (("min of %d" % args.repeats, record["ms"]), ("single run", record["ms_single_run"])):
+    for label, figures in ((f"min of {args.repeats}", record["ms"]), ("single run", record["ms_single_run"])):
         assert isinstance(figures, dict)
-        log.info("stepstream AgentBuffer B1 N=%d (%s): %s", record["n"], label, ", ".join(f"{k}={v:.3f}ms" for k, v in figures.items()))
+        log.info(
+            "stepstream AgentBuffer B1 N=%d (%s): %s",
+            record["n"],
+            label,
+            ", ".join(f"{k}={v:.3f}ms" for k, v in figures.items()),
+        )
     print(json.dumps(record))
 
 

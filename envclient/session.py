@@ -12,6 +12,7 @@ Shapes: ``N`` agent rows in one step, ``C`` continuous action size, ``B`` discre
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Sequence
 from typing import NamedTuple
@@ -120,6 +121,9 @@ class EnvSession:
             response = await self._call.read()
         except grpc.aio.AioRpcError as err:
             raise StepRejectedError(err.code(), err.details() or "") from None
+        except asyncio.InvalidStateError:
+            # The processor ended the stream before this write (replaced, shut down): its status says why.
+            response = grpc.aio.EOF
         if response is grpc.aio.EOF:
             code = await self._call.code()
             raise StepRejectedError(code, await self._call.details() or "stream ended")
@@ -160,14 +164,17 @@ class EnvSession:
         """
         return await self.send(brain_info_message(behavior_name, agent_ids, observations, rewards, done, max_reached, action_mask))
 
-    async def close(self) -> None:
-        """End the session cleanly (the processor flushes this session's partial trajectories)."""
-        if self._call is not None:
+    async def close(self, timeout_s: float = 10.0) -> None:
+        """End the session cleanly: half-close the stream, then wait up to ``timeout_s`` for the
+        processor to end it, which it does once it has flushed this session's partial trajectories.
+        Closing the channel at once would cancel the call: the processor would see a disconnect."""
+        call, self._call = self._call, None
+        if call is not None:
             try:
-                await self._call.done_writing()
-            except (grpc.aio.AioRpcError, grpc.aio.UsageError):
+                await call.done_writing()
+                await asyncio.wait_for(call.code(), timeout_s)
+            except (grpc.aio.AioRpcError, grpc.aio.UsageError, asyncio.TimeoutError):
                 pass
-            self._call = None
         if self._channel is not None:
             await self._channel.close()
             self._channel = None

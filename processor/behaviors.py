@@ -11,9 +11,11 @@ import contextlib
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
+from common.config import RunOptions
 from common.errors import ProtocolError, StepstreamError, UnknownBehaviorError
 from common.specs import BrainParameters
 from common.topics import FullPolicy, TopicRegistry
@@ -64,6 +66,23 @@ class ProcessorSettings:
     """How long a BrainInfo waits for its behavior's first policy before failing."""
     seed: int | None = None
 
+    @classmethod
+    def from_run_options(cls, run_options: RunOptions, **overrides: Any) -> ProcessorSettings:
+        """The processor's view of a run's config: each behavior's time_horizon and staleness bound.
+
+        Behaviors outside the config are refused unless ``default_settings`` covers them.
+        """
+        behaviors = {
+            name: BehaviorRuntime(time_horizon=b.time_horizon, max_policy_lag=b.effective_max_policy_lag)
+            for name, b in run_options.behaviors.items()
+        }
+        fields: dict[str, Any] = {"behaviors": behaviors, "strict": run_options.default_settings is None}
+        if run_options.default_settings is not None:
+            d = run_options.default_settings
+            fields["default_runtime"] = BehaviorRuntime(time_horizon=d.time_horizon, max_policy_lag=d.effective_max_policy_lag)
+        fields.update(overrides)
+        return cls(**fields)
+
     def runtime(self, behavior_name: str) -> BehaviorRuntime:
         runtime = self.behaviors.get(behavior_name)
         if runtime is not None:
@@ -108,10 +127,20 @@ class Behavior:
             rng=np.random.default_rng(settings.seed),
         )
         self._follower: asyncio.Task[None] | None = None
+        self.active_sessions = 0
 
     @property
     def name(self) -> str:
         return self.params.behavior_name
+
+    def session_started(self) -> None:
+        """A session that declared this behavior opened: the batcher waits for one more request."""
+        self.active_sessions += 1
+        self.batcher.set_active_sessions(self.active_sessions)
+
+    def session_ended(self) -> None:
+        self.active_sessions -= 1
+        self.batcher.set_active_sessions(self.active_sessions)
 
     def start(self) -> None:
         """Start following the policy topic (call from the event loop)."""

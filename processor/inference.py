@@ -13,8 +13,8 @@ What ``act`` computes, per row:
 * **Observation normalisation** (when the update carries ``normalizers``): ML-Agents' rule,
   ``clip((obs - mean) / sqrt(variance + 1e-8), -5, 5)``, applied here before the forward pass.
 * **Continuous** (Gaussian ``N(mean, exp(log_std))``): ``u = mean + exp(log_std) * eps``. Clip
-  mode (PPO): the env gets ``clip(u, -clip, clip)``, the trajectory stores ``u`` and its
-  log-prob. Squash mode (SAC): env and trajectory both get ``a = tanh(u)``, whose log-prob adds
+  mode (PPO): the env gets ``clip(u, -clip, clip) / clip`` (in [-1, 1], as ML-Agents'
+  ``clamp(u, -3, 3) / 3``), the trajectory stores ``u`` and its log-prob. Squash mode (SAC): env and trajectory both get ``a = tanh(u)``, whose log-prob adds
   the change-of-variables term ``-log(1 - a^2 + 1e-6)`` per dimension.
 * **Discrete**: per branch, masked options (mask 0) get their logits set to a large negative
   before a stable log-softmax, and are excluded outright (score -inf) from the Gumbel-max draw
@@ -34,6 +34,7 @@ from __future__ import annotations
 import itertools
 import logging
 import math
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -62,7 +63,7 @@ class ActionOutput(NamedTuple):
     """The actions and log-probs for ``N`` rows, all from one policy version."""
 
     env_continuous_actions: np.ndarray
-    """float32 [N, C]: what the env receives (clipped in clip mode, tanh-squashed in squash mode)."""
+    """float32 [N, C]: what the env receives, in [-1, 1] (clip(u) / clip in clip mode, tanh(u) in squash mode)."""
     continuous_actions: np.ndarray
     """float32 [N, C]: what the trajectory stores, the value whose log-prob is given (the raw
     Gaussian sample in clip mode, the squashed action in squash mode)."""
@@ -73,6 +74,29 @@ class ActionOutput(NamedTuple):
     discrete_log_probs: np.ndarray
     """float32 [N, B]: log-prob of the chosen option per branch, under the masked distribution."""
     policy_version: int
+
+
+class _BranchLayout(NamedTuple):
+    """Where each discrete branch's columns lie in the logits / mask ``[N, M]``."""
+
+    slices: list[slice]
+    """[B] each branch's columns."""
+    starts: np.ndarray
+    """intp [B]: each branch's first column."""
+    branch_of_column: np.ndarray
+    """intp [M]: the branch each column belongs to."""
+    padded_columns: np.ndarray
+    """intp [B, K = max branch size]: each branch's columns, padded with column M (a -inf filler)."""
+
+    @classmethod
+    def of(cls, branches: Sequence[int]) -> _BranchLayout:
+        sizes = np.asarray(branches, dtype=np.intp)
+        bounds = [0, *np.cumsum(sizes).tolist()]
+        slices = [slice(a, b) for a, b in itertools.pairwise(bounds)]
+        padded = np.full((len(sizes), max(sizes.tolist(), default=0)), bounds[-1], np.intp)
+        for b, cols in enumerate(slices):
+            padded[b, : cols.stop - cols.start] = np.arange(cols.start, cols.stop)
+        return cls(slices, np.asarray(bounds[:-1], np.intp), np.repeat(np.arange(len(sizes)), sizes), padded)
 
 
 class _Normalizer(NamedTuple):
@@ -145,10 +169,8 @@ class Policy:
         self._inputs, self.observation_shapes = self._read_inputs()
         self._outputs = self._read_outputs()
         self._normalizers = _load_normalizers(artifact, self.observation_shapes)
-        self._branch_sizes = np.asarray(self.action_spec.discrete_branches, dtype=np.intp)  # [B]
-        self._branch_starts = np.concatenate([[0], np.cumsum(self._branch_sizes)[:-1]]).astype(np.intp)  # [B]
-        bounds = [0, *np.cumsum(self._branch_sizes).tolist()]
-        self._branch_slices = [slice(a, b) for a, b in itertools.pairwise(bounds)]
+        self._branches = _BranchLayout.of(self.action_spec.discrete_branches)
+        self._rows = np.zeros((0, 1), np.intp)  # np.arange(N)[:, None], kept for the last N
         self._batch = -1  # rows the interpreter's tensors are allocated for
         self._in_buffers: list[np.ndarray] = []
 
@@ -234,11 +256,11 @@ class Policy:
                 raise ProtocolError(
                     f"observations[{i}]: shape {list(obs.shape)}, expected [{n}, {', '.join(map(str, shape))}]"
                 )
-        if action_mask is not None and self._branch_slices:
-            width = self._branch_slices[-1].stop
+        if action_mask is not None and self._branches.slices:
+            width = self._branches.slices[-1].stop
             if action_mask.shape != (n, width):
                 raise ProtocolError(f"action_mask: shape {list(action_mask.shape)}, expected [{n}, {width}]")
-            allowed = np.logical_or.reduceat(action_mask, self._branch_starts, axis=1)  # [N, B]
+            allowed = np.logical_or.reduceat(action_mask, self._branches.starts, axis=1)  # [N, B]
             if not allowed.all():
                 row, branch = np.argwhere(~allowed)[0]
                 raise ProtocolError(f"action_mask: row {row} allows no option in branch {branch}")
@@ -293,7 +315,7 @@ class Policy:
             ProtocolError: (with ``check``) the request does not match the policy's specs.
         """
         n = self.check_request(observations, action_mask) if check else observations[0].shape[0]
-        c, b = int(self.action_spec.continuous_size), len(self._branch_slices)
+        c, b = int(self.action_spec.continuous_size), len(self._branches.slices)
         if n == 0:
             empty_c = np.zeros((0, c), np.float32)
             return ActionOutput(
@@ -327,29 +349,36 @@ class Policy:
             log_probs -= np.log(1.0 - a64 * a64 + TANH_LOG_EPSILON).astype(np.float32)
             return squashed, squashed, log_probs
         # The trajectory keeps the unclipped sample: clipping is the env's view, not the distribution's.
-        return np.minimum(np.maximum(u, -self.clip), self.clip), u, log_probs
+        # As ML-Agents does, the env gets clip(u) / clip, so continuous env actions lie in [-1, 1].
+        # An infinite clip means neither clipping nor scaling.
+        if np.isinf(self.clip):
+            return u, u, log_probs
+        return np.minimum(np.maximum(u, -self.clip), self.clip) / self.clip, u, log_probs
 
     def _sample_discrete(
         self, logits: np.ndarray, action_mask: np.ndarray | None, rng: np.random.Generator
     ) -> tuple[np.ndarray, np.ndarray]:
         """(actions int32 [N, B], log-probs float32 [N, B]) by Gumbel-max, all branches at once."""
+        n, m = logits.shape
         # Gumbel noise -log(-log U) from float32 uniforms, U floored above 0 so the noise stays
         # finite: it truncates the Gumbel tails at about -2.9 and +16.6 (probability ~1e-7 in all).
-        uniform = rng.random(logits.shape, dtype=np.float32)
+        uniform = rng.random((n, m), dtype=np.float32)
         np.maximum(uniform, _MIN_UNIFORM, out=uniform)
         gumbel = -np.log(-np.log(uniform))
+        # scores [N, M + 1]: masked options and the last (padding) column stay -inf, so they never win.
+        scores = np.full((n, m + 1), -np.inf, np.float32)
         if action_mask is None:
-            masked, scores = logits, logits + gumbel
+            masked = logits
+            np.add(logits, gumbel, out=scores[:, :m])
         else:
             allowed = action_mask.astype(np.bool_, copy=False)
             masked = np.where(allowed, logits, np.float32(MASKED_LOGIT))
-            scores = np.where(allowed, logits + gumbel, -np.inf)  # a masked option can never win, whatever the noise
-        # Stable log-softmax normaliser per branch: lse = max + log(sum(exp(x - max))), via reduceat over the branch starts.
-        maxes = np.maximum.reduceat(masked, self._branch_starts, axis=1)
-        sums = np.add.reduceat(np.exp(masked - np.repeat(maxes, self._branch_sizes, axis=1)), self._branch_starts, axis=1)
-        if len(self._branch_slices) == 1:
-            choice = scores.argmax(axis=1)[:, None]
-        else:
-            choice = np.stack([scores[:, cols].argmax(axis=1) for cols in self._branch_slices], axis=1)
-        chosen_logits = np.take_along_axis(masked, choice + self._branch_starts, axis=1)
+            np.add(logits, gumbel, out=scores[:, :m], where=allowed)
+        choice = scores[:, self._branches.padded_columns].argmax(axis=2)  # [N, B, K] -> [N, B]
+        # Stable log-softmax normaliser per branch: lse = max + log(sum(exp(x - max))), split by reduceat.
+        maxes = np.maximum.reduceat(masked, self._branches.starts, axis=1)
+        sums = np.add.reduceat(np.exp(masked - maxes[:, self._branches.branch_of_column]), self._branches.starts, axis=1)
+        if self._rows.shape[0] != n:
+            self._rows = np.arange(n)[:, None]
+        chosen_logits = masked[self._rows, choice + self._branches.starts]
         return choice.astype(np.int32), (chosen_logits - maxes - np.log(sums)).astype(np.float32)

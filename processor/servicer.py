@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 
 import grpc
 
@@ -25,6 +25,8 @@ from common.errors import (
     UnknownBehaviorError,
 )
 from common.specs import ActionSpec
+from common.topics import Delivery, Subscription
+from common.trajectory import Trajectory
 from processor.assembly import StepActions
 from processor.behaviors import BehaviorTable
 from processor.inference import Policy
@@ -34,6 +36,9 @@ from protos import PROTOCOL_VERSION, pb
 from protos import stepstream_pb2_grpc as pb_grpc
 
 log = logging.getLogger(__name__)
+
+#: A DeliveryBatch stays below this, well under the 16 MiB message limit of client and server.
+MAX_BATCH_BYTES = 4 * 1024 * 1024
 
 #: Error type -> status code, most specific first. A ProtocolError flagged ``precondition`` (order
 #: of calls, conflicting declarations) maps to FAILED_PRECONDITION instead of INVALID_ARGUMENT.
@@ -133,42 +138,49 @@ class AgentProcessorServicer(pb_grpc.AgentProcessorServicer):
         self, request_iterator: AsyncIterator[pb.SubscriberMessage], context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.DeliveryBatch]:
         requests = aiter(request_iterator)
-        first = await anext(requests, None)
-        if first is None or first.WhichOneof("payload") != "open":
-            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, "the first message of a Subscribe stream must be SubscribeOpen")
-            return
-        name = first.open.behavior_name
-        if not name or not first.open.subscriber_name:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "SubscribeOpen needs a behavior_name and a subscriber_name")
-            return
-        settings = self.behaviors.settings
         try:
-            subscription = self.topics.trajectories(name).subscribe(
-                first.open.subscriber_name, settings.trajectory_queue_size, settings.full_policy, replace=True
-            )
+            subscription = self._attach(await anext(requests, None))
         except StepstreamError as err:
             await context.abort(status_for(err), str(err))
             return
 
         async def read_acks() -> None:
             async for message in requests:
-                if message.WhichOneof("payload") == "ack":
-                    subscription.ack(message.ack.delivery_tags)
+                if message.WhichOneof("payload") != "ack":
+                    raise ProtocolError("a Subscribe stream takes one SubscribeOpen, then only Acks", precondition=True)
+                subscription.ack(message.ack.delivery_tags)
 
-        acks = asyncio.get_running_loop().create_task(read_acks())
+        # The stream ends when the client half-closes (or breaks) its side: race each take against that.
+        acks = asyncio.ensure_future(read_acks())
+        taking: asyncio.Future[list[Delivery[Trajectory]]] | None = None
         try:
-            while not acks.done():
-                deliveries = await subscription.aget(timeout_s=1.0)
-                if deliveries:
-                    batch = pb.DeliveryBatch()
-                    for delivery in deliveries:
-                        batch.deliveries.add(delivery_tag=delivery.tag, trajectory=delivery.item.to_proto())
+            while True:
+                taking = asyncio.ensure_future(subscription.aget())
+                await asyncio.wait((taking, acks), return_when=asyncio.FIRST_COMPLETED)
+                if not taking.done():
+                    break
+                for batch in delivery_batches(taking.result()):
                     yield batch
-        except TopicClosedError:
+            error = acks.exception()
+            if isinstance(error, StepstreamError):
+                await context.abort(status_for(error), str(error))
+        except TopicClosedError:  # the topic closed, or a newer subscriber of this name replaced this one
             return
         finally:
-            acks.cancel()
-            subscription.detach()
+            for task in (taking, acks):
+                if task is not None:
+                    task.cancel()
+            subscription.detach()  # requeues the unacked deliveries for the next subscriber of this name
+
+    def _attach(self, first: pb.SubscriberMessage | None) -> Subscription[Trajectory]:
+        if first is None or first.WhichOneof("payload") != "open":
+            raise ProtocolError("the first message of a Subscribe stream must be SubscribeOpen", precondition=True)
+        if not first.open.behavior_name or not first.open.subscriber_name:
+            raise ProtocolError("SubscribeOpen needs a behavior_name and a subscriber_name")
+        settings = self.behaviors.settings
+        return self.topics.trajectories(first.open.behavior_name).subscribe(
+            first.open.subscriber_name, settings.trajectory_queue_size, settings.full_policy, replace=True
+        )
 
     async def PublishPolicy(self, request: pb.PolicyUpdate, context: grpc.aio.ServicerContext) -> pb.PublishPolicyReply:
         name = request.behavior_name
@@ -177,27 +189,40 @@ class AgentProcessorServicer(pb_grpc.AgentProcessorServicer):
                 raise ProtocolError(f"PolicyUpdate needs a behavior_name and a version >= 0 (got '{name}', {request.version})")
             policy = Policy.from_update(request)  # refuse an artifact the processor cannot run
             behavior = self.behaviors.get(name)
-            if behavior is not None:
-                spec = ActionSpec.from_proto(policy.action_spec)
-                shapes = [s.shape for s in behavior.params.observation_specs]
-                if spec != behavior.params.action_spec or [tuple(s) for s in policy.observation_shapes] != shapes:
-                    raise ProtocolError(
-                        f"behavior '{name}': policy version {request.version} takes obs {policy.observation_shapes} and acts {spec};"
-                        f" the behavior declares obs {shapes} and {behavior.params.action_spec}",
-                        precondition=True,
-                    )
+            if behavior is not None and policy.action_spec != behavior.params.action_spec:
+                spec = ActionSpec.from_proto(request.artifact.action_spec)
+                raise ProtocolError(
+                    f"behavior '{name}': policy action spec {spec} differs from the declared {behavior.params.action_spec}",
+                    precondition=True,
+                )
+            topic = self.topics.policies(name)
+            accepted = topic.publish(request, request.version)
         except StepstreamError as err:
             await context.abort(status_for(err), str(err))
-        topic = self.topics.policies(name)
-        accepted = topic.publish(request, request.version)
         if not accepted:
             log.info("behavior '%s': policy version %d ignored (have %d)", name, request.version, topic.highest_version)
         return pb.PublishPolicyReply(accepted=accepted, current_version=topic.highest_version)
 
     async def GetPolicyStatus(self, request: pb.PolicyQuery, context: grpc.aio.ServicerContext) -> pb.PolicyStatus:
-        behavior = self.behaviors.get(request.behavior_name)
+        name = request.behavior_name
+        if not name:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "PolicyQuery needs a behavior_name")
+        behavior = self.behaviors.get(name)
         if behavior is not None:
             return behavior.status()
-        return pb.PolicyStatus(
-            behavior_name=request.behavior_name, highest_version=self.topics.policies(request.behavior_name).highest_version
-        )
+        return pb.PolicyStatus(behavior_name=name, highest_version=self.topics.policies(name).highest_version)
+
+
+def delivery_batches(deliveries: list[Delivery[Trajectory]], max_bytes: int = MAX_BATCH_BYTES) -> Iterator[pb.DeliveryBatch]:
+    """Encode deliveries into batches of at most ``max_bytes`` each (a lone larger trajectory goes alone)."""
+    batch, size = pb.DeliveryBatch(), 0
+    for delivery in deliveries:
+        trajectory = delivery.item.to_proto()
+        item_bytes = trajectory.ByteSize()
+        if batch.deliveries and size + item_bytes > max_bytes:
+            yield batch
+            batch, size = pb.DeliveryBatch(), 0
+        batch.deliveries.add(delivery_tag=delivery.tag, trajectory=trajectory)
+        size += item_bytes
+    if batch.deliveries:
+        yield batch

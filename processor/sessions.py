@@ -79,6 +79,8 @@ class SessionTable:
                 old.task.cancel()
         self._by_client[client_id] = session
         self.opened += 1
+        for behavior in behaviors:
+            behavior.session_started()
         return session
 
     def close(self, session: Session) -> None:
@@ -86,3 +88,5 @@ class SessionTable:
         if self._by_client.get(session.client_id) is session:
             del self._by_client[session.client_id]
         self.closed += 1
+        for behavior in session.behaviors.values():
+            behavior.session_ended()

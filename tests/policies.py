@@ -12,10 +12,14 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from protos import pb
+
+if TYPE_CHECKING:
+    import keras
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -32,7 +36,7 @@ def _shapes_key(obs_shapes: Sequence[Sequence[int]]) -> ShapesKey:
 
 
 @functools.lru_cache(maxsize=64)
-def build_mlp_model(obs_shapes: ShapesKey, action: ActionKey, seed: int, hidden: int = 64, layers: int = 2):  # type: ignore[no-untyped-def]
+def build_mlp_model(obs_shapes: ShapesKey, action: ActionKey, seed: int, hidden: int = 64, layers: int = 2) -> keras.Model:
     """A Keras MLP policy: the observations concatenated, ``layers`` x ``hidden`` tanh units, and heads.
 
     Args:
@@ -51,14 +55,14 @@ def build_mlp_model(obs_shapes: ShapesKey, action: ActionKey, seed: int, hidden:
     h = inputs[0] if len(inputs) == 1 else keras.layers.Concatenate()(inputs)
     seeds = iter(range(seed * 100, seed * 100 + 100))
 
-    def dense(units: int, activation: str | None = None):  # type: ignore[no-untyped-def]
+    def dense(units: int, activation: str | None = None) -> keras.layers.Dense:
         return keras.layers.Dense(
             units, activation=activation, kernel_initializer=keras.initializers.GlorotUniform(next(seeds))
         )
 
     for _ in range(layers):
         h = dense(hidden, "tanh")(h)
-    outputs = {}
+    outputs: dict[str, keras.KerasTensor] = {}
     if continuous_size:
         outputs["mean"] = dense(continuous_size)(h)
         outputs["log_std"] = dense(continuous_size)(h)

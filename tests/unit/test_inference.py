@@ -51,7 +51,7 @@ def log_softmax(x: np.ndarray) -> np.ndarray:
 
 def test_import_needs_no_tensorflow() -> None:
     code = (
-        "import sys, processor.inference\n"
+        "import sys, processor.inference, processor.batching\n"
         "bad = sorted({m.split('.')[0] for m in sys.modules} & {'tensorflow', 'keras', 'trainer'})\n"
         "assert not bad, bad\n"
     )
@@ -94,7 +94,7 @@ def test_act_equals_tf_model_with_the_same_noise() -> None:
     eps = np.random.default_rng(11).standard_normal((6, 2), dtype=np.float32)  # the policy's first draw
     u = want["mean"] + np.exp(want["log_std"]) * eps
     np.testing.assert_allclose(out.continuous_actions, u, atol=1e-5)
-    np.testing.assert_allclose(out.env_continuous_actions, np.clip(u, -3, 3), atol=1e-5)
+    np.testing.assert_allclose(out.env_continuous_actions, np.clip(u, -3, 3) / 3, atol=1e-5)
     assert out.policy_version == 3
 
 
@@ -105,7 +105,7 @@ def test_continuous_clip_mode_log_probs_and_clipping() -> None:
     std = np.exp(f["log_std"].astype(np.float64))
     z = (out.continuous_actions - f["mean"]) / std
     np.testing.assert_allclose(out.continuous_log_probs, -0.5 * z**2 - np.log(std) - HALF_LOG_2PI, atol=1e-4)
-    np.testing.assert_array_equal(out.env_continuous_actions, np.clip(out.continuous_actions, -0.5, 0.5))
+    np.testing.assert_array_equal(out.env_continuous_actions, np.clip(out.continuous_actions, -0.5, 0.5) / np.float32(0.5))
     assert np.abs(out.continuous_actions).max() > 0.5  # the stored sample is not clipped
     assert out.discrete_actions.shape == (256, 0) and out.discrete_log_probs.shape == (256, 0)
     for a in out[:5]:
@@ -262,3 +262,17 @@ def test_export_broadcasts_a_state_independent_log_std() -> None:
     np.testing.assert_array_equal(out["log_std"], np.tile([[-0.5, 0.25]], (3, 1)).astype(np.float32))
     with pytest.raises(ValueError, match="model_bytes is empty"):
         make_policy_update("Lin", 1, 10, b"", CONT)
+
+
+def test_uneven_branches_including_a_single_option_branch() -> None:
+    spec = pb.ActionSpec(discrete_branches=[1, 4, 2])
+    p, obs = policy(spec), make_obs(300)
+    mask = np.ones((300, 7), np.bool_)
+    mask[:150, 1:4] = False  # rows 0..149: only the last option of branch 1
+    out = p.act(obs, mask, np.random.default_rng(8))
+    logits = p.forward(obs)["logits"]
+    assert (out.discrete_actions[:, 0] == 0).all() and (out.discrete_actions[:150, 1] == 3).all()
+    for b, cols in enumerate([slice(0, 1), slice(1, 5), slice(5, 7)]):
+        lp = log_softmax(np.where(mask[:, cols], logits[:, cols], -1e9))
+        np.testing.assert_allclose(out.discrete_log_probs[:, b], lp[np.arange(300), out.discrete_actions[:, b]], atol=1e-5)
+    assert len(np.unique(out.discrete_actions[150:, 1])) == 4

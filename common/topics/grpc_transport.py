@@ -1,0 +1,525 @@
+"""The trainer's side of the topics over gRPC: ``Subscribe``, ``PublishPolicy`` and ``GetPolicyStatus``.
+
+In the stack topology a trainer is its own process (container) and reaches the processor's topics
+through the ``AgentProcessor`` service; these classes plug into the same roles as the in-process
+topics (``common.topics.base``), so a trainer is written once for both (``connect_trajectories``,
+``connect_policies``).
+
+Design: the **synchronous** gRPC API, with one daemon reader thread per subscription. A trainer's
+loop is synchronous (it blocks in ``get``, then runs a TensorFlow update), so the blocking API is
+what it needs; the sync API keeps gRPC's own threads and completion queue away from any event loop
+the trainer may or may not run, works unchanged from a plain thread, a process or a coroutine
+(``aget`` waits on a future woken by the reader thread, as ``common.topics.waiting`` describes),
+and needs no private event loop thread to marshal every call through. The reader thread decodes
+``DeliveryBatch`` -> ``Delivery(tag, Trajectory)`` into a bounded local buffer; when that buffer is
+full it stops reading, and HTTP/2 flow control then stalls the server, whose queue capacity already
+counts these items as in flight. Acks travel on the same stream, through a queue that feeds the
+request iterator, so they reach the server in order and before the half-close of ``detach``.
+
+Delivery is at least once, as in process: everything not acked when the stream ends (``detach``, a
+lost connection, a server stop) is requeued by the server for the next subscriber of that name;
+items buffered here but not yet taken are then discarded, as the server owns them again. The wire
+``Delivery`` carries no redelivered flag, so ``Delivery.redelivered`` is always False here: drop
+duplicates by ``Trajectory.id`` with a ``Deduplicator``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import threading
+import time
+from collections import deque
+from collections.abc import Iterable, Iterator
+from typing import Any, cast
+
+import grpc
+
+from common.errors import (
+    DeadlineExceededError,
+    NotSupportedYetError,
+    ProtocolError,
+    StepstreamError,
+    TopicClosedError,
+    TopicFullError,
+    UnknownBehaviorError,
+)
+from common.specs import BrainParameters
+from common.topics.base import Delivery, FullPolicy, PolicySink, SubscriptionStats, TrajectorySubscription
+from common.topics.memory import DEFAULT_MAX_ITEMS, DEFAULT_MAX_SIZE
+from common.topics.registry import TopicRegistry
+from common.topics.waiting import deadline_after, expired, refuse_in_event_loop, remaining_s, wait_woken, wake_all
+from common.trajectory import Trajectory
+from protos import pb
+from protos import stepstream_pb2_grpc as pb_grpc
+
+logger = logging.getLogger(__name__)
+
+MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+"""Largest message either way; the processor's default limit."""
+DETACH_GRACE_S = 5.0
+"""How long ``detach`` lets the server end the stream after the half-close before cancelling it."""
+CALL_TIMEOUT_S = 30.0
+"""Default deadline of a unary call (PublishPolicy, GetPolicyStatus), waiting for the server included."""
+POLL_INTERVAL_S = 0.2
+"""How often ``wait_for_brain_parameters`` asks again."""
+
+_CHANNEL_OPTIONS = [
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.keepalive_time_ms", 10_000),  # notice a vanished processor on an idle stream
+    ("grpc.keepalive_timeout_ms", 5_000),
+]
+
+
+class GrpcStatusError(StepstreamError):
+    """The processor ended a call with a status that no more specific error type covers."""
+
+    def __init__(self, message: str, code: grpc.StatusCode) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def error_from_rpc(error: grpc.RpcError, what: str) -> StepstreamError:
+    """The error type the processor's status table started from (the inverse of its mapping).
+
+    UNAVAILABLE (processor gone or stopping) and CANCELLED become ``TopicClosedError``.
+    """
+    call = cast(grpc.Call, error)
+    code, details = call.code(), call.details()
+    message = f"{what}: {code.name}: {details}"
+    if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED):
+        return TopicClosedError(message)
+    if code is grpc.StatusCode.NOT_FOUND:
+        return UnknownBehaviorError(message)
+    if code is grpc.StatusCode.INVALID_ARGUMENT:
+        return ProtocolError(message)
+    if code is grpc.StatusCode.FAILED_PRECONDITION:
+        return ProtocolError(message, precondition=True)
+    if code is grpc.StatusCode.UNIMPLEMENTED:
+        return NotSupportedYetError(message)
+    if code is grpc.StatusCode.RESOURCE_EXHAUSTED:
+        return TopicFullError(message)
+    if code is grpc.StatusCode.DEADLINE_EXCEEDED:
+        return DeadlineExceededError(message)
+    return GrpcStatusError(message, code)
+
+
+def open_channel(target: str | grpc.Channel) -> tuple[grpc.Channel, bool]:
+    """``(channel, owned)``: a new insecure channel to ``host:port`` (owned), or the one given."""
+    if isinstance(target, str):
+        return grpc.insecure_channel(target, options=_CHANNEL_OPTIONS), True
+    return target, False
+
+
+class GrpcTrajectorySubscription:
+    """A ``TrajectorySubscription`` of ``Trajectory`` over the processor's ``Subscribe`` stream.
+
+    The stream opens at construction (it waits for the processor to come up); a daemon thread
+    reads it into a local buffer of at most ``max_buffered`` items. ``get`` (a thread) and ``aget``
+    (a coroutine) return as soon as one item is buffered; ``ack`` sends an ``Ack`` and never blocks;
+    ``detach`` half-closes the stream after the pending acks, and the server requeues what was not
+    acked. Use it as a context manager to detach on exit.
+
+    Args:
+        target: ``host:port`` of the processor, or a channel to share (it is then not closed here).
+        behavior_name: the behavior whose trajectories to take.
+        subscriber_name: the durable queue name; the processor declares ``"trainer"`` at start.
+        max_buffered: local buffer capacity in trajectories, >= 1.
+        detach_grace_s: how long ``detach`` lets the server end the stream before cancelling it.
+
+    Raises:
+        ValueError: an empty name, or ``max_buffered`` < 1.
+    """
+
+    def __init__(
+        self,
+        target: str | grpc.Channel,
+        behavior_name: str,
+        subscriber_name: str,
+        *,
+        max_buffered: int = DEFAULT_MAX_SIZE,
+        detach_grace_s: float = DETACH_GRACE_S,
+    ) -> None:
+        if not behavior_name or not subscriber_name:
+            raise ValueError(
+                f"behavior_name and subscriber_name must not be empty, got {behavior_name!r}, {subscriber_name!r}"
+            )
+        if max_buffered < 1:
+            raise ValueError(f"max_buffered must be >= 1, got {max_buffered}")
+        self.behavior_name = behavior_name
+        self.subscriber_name = subscriber_name
+        self._max_buffered = max_buffered
+        self._detach_grace_s = detach_grace_s
+        self._lock = threading.Lock()
+        self._readable = threading.Condition(self._lock)
+        self._not_full = threading.Condition(self._lock)
+        self._async_readers: set[asyncio.Future[None]] = set()
+        self._buffer: deque[Delivery[Trajectory]] = deque()
+        self._handed: set[int] = set()
+        """Tags taken by ``get``/``aget``, not yet acked."""
+        self._error: StepstreamError | None = None
+        """Set once the stream has ended; ``get`` raises it."""
+        self._detached = False
+        self._received = self._delivered = self._acked = 0
+        self._blocked_seconds = 0.0
+        self._cancel_timer: threading.Timer | None = None
+        self._outbox: queue.SimpleQueue[pb.SubscriberMessage | None] = queue.SimpleQueue()
+        self._channel, self._owns_channel = open_channel(target)
+        stub = pb_grpc.AgentProcessorStub(self._channel)
+        self._call: Any = stub.Subscribe(self._requests(), wait_for_ready=True)
+        self._reader = threading.Thread(target=self._read, name=f"subscribe/{behavior_name}/{subscriber_name}", daemon=True)
+        self._reader.start()
+
+    @property
+    def topic_name(self) -> str:
+        return f"trajectories/{self.behavior_name}"
+
+    @property
+    def attached(self) -> bool:
+        """True until ``detach`` or the end of the stream."""
+        with self._lock:
+            return self._error is None and not self._detached
+
+    # -- the stream ------------------------------------------------------------------------------
+
+    def _requests(self) -> Iterator[pb.SubscriberMessage]:
+        """SubscribeOpen, then the acks as they are queued; returns (half-closes) on None."""
+        yield pb.SubscriberMessage(
+            open=pb.SubscribeOpen(behavior_name=self.behavior_name, subscriber_name=self.subscriber_name)
+        )
+        while (message := self._outbox.get()) is not None:
+            yield message
+
+    def _read(self) -> None:
+        """The reader thread: buffer every batch until the stream ends, then record why it ended."""
+        error: StepstreamError = TopicClosedError(
+            f"{self.topic_name}: the processor ended the stream of {self.subscriber_name!r}"
+        )
+        try:
+            for batch in self._call:
+                self._buffer_batch(batch)
+        except grpc.RpcError as rpc_error:
+            error = error_from_rpc(rpc_error, f"{self.topic_name}, subscriber {self.subscriber_name!r}")
+        except StepstreamError as decode_error:  # a malformed trajectory: give up on this stream
+            error = decode_error
+            self._call.cancel()
+        finally:
+            self._outbox.put(None)  # ends the request iterator, whose thread would wait forever
+            with self._lock:
+                if self._detached:
+                    error = TopicClosedError(f"{self.topic_name}: subscriber {self.subscriber_name!r} is detached")
+                elif isinstance(error, TopicClosedError):
+                    logger.info("%s", error)
+                else:
+                    logger.warning("subscription ended: %s", error)
+                self._error = error
+                self._buffer.clear()  # unacked: the server has requeued them
+                self._handed.clear()
+                self._wake_readers()
+                if self._cancel_timer is not None:
+                    self._cancel_timer.cancel()
+            if self._owns_channel:
+                self._channel.close()
+
+    def _buffer_batch(self, batch: pb.DeliveryBatch) -> None:
+        deliveries = [Delivery(d.delivery_tag, Trajectory.from_proto(d.trajectory)) for d in batch.deliveries]
+        with self._lock:
+            started = time.monotonic()
+            while len(self._buffer) >= self._max_buffered and not self._detached:
+                self._not_full.wait()
+            self._blocked_seconds += time.monotonic() - started
+            if self._detached:  # keep draining until the server ends the stream; it requeues these
+                return
+            self._buffer.extend(deliveries)
+            self._received += len(deliveries)
+            self._wake_readers()
+
+    def _wake_readers(self) -> None:
+        """Wake ``get`` and ``aget`` waiters (the lock is held)."""
+        self._readable.notify_all()
+        if self._async_readers:
+            wake_all(self._async_readers)
+
+    # -- TrajectorySubscription ------------------------------------------------------------------
+
+    def _take(self, max_items: int) -> list[Delivery[Trajectory]]:
+        """Take what is buffered (the lock is held)."""
+        if self._detached or self._error is not None:
+            raise self._error or TopicClosedError(f"{self.topic_name}: subscriber {self.subscriber_name!r} is detached")
+        count = min(max_items, len(self._buffer))
+        taken = [self._buffer.popleft() for _ in range(count)]
+        self._handed.update(d.tag for d in taken)
+        self._delivered += count
+        if count:
+            self._not_full.notify()
+        return taken
+
+    def get(self, max_items: int = DEFAULT_MAX_ITEMS, timeout_s: float | None = None) -> list[Delivery[Trajectory]]:
+        """Block the calling thread until a trajectory is buffered, then take up to ``max_items``.
+
+        Args:
+            max_items: the largest batch to return, >= 1.
+            timeout_s: the longest wait; None waits until an item arrives, 0 only polls.
+
+        Returns:
+            The deliveries, oldest first, in flight until acked; ``[]`` if ``timeout_s`` passed.
+
+        Raises:
+            TopicClosedError: detached, or the stream ended (processor stopped or unreachable).
+            StepstreamError: the processor refused the subscription (e.g. ``ProtocolError`` for an
+                empty name) or ended it with another status.
+            RuntimeError: it would wait on a running event loop's thread (use ``aget``).
+        """
+        _check_max_items(max_items)
+        deadline = deadline_after(timeout_s)
+        with self._lock:
+            while True:
+                taken = self._take(max_items)
+                remaining = remaining_s(deadline)
+                if taken or expired(remaining):
+                    return taken
+                refuse_in_event_loop("GrpcTrajectorySubscription.get")
+                self._readable.wait(remaining)
+
+    async def aget(self, max_items: int = DEFAULT_MAX_ITEMS, timeout_s: float | None = None) -> list[Delivery[Trajectory]]:
+        """``get`` for a coroutine of any event loop; cancelling it loses no item.
+
+        Raises:
+            TopicClosedError: detached, or the stream ended.
+            StepstreamError: the processor ended the stream with another status.
+        """
+        _check_max_items(max_items)
+        deadline = deadline_after(timeout_s)
+        while True:
+            with self._lock:
+                taken = self._take(max_items)
+                remaining = remaining_s(deadline)
+                if taken or expired(remaining):
+                    return taken
+                woken = asyncio.get_running_loop().create_future()
+                self._async_readers.add(woken)
+            try:
+                await wait_woken(woken, remaining)
+            finally:
+                with self._lock:
+                    self._async_readers.discard(woken)
+
+    def ack(self, delivery_tags: Iterable[int]) -> int:
+        """Acknowledge taken deliveries; the ``Ack`` is sent in the background, in order.
+
+        Returns:
+            How many of the tags were taken and not yet acked; unknown or repeated tags, and every
+            tag once the stream has ended, are ignored.
+        """
+        with self._lock:
+            if self._detached or self._error is not None:
+                return 0
+            released = [tag for tag in dict.fromkeys(delivery_tags) if tag in self._handed]
+            self._handed.difference_update(released)
+            self._acked += len(released)
+        if released:
+            self._outbox.put(pb.SubscriberMessage(ack=pb.Ack(delivery_tags=released)))
+        return len(released)
+
+    def detach(self) -> None:
+        """Half-close the stream after the pending acks; the server requeues the unacked items. Idempotent.
+
+        From a plain thread this waits (at most ``detach_grace_s``) until the server has ended the
+        stream, so a new subscription of this name then gets the unacked items. On an event loop's
+        thread it does not wait (the server may run on that loop); the stream is cancelled in the
+        background if the server has not ended it within ``detach_grace_s``.
+        """
+        with self._lock:
+            if self._detached:
+                return
+            self._detached = True
+            self._readable.notify_all()
+            self._not_full.notify_all()
+            if self._async_readers:
+                wake_all(self._async_readers)
+        self._outbox.put(None)
+        if asyncio._get_running_loop() is None:
+            self._reader.join(self._detach_grace_s)
+            if self._reader.is_alive():
+                logger.warning(
+                    "%s: the server did not end the stream within %.1f s; cancelling", self.topic_name, self._detach_grace_s
+                )
+                self._call.cancel()
+        else:
+            with self._lock:
+                if self._error is None:  # the reader still runs; it cancels the timer when it ends
+                    self._cancel_timer = threading.Timer(self._detach_grace_s, self._cancel_if_running)
+                    self._cancel_timer.name = f"{self._reader.name}/detach"
+                    self._cancel_timer.daemon = True
+                    self._cancel_timer.start()
+        logger.info("subscriber %r detached from %s", self.subscriber_name, self.topic_name)
+
+    def _cancel_if_running(self) -> None:
+        if self._reader.is_alive():
+            self._call.cancel()
+
+    def stats(self) -> SubscriptionStats:
+        """The client-side view: ``published`` counts trajectories received, ``depth`` those buffered,
+        ``in_flight`` those taken and not acked; ``max_size`` is ``max_buffered``. The processor's own
+        queue counters (drops, redeliveries) are on its side.
+        """
+        with self._lock:
+            return SubscriptionStats(
+                subscriber_name=self.subscriber_name,
+                max_size=self._max_buffered,
+                full_policy=FullPolicy.BLOCK,
+                attached=self._error is None and not self._detached,
+                published=self._received,
+                delivered=self._delivered,
+                acked=self._acked,
+                dropped=0,
+                redelivered=0,
+                blocked_seconds=self._blocked_seconds,
+                depth=len(self._buffer),
+                in_flight=len(self._handed),
+            )
+
+    def __enter__(self) -> GrpcTrajectorySubscription:
+        return self
+
+    def __exit__(self, *unused_exc: object) -> None:
+        self.detach()
+
+
+def _check_max_items(max_items: int) -> None:
+    if max_items < 1:
+        raise ValueError(f"max_items must be >= 1, got {max_items}")
+
+
+class GrpcPolicyPublisher:
+    """A ``PolicySink`` of ``PolicyUpdate`` for one behavior over ``PublishPolicy`` / ``GetPolicyStatus``.
+
+    Every call is a blocking unary RPC that first waits for the processor to be reachable, at most
+    ``timeout_s``. Use it as a context manager (or ``close``) to release its channel.
+
+    Args:
+        target: ``host:port`` of the processor, or a channel to share (it is then not closed here).
+        behavior_name: the behavior whose policies this publishes.
+        timeout_s: the deadline of each call.
+    """
+
+    def __init__(self, target: str | grpc.Channel, behavior_name: str, *, timeout_s: float = CALL_TIMEOUT_S) -> None:
+        if not behavior_name:
+            raise ValueError("behavior_name must not be empty")
+        self.behavior_name = behavior_name
+        self.timeout_s = timeout_s
+        self._channel, self._owns_channel = open_channel(target)
+        self._stub = pb_grpc.AgentProcessorStub(self._channel)
+
+    def status(self, behavior_name: str | None = None) -> pb.PolicyStatus:
+        """The processor's ``PolicyStatus`` of ``behavior_name`` (default: this publisher's).
+
+        Raises:
+            StepstreamError: the call failed (``TopicClosedError`` when the processor is unreachable,
+                ``DeadlineExceededError`` past ``timeout_s``).
+        """
+        name = behavior_name or self.behavior_name
+        try:
+            return self._stub.GetPolicyStatus(pb.PolicyQuery(behavior_name=name), timeout=self.timeout_s, wait_for_ready=True)
+        except grpc.RpcError as err:
+            raise error_from_rpc(err, f"GetPolicyStatus({name!r})") from err
+
+    @property
+    def highest_version(self) -> int:
+        """The highest version the processor holds for the behavior, -1 if none (one RPC)."""
+        return int(self.status().highest_version)
+
+    def publish(self, item: pb.PolicyUpdate, version: int) -> bool:
+        """Hand ``item`` to the processor as ``version`` (stamped on a copy if it differs).
+
+        Returns:
+            True iff the processor accepted it: ``version`` was above every earlier one.
+
+        Raises:
+            ProtocolError: the processor refused the update (an empty name, an artifact it cannot
+                run, an action spec that differs from the declared one).
+            StepstreamError: the call failed otherwise.
+        """
+        if item.version != version or item.behavior_name != self.behavior_name:
+            stamped = pb.PolicyUpdate()
+            stamped.CopyFrom(item)
+            stamped.version = version
+            stamped.behavior_name = self.behavior_name
+            item = stamped
+        try:
+            reply = self._stub.PublishPolicy(item, timeout=self.timeout_s, wait_for_ready=True)
+        except grpc.RpcError as err:
+            raise error_from_rpc(err, f"PublishPolicy({self.behavior_name!r}, version {version})") from err
+        if not reply.accepted:
+            logger.warning(
+                "policy version %d of %r not accepted: the processor holds %d",
+                version,
+                self.behavior_name,
+                reply.current_version,
+            )
+        return bool(reply.accepted)
+
+    def wait_for_brain_parameters(
+        self, behavior_name: str | None = None, timeout_s: float | None = 60.0, poll_interval_s: float = POLL_INTERVAL_S
+    ) -> BrainParameters:
+        """Poll ``GetPolicyStatus`` until an env client has declared the behavior; a trainer sizes its networks from it.
+
+        An unreachable processor counts as "not yet" until ``timeout_s`` passes.
+
+        Raises:
+            DeadlineExceededError: no env client declared it within ``timeout_s``.
+            ProtocolError: the declared BrainParameters do not decode.
+            StepstreamError: the processor refused the query.
+        """
+        name = behavior_name or self.behavior_name
+        deadline = deadline_after(timeout_s)
+        while True:
+            try:
+                status = self.status(name)
+                if status.HasField("brain_parameters"):
+                    return BrainParameters.from_proto(status.brain_parameters)
+            except (TopicClosedError, DeadlineExceededError) as err:
+                logger.debug("processor not ready: %s", err)
+            remaining = remaining_s(deadline)
+            if expired(remaining):
+                raise DeadlineExceededError(f"behavior {name!r} was not declared by an env client within {timeout_s} s")
+            time.sleep(poll_interval_s if remaining is None else min(poll_interval_s, remaining))
+
+    def close(self) -> None:
+        """Close the channel if this publisher opened it. Idempotent."""
+        if self._owns_channel:
+            self._channel.close()
+
+    def __enter__(self) -> GrpcPolicyPublisher:
+        return self
+
+    def __exit__(self, *unused_exc: object) -> None:
+        self.close()
+
+
+# -- factories -------------------------------------------------------------------------------------
+
+
+def connect_trajectories(
+    source: str | grpc.Channel | TopicRegistry[Any], behavior_name: str, subscriber_name: str
+) -> TrajectorySubscription[Trajectory]:
+    """Subscribe to ``trajectories/<behavior_name>`` in process (a ``TopicRegistry``) or at ``host:port``.
+
+    Raises:
+        ProtocolError: (in process) the name is already attached.
+        TopicClosedError: (in process) the topic is closed.
+    """
+    if isinstance(source, TopicRegistry):
+        return source.trajectories(behavior_name).subscribe(subscriber_name)
+    return GrpcTrajectorySubscription(source, behavior_name, subscriber_name)
+
+
+def connect_policies(
+    source: str | grpc.Channel | TopicRegistry[pb.PolicyUpdate], behavior_name: str
+) -> PolicySink[pb.PolicyUpdate]:
+    """The ``policies/<behavior_name>`` sink, in process (a ``TopicRegistry``) or at ``host:port``."""
+    if isinstance(source, TopicRegistry):
+        return source.policies(behavior_name)
+    return GrpcPolicyPublisher(source, behavior_name)

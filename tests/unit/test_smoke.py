@@ -1,5 +1,0 @@
-from common.buffer import AgentBuffer
-
-
-def test_buffer_imports() -> None:
-    assert AgentBuffer().num_experiences == 0
