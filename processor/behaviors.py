@@ -170,11 +170,14 @@ class Behavior:
     async def publish(self, trajectories: list[Trajectory], *, flushed: bool = False) -> None:
         """Publish cut trajectories, dropping (and counting) those older than ``max_policy_lag``.
 
-        Awaits room on ``block`` topics: this is what backpressures env clients.
+        Awaits room on ``block`` topics: this is what backpressures env clients. When a publish
+        fails (or the caller is cancelled while it waits), that trajectory and every later one of
+        the list count as unpublished before the error is raised: nothing leaks uncounted.
         """
         lag = self.runtime.max_policy_lag
         newest = self.policies.highest_version
         c = self.counters
+        failure: BaseException | None = None
         for trajectory in trajectories:
             if flushed:
                 c.flushed_trajectories += 1
@@ -183,14 +186,19 @@ class Behavior:
                 c.stale_dropped_trajectories += 1
                 c.stale_dropped_experiences += trajectory.length
                 continue
-            try:
-                await self.trajectories.publish(trajectory, self._publish_timeout_s)
-            except StepstreamError:
-                c.unpublished_trajectories += 1
-                c.unpublished_experiences += trajectory.length
-                raise
-            c.published_trajectories += 1
-            c.published_experiences += trajectory.length
+            if failure is None:
+                try:
+                    await self.trajectories.publish(trajectory, self._publish_timeout_s)
+                except (StepstreamError, asyncio.CancelledError) as err:
+                    failure = err
+                else:
+                    c.published_trajectories += 1
+                    c.published_experiences += trajectory.length
+                    continue
+            c.unpublished_trajectories += 1
+            c.unpublished_experiences += trajectory.length
+        if failure is not None:
+            raise failure
 
     def status(self) -> pb.PolicyStatus:
         msg = pb.PolicyStatus(behavior_name=self.name, highest_version=self.policies.highest_version)

@@ -189,12 +189,15 @@ class AgentProcessorServicer(pb_grpc.AgentProcessorServicer):
                 raise ProtocolError(f"PolicyUpdate needs a behavior_name and a version >= 0 (got '{name}', {request.version})")
             policy = Policy.from_update(request)  # refuse an artifact the processor cannot run
             behavior = self.behaviors.get(name)
-            if behavior is not None and policy.action_spec != behavior.params.action_spec:
-                spec = ActionSpec.from_proto(request.artifact.action_spec)
-                raise ProtocolError(
-                    f"behavior '{name}': policy action spec {spec} differs from the declared {behavior.params.action_spec}",
-                    precondition=True,
-                )
+            if behavior is not None:
+                spec = ActionSpec.from_proto(policy.action_spec)
+                shapes = [s.shape for s in behavior.params.observation_specs]
+                if spec != behavior.params.action_spec or [tuple(s) for s in policy.observation_shapes] != shapes:
+                    raise ProtocolError(
+                        f"behavior '{name}': policy version {request.version} takes obs {policy.observation_shapes}"
+                        f" and acts {spec}; the behavior declares obs {shapes} and {behavior.params.action_spec}",
+                        precondition=True,
+                    )
             topic = self.topics.policies(name)
             accepted = topic.publish(request, request.version)
         except StepstreamError as err:

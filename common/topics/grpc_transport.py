@@ -6,15 +6,13 @@ topics (``common.topics.base``), so a trainer is written once for both (``connec
 ``connect_policies``).
 
 Design: the **synchronous** gRPC API, with one daemon reader thread per subscription. A trainer's
-loop is synchronous (it blocks in ``get``, then runs a TensorFlow update), so the blocking API is
-what it needs; the sync API keeps gRPC's own threads and completion queue away from any event loop
-the trainer may or may not run, works unchanged from a plain thread, a process or a coroutine
-(``aget`` waits on a future woken by the reader thread, as ``common.topics.waiting`` describes),
-and needs no private event loop thread to marshal every call through. The reader thread decodes
-``DeliveryBatch`` -> ``Delivery(tag, Trajectory)`` into a bounded local buffer; when that buffer is
-full it stops reading, and HTTP/2 flow control then stalls the server, whose queue capacity already
-counts these items as in flight. Acks travel on the same stream, through a queue that feeds the
-request iterator, so they reach the server in order and before the half-close of ``detach``.
+loop is synchronous (block in ``get``, then a TensorFlow update), so the blocking API is what it
+needs; it works unchanged from a thread, a process or a coroutine (``aget`` waits on a future the
+reader thread wakes, as in ``common.topics.waiting``) and needs no private event loop thread that
+every call must be marshalled through. The reader decodes ``DeliveryBatch`` -> ``Delivery(tag,
+Trajectory)`` into a bounded local buffer; when it is full the reader stops reading and HTTP/2 flow
+control stalls the server, whose queue already counts these items as in flight. Acks go on the same
+stream through a queue feeding the request iterator: in order, and before ``detach``'s half-close.
 
 Delivery is at least once, as in process: everything not acked when the stream ends (``detach``, a
 lost connection, a server stop) is requeued by the server for the next subscriber of that name;
@@ -26,12 +24,13 @@ duplicates by ``Trajectory.id`` with a ``Deduplicator``.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import queue
 import threading
 import time
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, cast
 
 import grpc
@@ -81,29 +80,27 @@ class GrpcStatusError(StepstreamError):
         self.code = code
 
 
-def error_from_rpc(error: grpc.RpcError, what: str) -> StepstreamError:
-    """The error type the processor's status table started from (the inverse of its mapping).
+#: Status code -> the error the processor's status table started from (its inverse mapping).
+#: UNAVAILABLE (processor gone or stopping) and CANCELLED end a stream: ``TopicClosedError``.
+_ERROR_FOR_STATUS: dict[grpc.StatusCode, Callable[[str], StepstreamError]] = {
+    grpc.StatusCode.UNAVAILABLE: TopicClosedError,
+    grpc.StatusCode.CANCELLED: TopicClosedError,
+    grpc.StatusCode.NOT_FOUND: UnknownBehaviorError,
+    grpc.StatusCode.INVALID_ARGUMENT: ProtocolError,
+    grpc.StatusCode.FAILED_PRECONDITION: functools.partial(ProtocolError, precondition=True),
+    grpc.StatusCode.UNIMPLEMENTED: NotSupportedYetError,
+    grpc.StatusCode.RESOURCE_EXHAUSTED: TopicFullError,
+    grpc.StatusCode.DEADLINE_EXCEEDED: DeadlineExceededError,
+}
 
-    UNAVAILABLE (processor gone or stopping) and CANCELLED become ``TopicClosedError``.
-    """
+
+def error_from_rpc(error: grpc.RpcError, what: str) -> StepstreamError:
+    """The ``StepstreamError`` for a failed call; ``GrpcStatusError`` for a status without a better type."""
     call = cast(grpc.Call, error)
-    code, details = call.code(), call.details()
-    message = f"{what}: {code.name}: {details}"
-    if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED):
-        return TopicClosedError(message)
-    if code is grpc.StatusCode.NOT_FOUND:
-        return UnknownBehaviorError(message)
-    if code is grpc.StatusCode.INVALID_ARGUMENT:
-        return ProtocolError(message)
-    if code is grpc.StatusCode.FAILED_PRECONDITION:
-        return ProtocolError(message, precondition=True)
-    if code is grpc.StatusCode.UNIMPLEMENTED:
-        return NotSupportedYetError(message)
-    if code is grpc.StatusCode.RESOURCE_EXHAUSTED:
-        return TopicFullError(message)
-    if code is grpc.StatusCode.DEADLINE_EXCEEDED:
-        return DeadlineExceededError(message)
-    return GrpcStatusError(message, code)
+    code = call.code()
+    message = f"{what}: {code.name}: {call.details()}"
+    make = _ERROR_FOR_STATUS.get(code)
+    return make(message) if make is not None else GrpcStatusError(message, code)
 
 
 def open_channel(target: str | grpc.Channel) -> tuple[grpc.Channel, bool]:
@@ -143,13 +140,12 @@ class GrpcTrajectorySubscription:
         detach_grace_s: float = DETACH_GRACE_S,
     ) -> None:
         if not behavior_name or not subscriber_name:
-            raise ValueError(
-                f"behavior_name and subscriber_name must not be empty, got {behavior_name!r}, {subscriber_name!r}"
-            )
+            raise ValueError(f"empty behavior_name or subscriber_name: {behavior_name!r}, {subscriber_name!r}")
         if max_buffered < 1:
             raise ValueError(f"max_buffered must be >= 1, got {max_buffered}")
         self.behavior_name = behavior_name
         self.subscriber_name = subscriber_name
+        self._where = f"trajectories/{behavior_name}, subscriber {subscriber_name!r}"
         self._max_buffered = max_buffered
         self._detach_grace_s = detach_grace_s
         self._lock = threading.Lock()
@@ -172,16 +168,6 @@ class GrpcTrajectorySubscription:
         self._reader = threading.Thread(target=self._read, name=f"subscribe/{behavior_name}/{subscriber_name}", daemon=True)
         self._reader.start()
 
-    @property
-    def topic_name(self) -> str:
-        return f"trajectories/{self.behavior_name}"
-
-    @property
-    def attached(self) -> bool:
-        """True until ``detach`` or the end of the stream."""
-        with self._lock:
-            return self._error is None and not self._detached
-
     # -- the stream ------------------------------------------------------------------------------
 
     def _requests(self) -> Iterator[pb.SubscriberMessage]:
@@ -194,14 +180,12 @@ class GrpcTrajectorySubscription:
 
     def _read(self) -> None:
         """The reader thread: buffer every batch until the stream ends, then record why it ended."""
-        error: StepstreamError = TopicClosedError(
-            f"{self.topic_name}: the processor ended the stream of {self.subscriber_name!r}"
-        )
+        error: StepstreamError = TopicClosedError(f"{self._where}: the processor ended the stream")
         try:
             for batch in self._call:
                 self._buffer_batch(batch)
         except grpc.RpcError as rpc_error:
-            error = error_from_rpc(rpc_error, f"{self.topic_name}, subscriber {self.subscriber_name!r}")
+            error = error_from_rpc(rpc_error, self._where)
         except StepstreamError as decode_error:  # a malformed trajectory: give up on this stream
             error = decode_error
             self._call.cancel()
@@ -209,7 +193,7 @@ class GrpcTrajectorySubscription:
             self._outbox.put(None)  # ends the request iterator, whose thread would wait forever
             with self._lock:
                 if self._detached:
-                    error = TopicClosedError(f"{self.topic_name}: subscriber {self.subscriber_name!r} is detached")
+                    error = TopicClosedError(f"{self._where}: detached")
                 elif isinstance(error, TopicClosedError):
                     logger.info("%s", error)
                 else:
@@ -247,7 +231,7 @@ class GrpcTrajectorySubscription:
     def _take(self, max_items: int) -> list[Delivery[Trajectory]]:
         """Take what is buffered (the lock is held)."""
         if self._detached or self._error is not None:
-            raise self._error or TopicClosedError(f"{self.topic_name}: subscriber {self.subscriber_name!r} is detached")
+            raise self._error or TopicClosedError(f"{self._where}: detached")
         count = min(max_items, len(self._buffer))
         taken = [self._buffer.popleft() for _ in range(count)]
         self._handed.update(d.tag for d in taken)
@@ -272,7 +256,8 @@ class GrpcTrajectorySubscription:
                 empty name) or ended it with another status.
             RuntimeError: it would wait on a running event loop's thread (use ``aget``).
         """
-        _check_max_items(max_items)
+        if max_items < 1:
+            raise ValueError(f"max_items must be >= 1, got {max_items}")
         deadline = deadline_after(timeout_s)
         with self._lock:
             while True:
@@ -290,7 +275,8 @@ class GrpcTrajectorySubscription:
             TopicClosedError: detached, or the stream ended.
             StepstreamError: the processor ended the stream with another status.
         """
-        _check_max_items(max_items)
+        if max_items < 1:
+            raise ValueError(f"max_items must be >= 1, got {max_items}")
         deadline = deadline_after(timeout_s)
         while True:
             with self._lock:
@@ -335,17 +321,13 @@ class GrpcTrajectorySubscription:
             if self._detached:
                 return
             self._detached = True
-            self._readable.notify_all()
             self._not_full.notify_all()
-            if self._async_readers:
-                wake_all(self._async_readers)
+            self._wake_readers()
         self._outbox.put(None)
         if asyncio._get_running_loop() is None:
             self._reader.join(self._detach_grace_s)
             if self._reader.is_alive():
-                logger.warning(
-                    "%s: the server did not end the stream within %.1f s; cancelling", self.topic_name, self._detach_grace_s
-                )
+                logger.warning("%s: the stream did not end within %.1f s; cancelling", self._where, self._detach_grace_s)
                 self._call.cancel()
         else:
             with self._lock:
@@ -354,17 +336,14 @@ class GrpcTrajectorySubscription:
                     self._cancel_timer.name = f"{self._reader.name}/detach"
                     self._cancel_timer.daemon = True
                     self._cancel_timer.start()
-        logger.info("subscriber %r detached from %s", self.subscriber_name, self.topic_name)
+        logger.info("%s: detached", self._where)
 
     def _cancel_if_running(self) -> None:
         if self._reader.is_alive():
             self._call.cancel()
 
     def stats(self) -> SubscriptionStats:
-        """The client-side view: ``published`` counts trajectories received, ``depth`` those buffered,
-        ``in_flight`` those taken and not acked; ``max_size`` is ``max_buffered``. The processor's own
-        queue counters (drops, redeliveries) are on its side.
-        """
+        """The client side: ``published`` = received, ``depth`` = buffered, ``max_size`` = ``max_buffered``."""
         with self._lock:
             return SubscriptionStats(
                 subscriber_name=self.subscriber_name,
@@ -388,11 +367,6 @@ class GrpcTrajectorySubscription:
         self.detach()
 
 
-def _check_max_items(max_items: int) -> None:
-    if max_items < 1:
-        raise ValueError(f"max_items must be >= 1, got {max_items}")
-
-
 class GrpcPolicyPublisher:
     """A ``PolicySink`` of ``PolicyUpdate`` for one behavior over ``PublishPolicy`` / ``GetPolicyStatus``.
 
@@ -413,16 +387,17 @@ class GrpcPolicyPublisher:
         self._channel, self._owns_channel = open_channel(target)
         self._stub = pb_grpc.AgentProcessorStub(self._channel)
 
-    def status(self, behavior_name: str | None = None) -> pb.PolicyStatus:
+    def status(self, behavior_name: str | None = None, timeout_s: float | None = None) -> pb.PolicyStatus:
         """The processor's ``PolicyStatus`` of ``behavior_name`` (default: this publisher's).
 
         Raises:
-            StepstreamError: the call failed (``TopicClosedError`` when the processor is unreachable,
-                ``DeadlineExceededError`` past ``timeout_s``).
+            StepstreamError: the call failed (``DeadlineExceededError`` when the processor was not
+                reachable within ``timeout_s``, default ``self.timeout_s``).
         """
         name = behavior_name or self.behavior_name
+        query = pb.PolicyQuery(behavior_name=name)
         try:
-            return self._stub.GetPolicyStatus(pb.PolicyQuery(behavior_name=name), timeout=self.timeout_s, wait_for_ready=True)
+            return self._stub.GetPolicyStatus(query, timeout=timeout_s or self.timeout_s, wait_for_ready=True)
         except grpc.RpcError as err:
             raise error_from_rpc(err, f"GetPolicyStatus({name!r})") from err
 
@@ -432,7 +407,7 @@ class GrpcPolicyPublisher:
         return int(self.status().highest_version)
 
     def publish(self, item: pb.PolicyUpdate, version: int) -> bool:
-        """Hand ``item`` to the processor as ``version`` (stamped on a copy if it differs).
+        """Hand ``item`` to the processor as ``version`` (stamped on a copy if ``item.version`` differs).
 
         Returns:
             True iff the processor accepted it: ``version`` was above every earlier one.
@@ -441,24 +416,21 @@ class GrpcPolicyPublisher:
             ProtocolError: the processor refused the update (an empty name, an artifact it cannot
                 run, an action spec that differs from the declared one).
             StepstreamError: the call failed otherwise.
+            ValueError: ``item`` is for another behavior.
         """
-        if item.version != version or item.behavior_name != self.behavior_name:
+        if item.behavior_name != self.behavior_name:
+            raise ValueError(f"a policy of {item.behavior_name!r} given to the publisher of {self.behavior_name!r}")
+        if item.version != version:
             stamped = pb.PolicyUpdate()
             stamped.CopyFrom(item)
             stamped.version = version
-            stamped.behavior_name = self.behavior_name
             item = stamped
         try:
             reply = self._stub.PublishPolicy(item, timeout=self.timeout_s, wait_for_ready=True)
         except grpc.RpcError as err:
             raise error_from_rpc(err, f"PublishPolicy({self.behavior_name!r}, version {version})") from err
         if not reply.accepted:
-            logger.warning(
-                "policy version %d of %r not accepted: the processor holds %d",
-                version,
-                self.behavior_name,
-                reply.current_version,
-            )
+            logger.warning("%r: version %d not accepted (have %d)", self.behavior_name, version, reply.current_version)
         return bool(reply.accepted)
 
     def wait_for_brain_parameters(
@@ -476,8 +448,9 @@ class GrpcPolicyPublisher:
         name = behavior_name or self.behavior_name
         deadline = deadline_after(timeout_s)
         while True:
+            remaining = remaining_s(deadline)
             try:
-                status = self.status(name)
+                status = self.status(name, None if remaining is None else max(remaining, 0.001))
                 if status.HasField("brain_parameters"):
                     return BrainParameters.from_proto(status.brain_parameters)
             except (TopicClosedError, DeadlineExceededError) as err:

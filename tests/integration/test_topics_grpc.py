@@ -23,6 +23,7 @@ from common.topics import Deduplicator, Delivery, FullPolicy, TopicRegistry, Tra
 from common.topics.grpc_transport import GrpcPolicyPublisher, GrpcTrajectorySubscription, connect_trajectories
 from common.trajectory import Trajectory, TrajectoryId
 from processor.behaviors import BehaviorRuntime, ProcessorSettings
+from processor.servicer import delivery_batches
 from protos import PROTOCOL_VERSION, pb
 from protos import stepstream_pb2_grpc as pb_grpc
 from tests.integration.conftest import StartProcessor
@@ -232,7 +233,7 @@ async def test_a_refused_subscription_is_a_protocol_error(start_processor: Start
         with pytest.raises(ProtocolError) as refused:
             await odd.aget(timeout_s=LIVENESS_S)
         assert refused.value.precondition  # FAILED_PRECONDITION, mapped back
-        assert not odd.attached
+        assert not odd.stats().attached
 
 
 async def test_a_server_stop_ends_the_subscription_with_topic_closed(start_processor: StartProcessor) -> None:
@@ -258,3 +259,25 @@ async def test_connect_trajectories_by_registry_or_address(start_processor: Star
     await server.topics.trajectories(BEHAVIOR).publish(make_trajectory(1))
     assert sequences(await take(remote, 1)) == [1]
     remote.detach()
+
+
+async def test_the_server_refuses_anything_but_acks_after_subscribe_open(start_processor: StartProcessor) -> None:
+    server, address = await start_processor(settings())
+    await server.topics.trajectories(BEHAVIOR).publish(make_trajectory(0))
+    open_message = pb.SubscriberMessage(open=pb.SubscribeOpen(behavior_name=BEHAVIOR, subscriber_name="trainer"))
+    async with grpc.aio.insecure_channel(address) as channel:
+        call = pb_grpc.AgentProcessorStub(channel).Subscribe()
+        await call.write(open_message)
+        assert len((await call.read()).deliveries) == 1
+        await call.write(open_message)
+        assert await asyncio.wait_for(call.code(), LIVENESS_S) is grpc.StatusCode.FAILED_PRECONDITION
+    await auntil(lambda: server.topics.trajectories(BEHAVIOR).stats().subscribers["trainer"].depth == 1)  # requeued
+
+
+def test_delivery_batches_stay_under_their_byte_limit() -> None:
+    deliveries = [Delivery(tag, make_trajectory(tag, steps=8)) for tag in range(5)]
+    largest = max(d.item.to_proto().ByteSize() for d in deliveries)  # sequence 0 encodes a little smaller
+    batches = list(delivery_batches(deliveries, max_bytes=2 * largest))
+    assert [len(b.deliveries) for b in batches] == [2, 2, 1]
+    assert [d.delivery_tag for b in batches for d in b.deliveries] == list(range(5))
+    assert [len(b.deliveries) for b in delivery_batches(deliveries, max_bytes=1)] == [1] * 5  # a lone large one still goes

@@ -1,0 +1,172 @@
+"""Workload G1 (../shared/yardsticks/README.md): gRPC end to end.
+
+K env-client sessions (default 8), each one Step stream carrying A agents (default 32) with W1's
+observations (32 float32) and 4 continuous actions. The processor runs a real TensorFlow-produced
+2x64 MLP (TFLite artifact), batched across sessions, assembles trajectories (time_horizon 64) and
+publishes them to one in-process subscriber that counts experiences and acknowledges them.
+
+The clients run in a process of their own, as real env clients do (one asyncio loop, K sessions);
+the processor and the subscriber share the main process. Each agent's episode lasts uniform
+[50, 300] steps; on done the same id comes back as a new episode on the next step.
+
+Compare with ``grpc_echo_floor.py 4096 8 2000`` run in the same Python environment:
+ratio = agent_steps_per_s / (floor round-trips/s * 32).
+
+usage: grpc_g1.py [--clients 8] [--agents 32] [--steps 1500] [--warmup 100]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import multiprocessing as mp
+import os
+import time
+
+import numpy as np
+
+log = logging.getLogger("benchmarks.grpc_g1")
+OBS_SIZE, ACTION_SIZE, TIME_HORIZON, BEHAVIOR = 32, 4, 64, "G1"
+
+
+def _brain_parameters():  # type: ignore[no-untyped-def]
+    from common.specs import ActionSpec, BrainParameters, ObservationSpec
+
+    return BrainParameters(BEHAVIOR, (ObservationSpec((OBS_SIZE,), np.dtype(np.float32)),), ActionSpec(ACTION_SIZE))
+
+
+async def _client(
+    address: str, index: int, agents: int, steps: int, warmup: int, start_at: float
+) -> tuple[list[float], float, float]:
+    """One env client; returns its timed round trips (s) and when its timed window began and ended."""
+    from envclient import EnvSession
+    from envclient.session import brain_info_message
+
+    rng = np.random.default_rng(index)
+    ids = np.arange(agents, dtype=np.int64)
+    obs = rng.standard_normal((64, agents, OBS_SIZE), dtype=np.float32)
+    rewards = rng.standard_normal((64, agents)).astype(np.float32)
+    left = rng.integers(50, 301, size=agents)
+    timings: list[float] = []
+    window_start = 0.0
+    async with EnvSession(address, f"g1-{index}", [_brain_parameters()]) as session:
+        while time.time() < start_at:
+            await asyncio.sleep(0.005)
+        for t in range(warmup + steps):
+            done = left <= 0
+            message = brain_info_message(BEHAVIOR, ids, [obs[t % 64]], rewards[t % 64], done)
+            left = np.where(done, rng.integers(50, 301, size=agents), left - 1)
+            started = time.perf_counter()
+            if t == warmup:
+                window_start = started
+            await session.send(message)
+            if t >= warmup:
+                timings.append(time.perf_counter() - started)
+        window_end = time.perf_counter()
+    return timings, window_start, window_end
+
+
+def _client_process(address: str, clients: int, agents: int, steps: int, warmup: int, start_at: float, out: mp.Queue) -> None:
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+    async def run_all() -> list[tuple[list[float], float, float]]:
+        return await asyncio.gather(*[_client(address, i, agents, steps, warmup, start_at) for i in range(clients)])
+
+    out.put(asyncio.run(run_all()))
+
+
+def _policy_update():  # type: ignore[no-untyped-def]
+    import tensorflow as tf
+
+    from common.specs import ActionSpec
+    from trainer.export import TFLiteExporter, make_policy_update
+    from trainer.networks import PolicyNetwork
+
+    tf.random.set_seed(0)
+    network = PolicyNetwork([OBS_SIZE], ActionSpec(ACTION_SIZE), hidden_units=64, num_layers=2)
+    model = TFLiteExporter(network, [(OBS_SIZE,)]).export()
+    return make_policy_update(BEHAVIOR, 1, 0, model, ActionSpec(ACTION_SIZE).to_proto())
+
+
+async def _serve_and_measure(args: argparse.Namespace) -> dict[str, float]:
+    from processor.behaviors import BehaviorRuntime, ProcessorSettings
+    from processor.server import ProcessorServer
+
+    settings = ProcessorSettings(
+        behaviors={BEHAVIOR: BehaviorRuntime(time_horizon=TIME_HORIZON)},
+        strict=True,
+        declared_subscribers=("counter",),
+        **({} if args.deadline_ms is None else {"batch_deadline_ms": args.deadline_ms}),
+    )
+    server = ProcessorServer(settings)
+    port = await server.start()
+    server.topics.policies(BEHAVIOR).publish(_policy_update(), 1)
+    subscription = server.topics.trajectories(BEHAVIOR).subscribe("counter")
+    experiences = 0
+
+    async def count() -> None:
+        nonlocal experiences
+        while True:
+            deliveries = await subscription.aget(timeout_s=0.5)
+            experiences += sum(d.item.length for d in deliveries)
+            subscription.ack([d.tag for d in deliveries])
+
+    counter = asyncio.get_running_loop().create_task(count())
+    ctx = mp.get_context("spawn")
+    out: mp.Queue = ctx.Queue()
+    start_at = time.time() + 4.0  # let the child import and connect before the clock starts
+    child = ctx.Process(
+        target=_client_process, args=(f"127.0.0.1:{port}", args.clients, args.agents, args.steps, args.warmup, start_at, out)
+    )
+    child.start()
+    per_client = await asyncio.to_thread(out.get)
+    await asyncio.to_thread(child.join)
+    batcher = server.behaviors[BEHAVIOR].batcher.counters
+    counter.cancel()
+    await server.stop(1.0)
+    all_timings = np.concatenate([np.asarray(t) for t, _, _ in per_client])
+    # The timed window runs from the first client's first timed step to the last client's end.
+    wall = max(end for _, _, end in per_client) - min(start for _, start, _ in per_client)
+    agent_steps = args.clients * args.agents * args.steps
+    return {
+        "agent_steps_per_s": agent_steps / wall,
+        "p50_ms": float(np.percentile(all_timings, 50) * 1e3),
+        "p99_ms": float(np.percentile(all_timings, 99) * 1e3),
+        "experiences_published": experiences,
+        "mean_rows_per_forward_pass": batcher.rows / max(batcher.forward_passes, 1),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--clients", type=int, default=8)
+    parser.add_argument("--agents", type=int, default=32)
+    parser.add_argument("--steps", type=int, default=1500, help="timed steps per client")
+    parser.add_argument("--warmup", type=int, default=100, help="untimed steps per client first")
+    parser.add_argument("--deadline-ms", type=float, default=None, help="override ProcessorSettings.batch_deadline_ms")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    figures = asyncio.run(_serve_and_measure(args))
+    logging.getLogger().setLevel(logging.INFO)
+    log.info(
+        "G1 K=%d A=%d: %.0f agent-steps/s, p50 %.2f ms, p99 %.2f ms, %.1f rows per forward pass",
+        args.clients, args.agents, figures["agent_steps_per_s"], figures["p50_ms"], figures["p99_ms"],
+        figures["mean_rows_per_forward_pass"],
+    )
+    print(json.dumps({
+        "workload": "G1",
+        "clients": args.clients,
+        "agents": args.agents,
+        "agent_steps_per_s": round(figures["agent_steps_per_s"]),
+        "p50_ms": round(figures["p50_ms"], 3),
+        "p99_ms": round(figures["p99_ms"], 3),
+        "mean_rows_per_forward_pass": round(figures["mean_rows_per_forward_pass"], 1),
+        "experiences_published": int(figures["experiences_published"]),
+    }))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,186 @@
+"""Networks shared by the trainers: observation normaliser, MLP body, policy heads, distributions.
+
+Shapes: ``B`` rows of a minibatch, ``C`` continuous action size, ``M = sum(branches)`` logits.
+
+The policy network's ``forward(obs_0, ...)`` is what ``trainer.export`` converts into the TFLite
+artifact the processor runs; its outputs follow the artifact contract: ``"mean"``/``"log_std"``
+``[B, C]`` for continuous actions and ``"logits"`` ``[B, M]`` for discrete ones. Observations
+enter already normalised: the processor applies the normaliser state shipped beside the model,
+and the trainers apply ``Normalizer.normalize`` before calling the same network.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+import tensorflow as tf
+
+from common.specs import ActionSpec
+
+NORMALIZATION_EPSILON = 1e-8
+NORMALIZATION_CLIP = 5.0
+LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0
+MASKED_LOGIT = -1e9
+_HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
+
+
+class Normalizer(tf.Module):
+    """Running mean and variance of one observation (Chan et al.'s parallel update).
+
+    ``normalize`` is ML-Agents' rule, identical to the processor's:
+    ``clip((x - mean) / sqrt(variance + 1e-8), -5, 5)``.
+    """
+
+    def __init__(self, size: int, name: str = "normalizer") -> None:
+        super().__init__(name=name)
+        self.mean = tf.Variable(tf.zeros([size]), trainable=False, name="mean")
+        self.variance = tf.Variable(tf.ones([size]), trainable=False, name="variance")
+        self.count = tf.Variable(0.0, dtype=tf.float64, trainable=False, name="count")
+
+    def update(self, batch: np.ndarray) -> None:
+        """Fold rows ``[K, size]`` into the running statistics."""
+        if len(batch) == 0:
+            return
+        batch = np.asarray(batch, dtype=np.float64)
+        n_a, n_b = float(self.count.numpy()), float(len(batch))
+        mean_a, var_a = self.mean.numpy().astype(np.float64), self.variance.numpy().astype(np.float64)
+        mean_b, var_b = batch.mean(axis=0), batch.var(axis=0)
+        total = n_a + n_b
+        delta = mean_b - mean_a
+        mean = mean_a + delta * n_b / total
+        m2 = var_a * n_a + var_b * n_b + delta**2 * n_a * n_b / total
+        self.mean.assign(mean.astype(np.float32))
+        self.variance.assign((m2 / total).astype(np.float32))
+        self.count.assign(total)
+
+    def normalize(self, x: tf.Tensor) -> tf.Tensor:
+        return tf.clip_by_value((x - self.mean) / tf.sqrt(self.variance + NORMALIZATION_EPSILON), -NORMALIZATION_CLIP, NORMALIZATION_CLIP)
+
+    def state(self) -> tuple[np.ndarray, np.ndarray, int]:
+        """(mean, variance, count) for the PolicyUpdate's NormalizerState."""
+        return self.mean.numpy(), self.variance.numpy(), int(self.count.numpy())
+
+
+def swish(x: tf.Tensor) -> tf.Tensor:
+    """``x * sigmoid(x)``, ML-Agents' default activation, written out: Keras' ``"swish"`` is ``tf.nn.silu``,
+    whose custom gradient leaves an ``IdentityN`` in the graph that makes the TFLite converter drop the
+    model's signature (the processor then refuses the artifact)."""
+    return x * tf.sigmoid(x)
+
+
+def mlp(hidden_units: int, num_layers: int, name: str) -> tf.keras.Sequential:
+    """``num_layers`` dense layers of ``hidden_units`` with swish (ML-Agents' default activation)."""
+    return tf.keras.Sequential([tf.keras.layers.Dense(hidden_units, activation=swish) for _ in range(num_layers)], name=name)
+
+
+class PolicyNetwork(tf.Module):
+    """obs -> action distribution parameters (the part of the policy the processor runs).
+
+    Continuous: a Gaussian. ``state_dependent_std`` False (PPO) learns one log_std per dimension;
+    True (SAC) computes it from the observation. Discrete: logits per branch, concatenated.
+    """
+
+    def __init__(
+        self,
+        observation_sizes: Sequence[int],
+        action_spec: ActionSpec,
+        hidden_units: int,
+        num_layers: int,
+        state_dependent_std: bool = False,
+        initial_log_std: float = 0.0,
+    ) -> None:
+        super().__init__(name="policy")
+        self.observation_sizes = list(observation_sizes)
+        self.action_spec = action_spec
+        self.state_dependent_std = state_dependent_std
+        self.body = mlp(hidden_units, num_layers, "policy_body")
+        c, m = action_spec.continuous_size, action_spec.mask_width
+        # Small initial weights keep the first policy near mean 0 (ML-Agents scales its heads by 0.01-0.1).
+        small = tf.keras.initializers.VarianceScaling(0.01)
+        self.mean_head = tf.keras.layers.Dense(c, kernel_initializer=small, name="mean") if c else None
+        self.log_std_head = tf.keras.layers.Dense(c, kernel_initializer=small, name="log_std") if c and state_dependent_std else None
+        self.log_std = tf.Variable(tf.fill([c], initial_log_std), name="log_std") if c and not state_dependent_std else None
+        self.logits_head = tf.keras.layers.Dense(m, kernel_initializer=small, name="logits") if m else None
+        total = sum(self.observation_sizes)
+        self.body.build((None, total))
+        for head in (self.mean_head, self.log_std_head, self.logits_head):
+            if head is not None:
+                head.build((None, hidden_units))
+
+    def __call__(self, *normalized_obs: tf.Tensor) -> dict[str, tf.Tensor]:
+        """Distribution parameters: ``mean``/``log_std`` [B, C] and/or ``logits`` [B, M]."""
+        x = normalized_obs[0] if len(normalized_obs) == 1 else tf.concat(normalized_obs, axis=-1)
+        h = self.body(x)
+        out: dict[str, tf.Tensor] = {}
+        if self.mean_head is not None:
+            out["mean"] = self.mean_head(h)
+            if self.log_std_head is not None:
+                out["log_std"] = tf.clip_by_value(self.log_std_head(h), LOG_STD_MIN, LOG_STD_MAX)
+            else:
+                assert self.log_std is not None
+                out["log_std"] = tf.broadcast_to(tf.clip_by_value(self.log_std, LOG_STD_MIN, LOG_STD_MAX), tf.shape(out["mean"]))
+        if self.logits_head is not None:
+            out["logits"] = self.logits_head(h)
+        return out
+
+    @property
+    def trainable_variables(self) -> tuple[tf.Variable, ...]:
+        """Every trainable weight. ``tf.Module``'s own walk sees only ``log_std``: Keras 3 weights are not
+        ``tf.Variable`` instances, so without this an optimiser would silently train nothing else."""
+        layers = (self.body, self.mean_head, self.log_std_head, self.logits_head)
+        own = (self.log_std,) if self.log_std is not None else ()
+        return own + tuple(w for layer in layers if layer is not None for w in layer.trainable_variables)
+
+
+class ValueNetwork(tf.Module):
+    """obs (and optionally actions) -> one scalar per row: PPO's V(s), or SAC's Q(s, a)."""
+
+    def __init__(self, hidden_units: int, num_layers: int, input_size: int, outputs: int = 1, name: str = "value") -> None:
+        super().__init__(name=name)
+        self.body = mlp(hidden_units, num_layers, f"{name}_body")
+        self.head = tf.keras.layers.Dense(outputs, name=f"{name}_head")
+        self.body.build((None, input_size))
+        self.head.build((None, hidden_units))
+
+    def __call__(self, x: tf.Tensor) -> tf.Tensor:
+        """``x`` [B, input_size] -> [B, outputs]."""
+        return self.head(self.body(x))
+
+    @property
+    def trainable_variables(self) -> tuple[tf.Variable, ...]:
+        """Every trainable weight (Keras 3 weights are invisible to ``tf.Module``'s walk; see PolicyNetwork)."""
+        return tuple(self.body.trainable_variables) + tuple(self.head.trainable_variables)
+
+
+# -- distributions: the same maths as processor/inference.py, in TF ----------------------------
+
+
+def gaussian_log_prob(actions: tf.Tensor, mean: tf.Tensor, log_std: tf.Tensor) -> tf.Tensor:
+    """Per-dimension log N(actions; mean, exp(log_std)), [B, C]."""
+    z = (actions - mean) * tf.exp(-log_std)
+    return -0.5 * tf.square(z) - log_std - _HALF_LOG_2PI
+
+
+def gaussian_entropy(log_std: tf.Tensor) -> tf.Tensor:
+    """Per-dimension entropy of a Gaussian, [B, C]."""
+    return log_std + 0.5 + _HALF_LOG_2PI
+
+
+def masked_log_softmax(logits: tf.Tensor, mask: tf.Tensor | None, branches: Sequence[int]) -> list[tf.Tensor]:
+    """Per-branch log-probabilities with masked options (mask 0) pushed to ~-1e9; one [B, size] per branch."""
+    if mask is not None:
+        logits = tf.where(mask > 0, logits, MASKED_LOGIT)
+    return [tf.nn.log_softmax(part, axis=-1) for part in tf.split(logits, list(branches), axis=-1)]
+
+
+def discrete_log_prob_and_entropy(
+    logits: tf.Tensor, mask: tf.Tensor | None, actions: tf.Tensor, branches: Sequence[int]
+) -> tuple[tf.Tensor, tf.Tensor]:
+    """Log-prob of the chosen option per branch [B, nB] and entropy per branch [B, nB]."""
+    log_probs, entropies = [], []
+    for b, log_p in enumerate(masked_log_softmax(logits, mask, branches)):
+        log_probs.append(tf.gather(log_p, tf.cast(actions[:, b], tf.int32), axis=-1, batch_dims=1))
+        entropies.append(-tf.reduce_sum(tf.exp(log_p) * log_p, axis=-1))
+    return tf.stack(log_probs, axis=-1), tf.stack(entropies, axis=-1)
