@@ -123,11 +123,15 @@ class EnvSession:
             raise StepRejectedError(err.code(), err.details() or "") from None
         except asyncio.InvalidStateError:
             # The processor ended the stream before this write (replaced, shut down): its status says why.
-            response = grpc.aio.EOF
+            raise await self._ended(self._call) from None
         if response is grpc.aio.EOF:
-            code = await self._call.code()
-            raise StepRejectedError(code, await self._call.details() or "stream ended")
+            raise await self._ended(self._call)
         return response
+
+    @staticmethod
+    async def _ended(call: grpc.aio.StreamStreamCall) -> StepRejectedError:
+        """The error for a stream the processor has ended, from its final status."""
+        return StepRejectedError(await call.code(), await call.details() or "stream ended")
 
     async def send(self, brain_info: pb.BrainInfo) -> ActionResult:
         """Send an already-encoded BrainInfo; returns its actions."""

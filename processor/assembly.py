@@ -142,7 +142,7 @@ class TrajectoryAssembler:
         old = self._capacity
 
         def grow(current: np.ndarray | None, shape: tuple[int, ...], dtype: type) -> np.ndarray:
-            grown = np.zeros((capacity, *shape), dtype=dtype)
+            grown: np.ndarray = np.zeros((capacity, *shape), dtype=dtype)
             if current is not None:
                 grown[:old] = current
             return grown

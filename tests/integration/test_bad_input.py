@@ -1,0 +1,300 @@
+"""Bad input on the Step stream: the offending stream ends with the right status and a message
+naming what is wrong, and a well-behaved session running at the same time is untouched.
+
+Each case runs while the well-behaved session is mid-episode (after step 2 of the
+``agents_end_episodes_at_different_steps`` case): its trajectories must still be exactly the
+case's. Malformed messages are built directly with ``protos.pb`` / ``to_tensor`` and sent through
+``EnvSession.send``, or through a raw stub where the real client cannot misbehave that way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+
+import grpc
+import numpy as np
+import pytest
+
+from common.specs import ActionSpec, BrainParameters, ObservationSpec
+from envclient.session import EnvSession, StepRejectedError
+from processor.behaviors import BehaviorRuntime
+from processor.server import ProcessorServer, ServerOptions
+from protos import PROTOCOL_VERSION, pb, to_tensor
+from protos import stepstream_pb2_grpc as pb_grpc
+from tests.assembly_cases import CASES, CONTINUOUS, HYBRID, R, brain_info_proto, step
+from tests.integration.helpers import STOP_GRACE_S, Harness, assert_published, from_expect, itest_settings, serve_steps
+
+GOOD_CASE = next(c for c in CASES if c.name == "agents_end_episodes_at_different_steps")
+MAX_MESSAGE_BYTES = 64 * 1024
+"""gRPC's own limit on this server: far above a normal BrainInfo, far below an oversized one."""
+
+
+@pytest.fixture
+async def harness() -> AsyncIterator[Harness]:
+    """A strict server (only Walker and Gridder configured) with a small message limit, both policies published."""
+    settings = itest_settings(
+        behaviors={p.behavior_name: BehaviorRuntime(time_horizon=GOOD_CASE.time_horizon) for p in (CONTINUOUS, HYBRID)},
+        strict=True,
+    )
+    server = ProcessorServer(settings, ServerOptions(max_message_bytes=MAX_MESSAGE_BYTES))
+    port = await server.start()
+    try:
+        harness = Harness(server, f"127.0.0.1:{port}")
+        harness.publish_policy(CONTINUOUS, version=1)
+        harness.publish_policy(HYBRID, version=1)
+        yield harness
+    finally:
+        await server.stop(STOP_GRACE_S)
+
+
+# -- ways to misbehave ---------------------------------------------------------------------------
+
+
+def walker_info(*agent_ids: int) -> pb.BrainInfo:
+    """A valid Walker BrainInfo for ``agent_ids`` (obs = agent id)."""
+    return brain_info_proto(step(*(R(a, float(a), 0.5) for a in agent_ids)), CONTINUOUS)
+
+
+def gridder_info(mask: list[list[int]]) -> pb.BrainInfo:
+    """A valid-but-for-its-mask Gridder BrainInfo for agents 7 and 8."""
+    msg = brain_info_proto(step(R(7, 7.0), R(8, 8.0)), HYBRID)
+    to_tensor(np.array(mask, np.uint8), msg.action_mask)
+    return msg
+
+
+async def send_after_hello(harness: Harness, info: pb.BrainInfo, params: BrainParameters = CONTINUOUS) -> StepRejectedError:
+    """Open a real EnvSession, send one good step (its agents now have state), then ``info``."""
+    session = EnvSession(harness.address, "bad-client", [params])
+    try:
+        await session.open()
+        if params is CONTINUOUS:
+            await session.send(walker_info(7, 9))
+        with pytest.raises(StepRejectedError) as caught:
+            await session.send(info)
+        return caught.value
+    finally:
+        await session.close()
+
+
+async def hello_with(
+    harness: Harness, *params: BrainParameters | pb.BrainParameters, version: int = PROTOCOL_VERSION
+) -> StepRejectedError:
+    """A raw Hello declaring ``params`` (protos as they are, so invalid specs get through) with ``version``."""
+    hello = pb.Hello(protocol_version=version, client_id="bad-client")
+    hello.brain_parameters.extend(p if isinstance(p, pb.BrainParameters) else p.to_proto() for p in params)
+    return await raw_stream(harness, pb.StepRequest(hello=hello))
+
+
+async def raw_stream(harness: Harness, *requests: pb.StepRequest) -> StepRejectedError:
+    """Write ``requests`` one by one on a raw Step stream, reading an answer to each; the status that ends it."""
+    async with grpc.aio.insecure_channel(harness.address) as channel:
+        call = pb_grpc.AgentProcessorStub(channel).Step()
+        try:
+            for request in requests:
+                await call.write(request)
+                response = await call.read()
+                if response is grpc.aio.EOF:
+                    break
+        except grpc.aio.AioRpcError as err:
+            return StepRejectedError(err.code(), err.details() or "")
+        code = await call.code()
+        assert code != grpc.StatusCode.OK, "the stream was not refused"
+        return StepRejectedError(code, await call.details() or "")
+
+
+def with_tensor(info: pb.BrainInfo, edit: Callable[[pb.BrainInfo], None]) -> pb.BrainInfo:
+    edit(info)
+    return info
+
+
+def bad_value(field: str, value: float) -> pb.BrainInfo:
+    """A Walker step for agents 9 and 7 whose ``field`` of agent 7 is ``value``."""
+    info = walker_info(9, 7)
+    if field == "obs":
+        to_tensor(np.array([[9.0, -9.0], [value, 1.0]], np.float32), info.observations[0])
+    else:
+        to_tensor(np.array([0.5, value], np.float32), info.rewards)
+    return info
+
+
+def image_params() -> pb.BrainParameters:
+    params = BrainParameters("Camera", (ObservationSpec((84, 84, 3), np.dtype(np.uint8)),), ActionSpec(0, (3,))).to_proto()
+    return params
+
+
+def truncate_rewards(info: pb.BrainInfo) -> None:
+    info.rewards.data = info.rewards.data[:-2]
+
+
+def add_observation(info: pb.BrainInfo) -> None:
+    to_tensor(np.zeros((2, 2), np.float32), info.observations.add())
+
+
+def widen_observation(info: pb.BrainInfo) -> None:
+    to_tensor(np.zeros((2, 3), np.float32), info.observations[0])
+
+
+def max_reached_alone(info: pb.BrainInfo) -> None:
+    to_tensor(np.array([False, True]), info.max_reached)
+
+
+def oversized() -> pb.BrainInfo:
+    ids = np.arange(10_000)
+    return brain_info_proto(step(*(R(int(a), 1.0) for a in ids)), CONTINUOUS)
+
+
+def hello(params: BrainParameters) -> pb.StepRequest:
+    msg = pb.Hello(protocol_version=PROTOCOL_VERSION, client_id="bad-client")
+    msg.brain_parameters.append(params.to_proto())
+    return pb.StepRequest(hello=msg)
+
+
+@dataclass(frozen=True)
+class BadCase:
+    name: str
+    misbehave: Callable[[Harness], Awaitable[StepRejectedError]]
+    code: grpc.StatusCode
+    details: tuple[str, ...]
+    """Every one of these must appear in the status details."""
+
+
+INVALID = grpc.StatusCode.INVALID_ARGUMENT
+WALKER = "behavior 'Walker'"
+BAD_CASES = (
+    BadCase(
+        "brain_info_before_hello",
+        lambda h: raw_stream(h, pb.StepRequest(brain_info=walker_info(7))),
+        grpc.StatusCode.FAILED_PRECONDITION,
+        ("first message of a Step stream must be a Hello",),
+    ),
+    BadCase(
+        "second_hello_on_one_stream",
+        lambda h: raw_stream(h, hello(CONTINUOUS), hello(CONTINUOUS)),
+        grpc.StatusCode.FAILED_PRECONDITION,
+        ("second Hello",),
+    ),
+    BadCase(
+        "brain_info_of_undeclared_behavior",
+        lambda h: send_after_hello(h, brain_info_proto(step(R(7, 7.0), R(8, 8.0)), HYBRID)),
+        grpc.StatusCode.NOT_FOUND,
+        ("behavior 'Gridder' was not declared in the Hello", "declared: ['Walker']"),
+    ),
+    BadCase(
+        "hello_with_behavior_not_in_strict_config",
+        lambda h: hello_with(h, BrainParameters("Stranger", CONTINUOUS.observation_specs, CONTINUOUS.action_spec)),
+        grpc.StatusCode.NOT_FOUND,
+        ("behavior 'Stranger' is not in the processor's config", "Gridder", "Walker"),
+    ),
+    BadCase(
+        "tensor_byte_length_mismatch",
+        lambda h: send_after_hello(h, with_tensor(walker_info(9, 7), truncate_rewards)),
+        INVALID,
+        (WALKER, "rewards: 6 bytes do not match shape [2] of float32 (8 bytes expected)"),
+    ),
+    BadCase(
+        "observation_count_differs_from_brain_parameters",
+        lambda h: send_after_hello(h, with_tensor(walker_info(9, 7), add_observation)),
+        INVALID,
+        (WALKER, "2 observations sent, BrainParameters declare 1"),
+    ),
+    BadCase(
+        "observation_shape_differs_from_brain_parameters",
+        lambda h: send_after_hello(h, with_tensor(walker_info(9, 7), widen_observation)),
+        INVALID,
+        (WALKER, "observations[0] is float32 [2, 3], BrainParameters declare float32 [2, 2]"),
+    ),
+    BadCase(
+        "nan_in_observation",
+        lambda h: send_after_hello(h, bad_value("obs", np.nan)),
+        INVALID,
+        (WALKER, "observations[0] of agent 7 is NaN or Inf"),
+    ),
+    BadCase(
+        "inf_in_observation",
+        lambda h: send_after_hello(h, bad_value("obs", -np.inf)),
+        INVALID,
+        (WALKER, "observations[0] of agent 7 is NaN or Inf"),
+    ),
+    BadCase(
+        "nan_in_reward",
+        lambda h: send_after_hello(h, bad_value("reward", np.nan)),
+        INVALID,
+        (WALKER, "rewards of agent 7 is NaN or Inf"),
+    ),
+    BadCase(
+        "inf_in_reward",
+        lambda h: send_after_hello(h, bad_value("reward", np.inf)),
+        INVALID,
+        (WALKER, "rewards of agent 7 is NaN or Inf"),
+    ),
+    BadCase(
+        "duplicate_agent_ids",
+        lambda h: send_after_hello(h, walker_info(3, 5, 3)),
+        INVALID,
+        (WALKER, "duplicate agent ids [3]"),
+    ),
+    BadCase(
+        "max_reached_without_done",
+        lambda h: send_after_hello(h, with_tensor(walker_info(9, 7), max_reached_alone)),
+        INVALID,
+        (WALKER, "max_reached without done for agent 7"),
+    ),
+    BadCase(
+        "action_mask_of_wrong_width",
+        lambda h: send_after_hello(h, gridder_info([[1, 1, 1, 1], [1, 1, 1, 1]]), HYBRID),
+        INVALID,
+        ("behavior 'Gridder'", "action_mask must be [2, 5] (sum of branches [3, 2]), got uint8 [2, 4]"),
+    ),
+    BadCase(
+        "action_mask_branch_with_nothing_allowed",
+        lambda h: send_after_hello(h, gridder_info([[1, 0, 0, 1, 1], [0, 1, 0, 0, 0]]), HYBRID),
+        INVALID,
+        ("behavior 'Gridder'", "action_mask allows nothing in branch 1 for agent 8"),
+    ),
+    BadCase(
+        "protocol_version_mismatch",
+        lambda h: hello_with(h, CONTINUOUS, version=PROTOCOL_VERSION + 1),
+        grpc.StatusCode.FAILED_PRECONDITION,
+        (f"protocol version {PROTOCOL_VERSION + 1}", f"this processor speaks {PROTOCOL_VERSION}"),
+    ),
+    BadCase(
+        "brain_parameters_differ_from_the_declared_behavior",
+        lambda h: hello_with(h, BrainParameters("Walker", (ObservationSpec((3,), np.dtype(np.float32)),), ActionSpec(2))),
+        grpc.StatusCode.FAILED_PRECONDITION,
+        ("behavior 'Walker' is already declared with other BrainParameters", "float32[2]", "float32[3]"),
+    ),
+    BadCase(
+        "oversized_message",
+        lambda h: send_after_hello(h, oversized()),
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        ("larger than max", str(MAX_MESSAGE_BYTES)),
+    ),
+    BadCase(
+        "image_observation_in_hello",
+        lambda h: hello_with(h, image_params()),
+        grpc.StatusCode.UNIMPLEMENTED,
+        ("behavior 'Camera'", "observation_specs[0] is an image [84, 84, 3]", "not supported yet"),
+    ),
+)
+
+
+@pytest.mark.parametrize("bad", BAD_CASES, ids=[b.name for b in BAD_CASES])
+async def test_bad_input_ends_only_its_own_stream(bad: BadCase, harness: Harness) -> None:
+    refused: list[StepRejectedError] = []
+
+    async def misbehave() -> None:
+        refused.append(await bad.misbehave(harness))
+
+    run = await serve_steps(harness, GOOD_CASE.steps, GOOD_CASE.params, after_step={2: misbehave})
+
+    (error,) = refused
+    assert error.code == bad.code, f"{error.code.name}: {error.details}"
+    for part in bad.details:
+        assert part in error.details, f"{part!r} not in {error.details!r}"
+    # The well-behaved session, mid-episode throughout, got exactly its trajectories and nothing else came.
+    assert_published(run, [from_expect(e, run) for e in GOOD_CASE.expected], harness)
+    assert await harness.claim(CONTINUOUS.behavior_name) == [], "the refused session published something"
+    assert await harness.claim(HYBRID.behavior_name) == []
+    assert harness.behavior("Walker").params == CONTINUOUS
+    assert harness.session_count() == 0
