@@ -49,8 +49,23 @@ def _add_health(sub: argparse._SubParsersAction) -> None:
 
 
 def _add_train(sub: argparse._SubParsersAction) -> None:
-    parser = sub.add_parser("train", help="train the behaviors of CONFIG on this machine (embedded mode)")
+    parser = sub.add_parser(
+        "train",
+        help="train the behaviors of CONFIG on this machine (embedded mode)",
+        description="Run the processor, the env clients and one trainer per behavior in this process; "
+        "results go to RESULTS_DIR/RUN_ID. Ctrl-C saves checkpoints and exits; --resume continues.",
+    )
     parser.add_argument("config", help="ML-Agents-style trainer YAML")
+    parser.add_argument("--run-id", default="ppo", help="name of the run's results folder (default: ppo)")
+    parser.add_argument("--results-dir", default="results", help="where run folders go (default: results)")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--resume", action="store_true", help="continue the run RUN_ID from its latest checkpoints")
+    mode.add_argument("--force", action="store_true", help="overwrite the run RUN_ID if it exists")
+    mode.add_argument("--inference", action="store_true", help="act with RUN_ID's latest checkpoints, without training")
+    parser.add_argument("--env", help="override env_settings.env_path (gym:<id>)")
+    parser.add_argument("--num-envs", type=int, help="override env_settings.num_envs (copies per env)")
+    parser.add_argument("--seed", type=int, help="override env_settings.seed")
+    parser.add_argument("--no-progress", action="store_true", help="no live progress bar (log lines only)")
     parser.set_defaults(func=_run_train)
 
 
@@ -91,8 +106,9 @@ def _run_health(args: argparse.Namespace) -> int:
 
 
 def _run_train(args: argparse.Namespace) -> int:
-    log.error("training is not built yet (see issue 'Run it'); nothing was trained from %s", args.config)
-    return 2
+    from cli.train import options_from_args, run_train
+
+    return run_train(options_from_args(args))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -9,13 +9,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from common.config import RunOptions
+from common.config import BehaviorSettings, RunOptions, TrainerType
 from common.errors import ProtocolError, StepstreamError, UnknownBehaviorError
 from common.specs import BrainParameters
 from common.topics import FullPolicy, TopicRegistry
@@ -40,6 +41,23 @@ class BehaviorRuntime:
     max_policy_lag: int | None = None
     """Drop (and count) trajectories acted by a policy more than this many versions behind the
     newest one; None keeps all."""
+    trajectory_queue_size: int | None = None
+    """Capacity (trajectories, queued + unacknowledged) of each subscriber queue of this behavior;
+    None: ``ProcessorSettings.trajectory_queue_size``."""
+
+    @classmethod
+    def from_settings(cls, settings: BehaviorSettings) -> BehaviorRuntime:
+        """The processor's view of one behavior's config.
+
+        PPO is on-policy, so its queue holds about one update buffer of trajectories: env clients
+        then wait (``block``) while the trainer updates, instead of acting on with a policy that is
+        about to be replaced and whose data ``max_policy_lag`` would drop. SAC and BC keep the
+        processor-wide default.
+        """
+        queue = None
+        if settings.trainer_type == TrainerType.PPO:
+            queue = max(2, math.ceil(settings.hyperparameters.buffer_size / settings.time_horizon))  # type: ignore[union-attr]
+        return cls(settings.time_horizon, settings.effective_max_policy_lag, queue)
 
 
 @dataclass(frozen=True)
@@ -72,14 +90,10 @@ class ProcessorSettings:
 
         Behaviors outside the config are refused unless ``default_settings`` covers them.
         """
-        behaviors = {
-            name: BehaviorRuntime(time_horizon=b.time_horizon, max_policy_lag=b.effective_max_policy_lag)
-            for name, b in run_options.behaviors.items()
-        }
+        behaviors = {name: BehaviorRuntime.from_settings(b) for name, b in run_options.behaviors.items()}
         fields: dict[str, Any] = {"behaviors": behaviors, "strict": run_options.default_settings is None}
         if run_options.default_settings is not None:
-            d = run_options.default_settings
-            fields["default_runtime"] = BehaviorRuntime(time_horizon=d.time_horizon, max_policy_lag=d.effective_max_policy_lag)
+            fields["default_runtime"] = BehaviorRuntime.from_settings(run_options.default_settings)
         fields.update(overrides)
         return cls(**fields)
 
@@ -216,10 +230,15 @@ class BehaviorTable:
         for name in settings.behaviors:
             self._declare_topics(name)
 
+    def queue_size(self, name: str) -> int:
+        """Capacity of each subscriber queue of behavior ``name``."""
+        runtime = self.settings.behaviors.get(name, self.settings.default_runtime)
+        return runtime.trajectory_queue_size or self.settings.trajectory_queue_size
+
     def _declare_topics(self, name: str) -> None:
         topic = self.topics.trajectories(name)
         for subscriber in self.settings.declared_subscribers:
-            topic.declare(subscriber, self.settings.trajectory_queue_size, self.settings.full_policy)
+            topic.declare(subscriber, self.queue_size(name), self.settings.full_policy)
 
     def __getitem__(self, name: str) -> Behavior:
         behavior = self._behaviors.get(name)

@@ -177,9 +177,9 @@ class AgentProcessorServicer(pb_grpc.AgentProcessorServicer):
             raise ProtocolError("the first message of a Subscribe stream must be SubscribeOpen", precondition=True)
         if not first.open.behavior_name or not first.open.subscriber_name:
             raise ProtocolError("SubscribeOpen needs a behavior_name and a subscriber_name")
-        settings = self.behaviors.settings
-        return self.topics.trajectories(first.open.behavior_name).subscribe(
-            first.open.subscriber_name, settings.trajectory_queue_size, settings.full_policy, replace=True
+        name = first.open.behavior_name
+        return self.topics.trajectories(name).subscribe(
+            first.open.subscriber_name, self.behaviors.queue_size(name), self.behaviors.settings.full_policy, replace=True
         )
 
     async def PublishPolicy(self, request: pb.PolicyUpdate, context: grpc.aio.ServicerContext) -> pb.PublishPolicyReply:

@@ -133,6 +133,11 @@ class PolicyNetwork(tf.Module):
         own = (self.log_std,) if self.log_std is not None else ()
         return own + tuple(w for layer in layers if layer is not None for w in layer.trainable_variables)
 
+    @property
+    def variables(self) -> tuple[tf.Variable, ...]:
+        """Every weight (all are trainable); ``tf.Module``'s own walk misses the Keras ones, as above."""
+        return self.trainable_variables
+
 
 class ValueNetwork(tf.Module):
     """obs (and optionally actions) -> one scalar per row: PPO's V(s), or SAC's Q(s, a)."""
@@ -152,6 +157,11 @@ class ValueNetwork(tf.Module):
     def trainable_variables(self) -> tuple[tf.Variable, ...]:
         """Every trainable weight (Keras 3 weights are invisible to ``tf.Module``'s walk; see PolicyNetwork)."""
         return tuple(self.body.trainable_variables) + tuple(self.head.trainable_variables)
+
+    @property
+    def variables(self) -> tuple[tf.Variable, ...]:
+        """Every weight (all are trainable)."""
+        return self.trainable_variables
 
 
 # -- distributions: the same maths as processor/inference.py, in TF ----------------------------

@@ -1,0 +1,318 @@
+"""``stepstream train CONFIG``: the embedded mode, everything on this machine, no external service.
+
+One process runs the processor (gRPC on a loopback port, so the env clients take the very path
+remote ones do) and the env clients as coroutines of its event loop; each behavior's trainer runs
+in a thread of its own with the in-process topics (ARCHITECTURE.md, "Two topologies"). TensorFlow
+releases the GIL inside its kernels, so the trainer's updates and the processor's event loop
+share the two cores.
+
+Results go to ``<results-dir>/<run-id>/`` as ARCHITECTURE.md's "Results layout" says.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import os
+import shutil
+import signal
+import threading
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from common.config import BehaviorSettings, RunOptions, load_config
+from common.errors import ConfigError
+from common.specs import BrainParameters
+from common.topics import TopicRegistry
+from envclient.gym_adapter import GymVectorEnv, from_env_path
+from envclient.runner import run_env
+from envclient.session import EnvSession
+from processor.behaviors import TRAINER_SUBSCRIBER, ProcessorSettings
+from processor.server import ProcessorServer, ServerOptions
+from protos import pb
+
+log = logging.getLogger(__name__)
+
+CLIENT_STOP_TIMEOUT_S = 10.0
+STOP_GRACE_S = 5.0
+PROGRESS_INTERVAL_S = 0.5
+
+
+@dataclass(frozen=True)
+class TrainOptions:
+    """The ``train`` subcommand's flags (``mlagents-learn``'s names)."""
+
+    config: Path
+    run_id: str = "ppo"
+    results_dir: Path = Path("results")
+    resume: bool = False
+    force: bool = False
+    inference: bool = False
+    env: str | None = None
+    num_envs: int | None = None
+    seed: int | None = None
+    progress: bool = True
+
+
+def process_start_time() -> float:
+    """Epoch seconds when this process started (imports included), from /proc where it exists."""
+    try:
+        with open("/proc/self/stat", encoding="ascii") as f:
+            start_ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/uptime", encoding="ascii") as f:
+            uptime_s = float(f.read().split()[0])
+        return time.time() - uptime_s + start_ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return time.time()
+
+
+def load_run_options(options: TrainOptions) -> RunOptions:
+    """The config with ``--env``, ``--num-envs`` and ``--seed`` applied over ``env_settings``."""
+    env: dict[str, Any] = {}
+    if options.env is not None:
+        env["env_path"] = options.env
+    if options.num_envs is not None:
+        env["num_envs"] = options.num_envs
+    if options.seed is not None:
+        env["seed"] = options.seed
+    return load_config(options.config, overrides={"env_settings": env} if env else None)
+
+
+def prepare_run_dir(options: TrainOptions, run_options: RunOptions) -> Path:
+    """Create (or reuse with --resume / --inference, or wipe with --force) ``results/<run-id>``.
+
+    Raises:
+        ConfigError: the run exists and neither --resume, --force nor --inference was given, or
+            --resume/--inference name a run that does not exist.
+    """
+    run_dir = options.results_dir / options.run_id
+    if run_dir.exists() and options.force:
+        shutil.rmtree(run_dir)
+    elif run_dir.exists() and not (options.resume or options.inference):
+        raise ConfigError(f"{run_dir} already exists: pass --resume to continue it, or --force to overwrite it")
+    elif not run_dir.exists() and (options.resume or options.inference):
+        raise ConfigError(f"{run_dir} does not exist: nothing to {'resume' if options.resume else 'run'}")
+    (run_dir / "run_logs").mkdir(parents=True, exist_ok=True)
+    if not options.inference:
+        with open(run_dir / "configuration.yaml", "w", encoding="utf-8") as f:
+            yaml.safe_dump(run_options.to_dict(), f, sort_keys=False)
+    return run_dir
+
+
+def _seed(run_options: RunOptions) -> int:
+    seed = run_options.env_settings.seed
+    return seed if seed >= 0 else int.from_bytes(os.urandom(2), "little")
+
+
+def run_train(options: TrainOptions) -> int:
+    """Train (or, with --inference, act) until every trainer reaches max_steps or Ctrl-C."""
+    started_at = process_start_time()
+    run_options = load_run_options(options)
+    if not run_options.env_settings.env_paths:
+        raise ConfigError(f"{options.config}: env_settings.env_path is required for `stepstream train` (or pass --env)")
+    run_dir = prepare_run_dir(options, run_options)
+    from trainer.loop import configure_tf_threads
+
+    configure_tf_threads()
+    return asyncio.run(EmbeddedRun(options, run_options, run_dir, started_at).run())
+
+
+class EmbeddedRun:
+    """The processor, the env clients and one trainer thread per behavior, in this process."""
+
+    def __init__(self, options: TrainOptions, run_options: RunOptions, run_dir: Path, started_at: float) -> None:
+        self.options = options
+        self.run_options = run_options
+        self.run_dir = run_dir
+        self.started_at = started_at
+        self.seed = _seed(run_options)
+        self.envs: dict[str, GymVectorEnv] = {}
+        self.loops: dict[str, Any] = {}
+        self.threads: dict[str, asyncio.Future[Any]] = {}
+        self.trainer_stop = threading.Event()
+        self.env_stop = asyncio.Event()
+
+    def _make_envs(self) -> None:
+        settings = self.run_options.env_settings
+        for i, env_path in enumerate(settings.env_paths):
+            env = from_env_path(env_path, settings.num_envs, self.seed + 1000 * i)
+            name = env.brain_parameters.behavior_name
+            self.run_options.settings_for(name)  # a behavior without settings is a config error now
+            self.envs[name] = env
+
+    def _settings(self, name: str) -> BehaviorSettings:
+        return self.run_options.settings_for(name)
+
+    def _start_trainer(self, name: str, params: BrainParameters, topics: TopicRegistry) -> None:
+        from trainer.loop import TrainerLoop
+        from trainer.registry import make_learner
+
+        settings = self._settings(name)
+        learner = make_learner(params, settings, self.seed)
+        loop = TrainerLoop(
+            name,
+            learner,
+            topics.trajectories(name).subscribe(TRAINER_SUBSCRIBER),
+            topics.policies(name),
+            settings,
+            results_dir=self.run_dir,
+            run_started_at=self.started_at,
+            seed=self.seed,
+            resume=self.options.resume,
+        )
+        self.loops[name] = loop
+        self.threads[name] = asyncio.ensure_future(asyncio.to_thread(loop.run, self.trainer_stop))
+
+    def _publish_checkpoint_policy(self, name: str, params: BrainParameters, topics: TopicRegistry) -> None:
+        """--inference: the newest checkpoint's policy, published once; no trainer runs."""
+        from trainer.checkpoint import Checkpointer
+        from trainer.loop import CHECKPOINTS_DIR
+        from trainer.registry import make_learner
+
+        settings = self._settings(name)
+        learner = make_learner(params, settings, self.seed)
+        restored = Checkpointer(self.run_dir / name / CHECKPOINTS_DIR, learner, settings.keep_checkpoints).restore_latest()
+        if restored is None:
+            raise ConfigError(f"{self.run_dir / name / CHECKPOINTS_DIR}: no checkpoint to run with --inference")
+        step, version = restored
+        update: pb.PolicyUpdate = learner.export_policy(version, step)
+        topics.policies(name).publish(update, version)
+        log.info("%s: acting with the checkpoint of step %d (policy version %d), not training", name, step, version)
+
+    async def run(self) -> int:
+        self._make_envs()
+        processor_settings = ProcessorSettings.from_run_options(
+            self.run_options, seed=self.seed, declared_subscribers=() if self.options.inference else (TRAINER_SUBSCRIBER,)
+        )
+        server = ProcessorServer(processor_settings, ServerOptions(host="127.0.0.1", port=0))
+        port = await server.start()
+        for name, env in self.envs.items():
+            if self.options.inference:
+                self._publish_checkpoint_policy(name, env.brain_parameters, server.topics)
+            else:
+                self._start_trainer(name, env.brain_parameters, server.topics)
+        loop = asyncio.get_running_loop()
+        interrupted = asyncio.Event()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, interrupted.set)
+        clients = [
+            asyncio.ensure_future(self._env_client(f"127.0.0.1:{port}", name, env)) for name, env in self.envs.items()
+        ]
+        try:
+            await self._wait(server, clients, interrupted)
+        finally:
+            await self._shutdown(server, clients)
+        return 130 if interrupted.is_set() else 0
+
+    async def _env_client(self, address: str, name: str, env: GymVectorEnv) -> Any:
+        async with EnvSession(address, f"embedded-{name}", [env.brain_parameters]) as session:
+            max_env_steps = None
+            if self.options.inference:
+                max_env_steps = math.ceil(self._settings(name).max_steps / env.num_agents)
+            return await run_env(session, env, name, max_env_steps=max_env_steps, stop=self.env_stop)
+
+    async def _wait(self, server: ProcessorServer, clients: list[asyncio.Future[Any]], interrupted: asyncio.Event) -> None:
+        """Until every trainer finished (or, with --inference, every env client), or a signal."""
+        watched = list(self.threads.values()) if self.threads else clients
+        progress = _Progress(self, server) if self.options.progress else None
+        try:
+            while not interrupted.is_set() and not all(task.done() for task in watched):
+                for task in clients:
+                    if task.done() and task.exception() is not None:
+                        raise task.exception()  # type: ignore[misc]
+                if progress is not None:
+                    progress.update()
+                await asyncio.sleep(PROGRESS_INTERVAL_S)
+        finally:
+            if progress is not None:
+                progress.close()
+        if interrupted.is_set():
+            log.info("interrupted: saving checkpoints and stopping")
+        for task in self.threads.values():
+            if task.done():
+                task.result()  # a trainer that failed fails the run
+
+    async def _shutdown(self, server: ProcessorServer, clients: list[asyncio.Future[Any]]) -> None:
+        self.trainer_stop.set()
+        await asyncio.gather(*self.threads.values(), return_exceptions=True)
+        # No trainer acks any more: drop its queues, so no env client waits for room on a full topic.
+        for name in self.envs:
+            server.topics.trajectories(name).remove(TRAINER_SUBSCRIBER)
+        self.env_stop.set()
+        _, pending = await asyncio.wait(clients, timeout=CLIENT_STOP_TIMEOUT_S) if clients else (set(), set())
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*clients, return_exceptions=True)
+        await server.stop(STOP_GRACE_S)
+        for env in self.envs.values():
+            env.close()
+        for name, loop in self.loops.items():
+            result = loop.result
+            log.info(
+                "%s: %d steps, %d episodes, mean reward %.3f (last 100), policy version %d",
+                name, result.steps, result.episodes, result.mean_reward(), result.policy_version,
+            )
+
+
+class _Progress:
+    """A live bar per behavior toward max_steps: agent-steps/s, mean reward, policy version."""
+
+    def __init__(self, run: EmbeddedRun, server: ProcessorServer) -> None:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self.run = run
+        self.server = server
+        self.progress = Progress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[rate]:>8.0f} steps/s  reward {task.fields[reward]:>8.3f}  v{task.fields[version]}"),
+            TimeElapsedColumn(),
+            transient=False,
+        )
+        self.tasks = {
+            name: self.progress.add_task(name, total=run._settings(name).max_steps, rate=0.0, reward=math.nan, version=-1)
+            for name in run.envs
+        }
+        self._last = {name: (time.monotonic(), 0) for name in run.envs}
+        self.progress.start()
+
+    def update(self) -> None:
+        now = time.monotonic()
+        for name, task in self.tasks.items():
+            loop = self.run.loops.get(name)
+            steps = loop.result.steps if loop is not None else self._processed(name)
+            reward = loop.result.mean_reward() if loop is not None else math.nan
+            then, before = self._last[name]
+            rate = (steps - before) / max(now - then, 1e-9)
+            self._last[name] = (now, steps)
+            version = self.server.topics.policies(name).highest_version
+            self.progress.update(task, completed=steps, rate=rate, reward=reward, version=version)
+
+    def _processed(self, name: str) -> int:
+        behavior = self.server.behaviors.get(name)
+        return 0 if behavior is None else behavior.counters.published_experiences
+
+    def close(self) -> None:
+        self.update()
+        self.progress.stop()
+
+
+def options_from_args(args: Any) -> TrainOptions:
+    return replace(
+        TrainOptions(Path(args.config)),
+        run_id=args.run_id,
+        results_dir=Path(args.results_dir),
+        resume=args.resume,
+        force=args.force,
+        inference=args.inference,
+        env=args.env,
+        num_envs=args.num_envs,
+        seed=args.seed,
+        progress=not args.no_progress,
+    )

@@ -1,0 +1,185 @@
+"""Drive a vectorised environment through an ``EnvSession``: one BrainInfo per env step.
+
+``run_env`` is the whole env-client loop for one behavior: send each copy's row (obs, reward,
+done, max_reached), apply the actions the processor returns, repeat. Any env that implements the
+small ``VectorEnv`` protocol plugs in (the 1-D task in ``envclient.simple_env``, the Gymnasium
+adapter).
+
+Words (ARCHITECTURE.md, "Trajectory assembly rules"): a *row* is one agent's entry in one
+BrainInfo; the first row of an episode is a *first sighting* and implies no experience; every
+later row completes one *experience* (its reward and done belong to the previous row's action).
+So ``experiences = rows - first_sightings``, which is what the processor must account for:
+published + stale-dropped + unpublished trajectory steps (partial trajectories are flushed as
+interrupted when the session closes).
+
+Shapes: ``N`` copies (agents), ``C`` continuous action size, ``B`` discrete branches.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+
+from common.specs import BrainParameters
+from envclient.session import EnvSession
+
+logger = logging.getLogger(__name__)
+
+
+class VectorEnv(Protocol):
+    """``N`` copies of an environment stepped together, with Gymnasium's next-step auto-reset.
+
+    After a step reports a copy terminated or truncated, the next ``step`` ignores that copy's
+    action and returns its reset obs with reward 0 and both flags False.
+    """
+
+    @property
+    def num_agents(self) -> int:
+        """``N``: rows in every obs, reward and flag array."""
+        ...
+
+    @property
+    def brain_parameters(self) -> BrainParameters:
+        """The behavior's observation and action specs."""
+        ...
+
+    def reset(self) -> list[np.ndarray]:
+        """Start every copy; one ``[N, *shape]`` array per observation spec."""
+        ...
+
+    def step(
+        self, continuous_actions: np.ndarray, discrete_actions: np.ndarray
+    ) -> tuple[list[np.ndarray], np.ndarray, np.ndarray, np.ndarray]:
+        """Apply float32 ``[N, C]`` and int ``[N, B]`` actions.
+
+        Returns:
+            ``(obs, rewards float32 [N], terminated bool [N], truncated bool [N])``.
+        """
+        ...
+
+
+@dataclass
+class RunStats:
+    """What one ``run_env`` sent and saw; steps are counted as documented in the module docstring."""
+
+    env_steps: int = 0
+    """BrainInfos sent (vector steps, each with ``N`` rows)."""
+    rows: int = 0
+    """Agent rows sent."""
+    first_sightings: int = 0
+    """Rows that started an episode (no experience)."""
+    episodes: int = 0
+    """Episodes that ended (terminated or truncated)."""
+    truncated_episodes: int = 0
+    """Of those, ended by a time limit."""
+    episode_returns: list[float] = field(default_factory=list)
+    """Undiscounted return of each ended episode, in the order they ended."""
+    episode_lengths: list[int] = field(default_factory=list)
+    """Experiences of each ended episode."""
+    policy_versions: list[int] = field(default_factory=list)
+    """The policy version of each ActionInfo received, one per env step."""
+    wall_seconds: float = 0.0
+
+    @property
+    def experiences(self) -> int:
+        """Agent experiences the rows imply: ``rows - first_sightings``."""
+        return self.rows - self.first_sightings
+
+    @property
+    def agent_steps_per_s(self) -> float:
+        return self.experiences / self.wall_seconds if self.wall_seconds > 0 else 0.0
+
+
+class _EpisodeTracker:
+    """Per-copy running return and length, fed one step's rows at a time."""
+
+    def __init__(self, n: int, stats: RunStats) -> None:
+        self.stats = stats
+        self.returns = np.zeros(n, np.float64)
+        self.lengths = np.zeros(n, np.int64)
+        self.first = np.ones(n, bool)  # the next row of this copy is a first sighting
+
+    def record(self, rewards: np.ndarray, done: np.ndarray, max_reached: np.ndarray) -> None:
+        stats, first = self.stats, self.first
+        stats.rows += len(first)
+        stats.first_sightings += int(first.sum())
+        counted = ~first
+        self.returns[counted] += rewards[counted]
+        self.lengths[counted] += 1
+        ended = counted & done
+        if ended.any():
+            stats.episodes += int(ended.sum())
+            stats.truncated_episodes += int((ended & max_reached).sum())
+            stats.episode_returns.extend(self.returns[ended].tolist())
+            stats.episode_lengths.extend(self.lengths[ended].tolist())
+            self.returns[ended] = 0.0
+            self.lengths[ended] = 0
+        # A copy that was first-sighted has started; one that is done starts again next row.
+        self.first = done.copy()
+
+
+async def run_env(
+    session: EnvSession,
+    env: VectorEnv,
+    behavior_name: str,
+    *,
+    max_env_steps: int | None = None,
+    stop: asyncio.Event | None = None,
+) -> RunStats:
+    """Step ``env`` through an open ``session`` until ``max_env_steps`` BrainInfos were sent or ``stop`` is set.
+
+    Agent ids are ``0..N-1`` for the whole run: after a done, the same id's next row is a new
+    episode (a first sighting). ``done = terminated | truncated``; ``max_reached = truncated &
+    ~terminated``. The session stays open; closing it (which flushes partial trajectories) is the
+    caller's.
+
+    Args:
+        session: an open session that declared ``behavior_name``.
+        env: the environment; its actions come from the processor.
+        behavior_name: the behavior the env's agents act for.
+        max_env_steps: BrainInfos to send at most; None: until ``stop``.
+        stop: checked before each step; the step in flight is finished first.
+
+    Returns:
+        The counts of what was sent and the episodes that ended.
+
+    Raises:
+        StepRejectedError: the processor ended the session.
+        ValueError: ``max_env_steps`` and ``stop`` are both None (the run would never end).
+    """
+    if max_env_steps is None and stop is None:
+        raise ValueError("give max_env_steps or stop, or the run never ends")
+    stats = RunStats()
+    n = env.num_agents
+    agent_ids = np.arange(n, dtype=np.int64)
+    tracker = _EpisodeTracker(n, stats)
+    obs = env.reset()
+    rewards = np.zeros(n, np.float32)
+    done = np.zeros(n, bool)
+    max_reached = np.zeros(n, bool)
+    started = time.monotonic()
+    try:
+        while (max_env_steps is None or stats.env_steps < max_env_steps) and not (stop is not None and stop.is_set()):
+            result = await session.step(behavior_name, agent_ids, obs, rewards, done, max_reached)
+            stats.env_steps += 1
+            tracker.record(rewards, done, max_reached)
+            stats.policy_versions.append(int(result.policy_version))
+            obs, rewards, terminated, truncated = env.step(result.continuous_actions, result.discrete_actions)
+            rewards = np.asarray(rewards, np.float32)
+            done = np.asarray(terminated, bool) | np.asarray(truncated, bool)
+            max_reached = np.asarray(truncated, bool) & ~np.asarray(terminated, bool)
+    finally:
+        stats.wall_seconds = time.monotonic() - started
+        logger.debug(
+            "env run of %r ended: %d env steps, %d experiences, %d episodes",
+            behavior_name,
+            stats.env_steps,
+            stats.experiences,
+            stats.episodes,
+        )
+    return stats

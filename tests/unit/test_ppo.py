@@ -1,0 +1,325 @@
+"""trainer.ppo: GAE, the clipped losses and schedules on hand-computed numbers; the learner end to end.
+
+Shapes: ``T`` steps of a trajectory, ``B`` rows, ``C`` continuous action size, ``M`` mask width.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from common.config import (
+    BehaviorSettings,
+    NetworkSettings,
+    PPOHyperparameters,
+    RewardSignalSettings,
+    RewardSignalType,
+    SACHyperparameters,
+    ScheduleType,
+    TrainerType,
+)
+from common.errors import ConfigError, NotSupportedYetError
+from common.specs import ActionSpec, BrainParameters, ObservationSpec
+from common.trajectory import Trajectory, TrajectoryId
+from processor.inference import Policy
+from trainer.ppo import (
+    ACTION_CLIP,
+    ADVANTAGES,
+    BETA,
+    ENTROPY,
+    EPSILON,
+    LEARNING_RATE,
+    POLICY_LOSS,
+    RETURNS,
+    VALUE_ESTIMATE,
+    VALUE_ESTIMATES,
+    VALUE_LOSS,
+    MiniBatch,
+    PPOLearner,
+    action_log_probs_and_entropy,
+    clipped_surrogate_loss,
+    clipped_value_loss,
+    decayed_value,
+    gae,
+)
+
+OBS = 3
+CONTINUOUS = ActionSpec(2)
+DISCRETE = ActionSpec(0, (3, 2))
+HYBRID = ActionSpec(1, (3,))
+
+
+def brain(action_spec: ActionSpec) -> BrainParameters:
+    return BrainParameters("Goal", (ObservationSpec((OBS,), np.dtype(np.float32)),), action_spec)
+
+
+def settings(normalize: bool = True, max_steps: int = 1000, gamma: float = 0.9, **hyper: Any) -> BehaviorSettings:
+    hp = {"batch_size": 8, "buffer_size": 32, "learning_rate": 1e-2, "num_epoch": 2, "lambd": 0.8, **hyper}
+    return BehaviorSettings(
+        hyperparameters=PPOHyperparameters(**hp),
+        network_settings=NetworkSettings(normalize=normalize, hidden_units=8, num_layers=1),
+        reward_signals={RewardSignalType.EXTRINSIC: RewardSignalSettings(gamma=gamma, strength=0.5)},
+        max_steps=max_steps,
+    )
+
+
+def trajectory(
+    spec: ActionSpec, steps: int, seed: int = 0, done_reached: bool = False, interrupted: bool = False
+) -> Trajectory:
+    """A trajectory with random obs/actions; the log-probs are placeholders (-1 per dimension)."""
+    rng = np.random.default_rng(seed)
+    c, b = spec.continuous_size, spec.num_branches
+    mask = np.ones((steps, spec.mask_width), bool)
+    if b:
+        mask[::2, 0] = False  # every other step forbids option 0 of the first branch
+    discrete = np.stack([rng.integers(1, size, steps) for size in spec.discrete_branches], 1) if b else np.zeros((steps, 0))
+    return Trajectory(
+        id=TrajectoryId("s", 0, seed),
+        behavior_name="Goal",
+        obs=[rng.normal(2.0, 3.0, (steps, OBS)).astype(np.float32)],
+        next_obs=[rng.normal(2.0, 3.0, OBS).astype(np.float32)],
+        continuous_actions=rng.normal(0.0, 2.0, (steps, c)).astype(np.float32),
+        discrete_actions=discrete.astype(np.int32),
+        continuous_log_probs=-np.ones((steps, c), np.float32),
+        discrete_log_probs=-np.ones((steps, b), np.float32),
+        prev_continuous_actions=np.zeros((steps, c), np.float32),
+        prev_discrete_actions=np.zeros((steps, b), np.int32),
+        action_mask=mask if b else None,
+        rewards=rng.normal(size=steps).astype(np.float32),
+        done=np.arange(steps) == steps - 1 if done_reached else np.zeros(steps, bool),
+        policy_versions=np.zeros(steps, np.int64),
+        done_reached=done_reached,
+        interrupted=interrupted,
+    )
+
+
+# -- GAE -----------------------------------------------------------------------------------------
+
+
+def test_gae_by_hand() -> None:
+    rewards, values = np.array([1.0, 0.0, 2.0], np.float32), np.array([0.5, 0.2, 0.1], np.float32)
+    # delta = r + 0.9 V' - V with V' = [0.2, 0.1, 0.4]: [0.68, -0.11, 2.26]; A_t = delta_t + 0.72 A_{t+1}
+    a2 = 2.26
+    a1 = -0.11 + 0.72 * a2
+    a0 = 0.68 + 0.72 * a1
+    np.testing.assert_allclose(gae(rewards, values, 0.4, gamma=0.9, lambd=0.8), [a0, a1, a2], rtol=1e-5)
+
+
+def test_gae_lambda_0_is_the_one_step_td_error() -> None:
+    rewards, values = np.array([1.0, -1.0, 0.5], np.float32), np.array([0.3, 0.6, -0.2], np.float32)
+    expected = rewards + 0.95 * np.array([0.6, -0.2, 1.5]) - values
+    np.testing.assert_allclose(gae(rewards, values, 1.5, gamma=0.95, lambd=0.0), expected, rtol=1e-5)
+
+
+def test_gae_lambda_1_is_the_monte_carlo_return_minus_the_value() -> None:
+    rewards, values = np.array([1.0, -1.0, 0.5], np.float32), np.array([0.3, 0.6, -0.2], np.float32)
+    g2 = 0.5 + 0.95 * 1.5  # bootstrapped with next_value after the last step
+    g1 = -1.0 + 0.95 * g2
+    g0 = 1.0 + 0.95 * g1
+    np.testing.assert_allclose(gae(rewards, values, 1.5, gamma=0.95, lambd=1.0), np.array([g0, g1, g2]) - values, rtol=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("done_reached", "interrupted", "bootstraps"),
+    [(True, False, False), (True, True, True), (False, False, True)],
+    ids=["terminal-gets-0", "time-limit-bootstraps", "time-horizon-cut-bootstraps"],
+)
+def test_add_trajectories_bootstraps_all_but_true_terminals(done_reached: bool, interrupted: bool, bootstraps: bool) -> None:
+    learner = PPOLearner(brain(CONTINUOUS), settings(), warm_up=False)
+    traj = trajectory(CONTINUOUS, 5, done_reached=done_reached, interrupted=interrupted)
+    assert learner.add_trajectories([traj]) == 5
+    values = learner._value_estimates((traj.obs[0],)).numpy()
+    next_value = float(learner._value_estimates((traj.next_obs[0][None],)).numpy()[0])
+    assert abs(next_value) > 1e-4  # so a wrong choice would show
+    expected = gae(traj.rewards * 0.5, values, next_value if bootstraps else 0.0, gamma=0.9, lambd=0.8)  # strength 0.5
+    buffer = learner.update_buffer
+    np.testing.assert_allclose(buffer[ADVANTAGES].data, expected, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(buffer[VALUE_ESTIMATES].data, values, rtol=1e-5)
+    np.testing.assert_allclose(buffer[RETURNS].data, expected + values, rtol=1e-4, atol=1e-6)
+
+
+# -- losses --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("ratio", "advantage", "objective", "moves"),
+    [
+        (1.1, 1.0, 1.1, True),  # inside the clip range: r A
+        (1.5, 1.0, 1.2, False),  # above 1 + eps with A > 0: capped at (1 + eps) A, no gradient
+        (0.5, 1.0, 0.5, True),  # below 1 - eps with A > 0: the unclipped (worse) r A still counts
+        (1.5, -1.0, -1.5, True),  # above 1 + eps with A < 0: r A, fully penalised
+        (0.5, -1.0, -0.8, False),  # below 1 - eps with A < 0: capped at (1 - eps) A, no gradient
+    ],
+    ids=["inside", "above-positive", "below-positive", "above-negative", "below-negative"],
+)
+def test_clipped_surrogate_loss_by_hand(ratio: float, advantage: float, objective: float, moves: bool) -> None:
+    log_probs = tf.Variable([math.log(ratio)])
+    with tf.GradientTape() as tape:
+        loss = clipped_surrogate_loss(log_probs, tf.constant([0.0]), tf.constant([advantage]), tf.constant(0.2))
+    assert float(loss) == pytest.approx(-objective, rel=1e-5)
+    assert (abs(float(tape.gradient(loss, log_probs)[0])) > 0) == moves
+
+
+def test_clipped_surrogate_loss_averages_the_rows() -> None:
+    log_probs = tf.math.log(tf.constant([1.1, 1.5, 0.5, 1.5, 0.5]))
+    loss = clipped_surrogate_loss(log_probs, tf.zeros(5), tf.constant([1.0, 1.0, 1.0, -1.0, -1.0]), tf.constant(0.2))
+    assert float(loss) == pytest.approx(-(1.1 + 1.2 + 0.5 - 1.5 - 0.8) / 5, rel=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("value", "old_value", "target", "loss"),
+    [
+        (1.0, 0.0, 2.0, 1.8**2),  # moved 1.0 but clipped to 0.2: the clipped error (1.8) is larger, it wins
+        (1.0, 0.0, 0.5, 0.5**2),  # overshoot: the unclipped error (0.5) beats the clipped one (0.3)
+        (0.1, 0.0, 1.0, 0.9**2),  # inside the clip range: both are the same
+        (-1.0, 0.0, -3.0, 2.8**2),  # the same on the negative side
+    ],
+    ids=["clipped-wins", "unclipped-wins", "inside", "negative"],
+)
+def test_clipped_value_loss_by_hand(value: float, old_value: float, target: float, loss: float) -> None:
+    got = clipped_value_loss(tf.constant([value]), tf.constant([old_value]), tf.constant([target]), tf.constant(0.2))
+    assert float(got) == pytest.approx(loss, rel=1e-5)
+
+
+def test_masked_discrete_options_get_no_probability() -> None:
+    logits = tf.constant([[0.0, 0.0, 0.0, 5.0, 1.0]])  # branches (3, 2)
+    mask = tf.constant([[1.0, 0.0, 1.0, 1.0, 1.0]])  # option 1 of branch 0 forbidden
+
+    def log_prob(actions: list[int]) -> tuple[float, float]:
+        batch = MiniBatch((), tf.zeros([1, 0]), tf.constant([actions], tf.int32), mask, *[tf.zeros([1])] * 4)
+        log_p, entropy = action_log_probs_and_entropy({"logits": logits}, batch, (3, 2))
+        return float(log_p[0]), float(entropy[0])
+
+    second = np.log(np.exp(1.0) / (np.exp(5.0) + np.exp(1.0)))
+    allowed, entropy = log_prob([2, 1])
+    assert allowed == pytest.approx(math.log(0.5) + second, rel=1e-5)  # two options left: 1/2 each
+    p = np.exp([5.0, 1.0]) / np.exp([5.0, 1.0]).sum()
+    assert entropy == pytest.approx(math.log(2) - (p * np.log(p)).sum(), rel=1e-5)
+    assert log_prob([1, 1])[0] < -1e8  # the masked option: probability ~0
+
+
+# -- schedules -----------------------------------------------------------------------------------
+
+
+def test_decayed_value_is_linear_to_the_minimum_then_holds() -> None:
+    linear = [decayed_value(ScheduleType.LINEAR, 1.0, 0.1, 100, step) for step in (0, 25, 100, 500)]
+    assert linear == pytest.approx([1.0, 0.775, 0.1, 0.1])
+    assert decayed_value(ScheduleType.CONSTANT, 1.0, 0.1, 100, 50) == 1.0
+    assert decayed_value(ScheduleType.LINEAR, 1.0, 0.1, 0, 0) == 0.1
+
+
+def test_learner_schedules_follow_the_trainer_step() -> None:
+    hyper: dict[str, Any] = {"learning_rate": 1e-3, "epsilon": 0.3, "beta": 1e-2}
+    learner = PPOLearner(brain(CONTINUOUS), settings(max_steps=100, **hyper), warm_up=False)
+    assert learner.schedules() == pytest.approx((1e-3, 0.3, 1e-2))
+    learner.add_trajectories([trajectory(CONTINUOUS, 20), trajectory(CONTINUOUS, 30, seed=1)])
+    assert int(learner.step.numpy()) == 50
+    assert learner.schedules() == pytest.approx(((1e-3 - 1e-10) / 2 + 1e-10, 0.2, (1e-2 - 1e-5) / 2 + 1e-5))
+    learner.set_step(1000)
+    assert learner.schedules() == pytest.approx((1e-10, 0.1, 1e-5))
+    # Beta and epsilon follow learning_rate_schedule unless set.
+    constant = PPOLearner(
+        brain(CONTINUOUS), settings(max_steps=100, learning_rate_schedule=ScheduleType.CONSTANT, **hyper), warm_up=False
+    )
+    constant.set_step(50)
+    assert constant.schedules() == pytest.approx((1e-3, 0.3, 1e-2))
+
+
+# -- the learner ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("spec", [CONTINUOUS, DISCRETE], ids=["continuous", "discrete"])
+def test_update_trains_both_networks_and_reports_ml_agents_tags(spec: ActionSpec) -> None:
+    learner = PPOLearner(brain(spec), settings(max_steps=96))  # warmed up: traced, but nothing trained yet
+    assert learner._train_epoch.experimental_get_tracing_count() == 1
+    assert int(learner.optimizer.iterations.numpy()) == 0 and learner.update_buffer.num_experiences == 0
+    before = [v.numpy().copy() for v in (*learner.policy.trainable_variables, *learner.value.trainable_variables)]
+    learner.add_trajectories([trajectory(spec, 16, seed=s, done_reached=s == 1) for s in range(3)])  # 48 rows
+    assert learner.ready_to_update()
+    metrics = learner.update()
+    assert set(metrics) == {POLICY_LOSS, VALUE_LOSS, ENTROPY, LEARNING_RATE, EPSILON, BETA, VALUE_ESTIMATE}
+    assert all(math.isfinite(v) for v in metrics.values())
+    # The schedules are read at the step the buffer was filled to (48 of max_steps 96: half way).
+    assert metrics[LEARNING_RATE] == pytest.approx(0.5e-2 + 0.5e-10) == float(learner.optimizer.learning_rate.numpy())
+    assert (metrics[EPSILON], metrics[BETA]) == pytest.approx((0.15, (5e-3 + 1e-5) / 2))
+    after = [v.numpy() for v in (*learner.policy.trainable_variables, *learner.value.trainable_variables)]
+    changed = [not np.array_equal(a, b) for a, b in zip(before, after, strict=True)]
+    assert all(changed), changed
+    assert int(learner.optimizer.iterations.numpy()) == 2 * (48 // 8)  # num_epoch x full minibatches
+    assert learner.update_buffer.num_experiences == 0 and not learner.ready_to_update()
+    # Another update with another buffer length runs the same traced step.
+    learner.add_trajectories([trajectory(spec, 37, seed=7)])
+    learner.update()
+    assert learner._train_epoch.experimental_get_tracing_count() == 1
+
+
+def test_first_ratio_is_one_for_what_the_exported_policy_sampled() -> None:
+    """The processor's stored log-probs equal the learner's own before any update (r = 1)."""
+    learner = PPOLearner(brain(HYBRID), settings(), warm_up=False)
+    learner.add_trajectories([trajectory(HYBRID, 40)])  # moves the normaliser away from (0, 1)
+    policy = Policy.from_update(learner.export_policy(1, 40))
+    traj = trajectory(HYBRID, 16, seed=3)
+    out = policy.act(traj.obs, traj.action_mask, np.random.default_rng(0))
+    mask = traj.action_mask.astype(np.float32)  # type: ignore[union-attr]
+    batch = MiniBatch((traj.obs[0],), out.continuous_actions, out.discrete_actions, mask, *[np.zeros(16, np.float32)] * 4)
+    outputs = learner.policy(learner.normalizers[0].normalize(traj.obs[0]))
+    log_probs, _ = action_log_probs_and_entropy(outputs, batch, (3,))
+    stored = out.continuous_log_probs.sum(axis=1) + out.discrete_log_probs.sum(axis=1)
+    np.testing.assert_allclose(log_probs.numpy(), stored, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("normalize", [True, False], ids=["normalized", "raw"])
+def test_export_policy_matches_the_policy_network(normalize: bool) -> None:
+    learner = PPOLearner(brain(HYBRID), settings(normalize=normalize), warm_up=False)
+    learner.add_trajectories([trajectory(HYBRID, 32)])
+    rng = np.random.default_rng(0)
+    for variable in learner.policy.trainable_variables:  # weights far from the small initial heads
+        variable.assign(rng.normal(0.0, 0.5, variable.shape).astype(np.float32))
+    update = learner.export_policy(version=3, trainer_step=32)
+    assert (update.behavior_name, update.version, update.trainer_step) == ("Goal", 3, 32)
+    assert (update.artifact.tanh_squash, update.artifact.clip) == (False, ACTION_CLIP)
+    assert (update.artifact.action_spec.continuous_size, list(update.artifact.action_spec.discrete_branches)) == (1, [3])
+    assert len(update.artifact.normalizers) == (1 if normalize else 0)
+    obs = np.random.default_rng(5).normal(2.0, 3.0, (6, OBS)).astype(np.float32)
+    got = Policy.from_update(update).forward([obs])
+    normalized = learner.normalizers[0].normalize(obs) if normalize else obs
+    expected = learner.policy(tf.constant(normalized))
+    for key in ("mean", "log_std", "logits"):
+        np.testing.assert_allclose(got[key], expected[key].numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_checkpoint_round_trip_restores_weights_optimizer_and_step(tmp_path: Path) -> None:
+    source = PPOLearner(brain(DISCRETE), settings(), seed=1, warm_up=False)
+    source.add_trajectories([trajectory(DISCRETE, 32)])
+    source.update()
+    path = tf.train.Checkpoint(**source.checkpoint_objects()).save(str(tmp_path / "ckpt"))
+    target = PPOLearner(brain(DISCRETE), settings(), seed=2, warm_up=False)
+    tf.train.Checkpoint(**target.checkpoint_objects()).restore(path).assert_existing_objects_matched()
+    for a, b in zip(source.policy.trainable_variables, target.policy.trainable_variables, strict=True):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+    for a, b in zip(source.value.trainable_variables, target.value.trainable_variables, strict=True):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+    assert int(target.optimizer.iterations.numpy()) == int(source.optimizer.iterations.numpy()) == 8
+    assert int(target.step.numpy()) == 32
+    np.testing.assert_array_equal(target.normalizers[0].mean.numpy(), source.normalizers[0].mean.numpy())
+    assert "step" not in source.checkpoint_objects()  # the Checkpointer reserves it
+
+
+def test_seeds_make_the_initial_weights_repeatable() -> None:
+    a, b = (PPOLearner(brain(CONTINUOUS), settings(), seed=4, warm_up=False) for _ in range(2))
+    for x, y in zip(a.policy.trainable_variables, b.policy.trainable_variables, strict=True):
+        np.testing.assert_array_equal(x.numpy(), y.numpy())
+
+
+def test_rejects_what_it_cannot_train() -> None:
+    sac = BehaviorSettings(trainer_type=TrainerType.SAC, hyperparameters=SACHyperparameters())
+    with pytest.raises(ConfigError, match="PPO hyperparameters"):
+        PPOLearner(brain(CONTINUOUS), sac)
+    curious = {RewardSignalType.EXTRINSIC: RewardSignalSettings(), RewardSignalType.CURIOSITY: RewardSignalSettings()}
+    with pytest.raises(NotSupportedYetError, match="curiosity"):
+        PPOLearner(brain(CONTINUOUS), BehaviorSettings(reward_signals=curious))

@@ -1,0 +1,288 @@
+"""Behavioural cloning (``trainer_type: bc``): supervised learning of demonstrated actions.
+
+Stepstream's standalone BC trainer (ML-Agents 0.12's ``offline_bc``; Pomerleau 1991, Bain &
+Sammut 1995). The update buffer holds demonstration rows, filled by ``load_rows`` from an
+``AgentBuffer`` (the demonstrations reader feeds ``.demo`` files through it). Each update makes
+``num_epoch`` shuffled passes over every row in minibatches of ``batch_size``:
+
+* continuous actions: mean squared error between the policy mean and the demonstrated action;
+* discrete actions: cross-entropy of the demonstrated choice, summed over branches, under the
+  masked softmax (masked options get ~-1e9 logits, as the processor acts).
+
+Action space. Demonstration rows hold **env actions**: continuous in [-1, 1] (as ``.demo`` files
+record them), discrete choices per branch. The network's mean is trained in that space. The
+exported policy acts in the processor's clip mode (``clip = ACTION_CLIP = 3``, like PPO): the
+artifact's mean is ``3 * mean`` and its standard deviation the fixed ``3 * ACTING_STD``, so the
+env receives ``clip(u, -3, 3) / 3 ~ N(mean, ACTING_STD)`` clipped to [-1, 1].
+
+The env's own trajectories, acted by the cloned policy, are *not* cloned (imitating itself would
+teach nothing): ``add_trajectories`` counts them for the step budget, the learning-rate schedule
+and the update cadence. ``ready_to_update``: demonstrations exist and either no update ran yet or
+``batch_size`` new env experiences arrived since the last one.
+
+Shapes: ``B`` rows of a minibatch, ``C`` continuous action size, ``nB`` discrete branches,
+``M = sum(branches)``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from common.buffer import AgentBuffer
+from common.config import BCHyperparameters, BehaviorSettings, ScheduleType
+from common.specs import BrainParameters
+from common.trajectory import ACTION_MASK, CONTINUOUS_ACTIONS, DISCRETE_ACTIONS, Trajectory, obs_key
+from protos import pb
+from trainer.export import TFLiteExporter, make_policy_update, normalizer_state
+from trainer.networks import Normalizer, PolicyNetwork, masked_log_softmax
+from trainer.summaries import CLONING_LOSS, LEARNING_RATE
+
+logger = logging.getLogger(__name__)
+
+ACTION_CLIP = 3.0
+"""Clip bound of the exported policy (clip mode, as PPO's): env action = clip(u, -3, 3) / 3."""
+ACTING_STD = 0.05
+"""Fixed standard deviation of the exported Gaussian, in env-action units."""
+MIN_LEARNING_RATE = 1e-10
+"""Floor of the linear learning-rate schedule (ML-Agents' ``DecayedValue`` minimum)."""
+
+
+# -- losses: pure functions of tensors ---------------------------------------------------------
+
+
+def continuous_cloning_loss(mean: tf.Tensor, expert_actions: tf.Tensor) -> tf.Tensor:
+    """Mean squared error between the policy mean [B, C] and the demonstrated env actions [B, C]."""
+    return tf.reduce_mean(tf.square(mean - tf.clip_by_value(expert_actions, -1.0, 1.0)))
+
+
+def discrete_cloning_loss(logits: tf.Tensor, mask: tf.Tensor, expert_actions: tf.Tensor, branches: Sequence[int]) -> tf.Tensor:
+    """Cross-entropy of the demonstrated choices, summed over branches, averaged over rows.
+
+    Args:
+        logits: float32 [B, M], branches side by side.
+        mask: float32 [B, M], 1 = allowed.
+        expert_actions: int32 [B, nB], the demonstrated option of each branch.
+        branches: the branch sizes.
+    """
+    total = tf.zeros([tf.shape(logits)[0]])
+    for b, log_p in enumerate(masked_log_softmax(logits, mask, branches)):
+        total -= tf.gather(log_p, expert_actions[:, b], axis=-1, batch_dims=1)
+    return tf.reduce_mean(total)
+
+
+def linear_learning_rate(initial: float, schedule: ScheduleType, step: int, max_steps: int) -> float:
+    """ML-Agents' decayed value: ``initial`` constant, or linearly down to ``MIN_LEARNING_RATE`` at ``max_steps``."""
+    if schedule is ScheduleType.CONSTANT or max_steps <= 0:
+        return initial
+    fraction = min(step / max_steps, 1.0)
+    return max((initial - MIN_LEARNING_RATE) * (1.0 - fraction) + MIN_LEARNING_RATE, MIN_LEARNING_RATE)
+
+
+class _State(tf.Module):
+    """Checkpointed counters and normalisers."""
+
+    def __init__(self, normalizers: list[Normalizer]) -> None:
+        super().__init__(name="bc_state")
+        self.normalizers = normalizers
+        self.env_steps = tf.Variable(0, dtype=tf.int64, trainable=False, name="env_steps")
+        self.updates = tf.Variable(0, dtype=tf.int64, trainable=False, name="updates")
+
+
+class BCLearner:
+    """Behavioural cloning for one behavior (module docstring); a ``trainer.learner.Learner``.
+
+    Args:
+        brain_parameters: the behavior's observation and action specs.
+        settings: its settings; ``hyperparameters`` must be ``BCHyperparameters``.
+        seed: seeds the network initialisation (through ``keras.utils.set_random_seed``, which is
+            process-wide) and the minibatch shuffling.
+
+    Raises:
+        ValueError: the settings are not a ``bc`` trainer's.
+    """
+
+    def __init__(self, brain_parameters: BrainParameters, settings: BehaviorSettings, seed: int = 0) -> None:
+        if not isinstance(settings.hyperparameters, BCHyperparameters):
+            raise ValueError(f"BCLearner needs BCHyperparameters, got {type(settings.hyperparameters).__name__}")
+        self.hyperparameters: BCHyperparameters = settings.hyperparameters
+        self.brain_parameters = brain_parameters
+        self.max_steps = settings.max_steps
+        network = settings.network_settings
+        spec = brain_parameters.action_spec
+        self._branches = tuple(spec.discrete_branches)
+        sizes = [int(np.prod(s.shape)) for s in brain_parameters.observation_specs]
+        keras.utils.set_random_seed(seed)
+        self.policy = PolicyNetwork(sizes, spec, network.hidden_units, network.num_layers)
+        self.normalize = network.normalize
+        self.state = _State(
+            [Normalizer(size, name=f"normalizer_{i}") for i, size in enumerate(sizes)] if self.normalize else []
+        )
+        self.optimizer = keras.optimizers.Adam(self.hyperparameters.learning_rate)
+        self.demonstrations = AgentBuffer()
+        self._keys = [obs_key(i) for i in range(len(sizes))]
+        self._rng = np.random.default_rng(seed)
+        self._since_update = 0
+        # The log_std variable is PPO's; BC acts with a fixed one, so it is not trained.
+        self._variables = [v for v in self.policy.trainable_variables if v is not self.policy.log_std]
+        self.optimizer.build(self._variables)  # slots now: one trace, and a checkpoint restores them at once
+        # A fixed signature with a dynamic batch axis: one trace for the learner's life.
+        signature = [
+            [tf.TensorSpec([None, *s.shape], tf.float32) for s in brain_parameters.observation_specs],
+            tf.TensorSpec([None, spec.continuous_size], tf.float32),
+            tf.TensorSpec([None, spec.num_branches], tf.int32),
+            tf.TensorSpec([None, spec.mask_width], tf.float32),
+        ]
+        self._train_step = tf.function(self._train_step_eager, input_signature=signature, autograph=False)
+        self._exporter = TFLiteExporter(self._acting_forward, [s.shape for s in brain_parameters.observation_specs])
+
+    # -- data --------------------------------------------------------------------------------
+
+    def load_rows(self, buffer: AgentBuffer) -> int:
+        """Append demonstration rows: ``obs_<i>`` [K, *shape], ``continuous_actions`` [K, C] env
+        actions in [-1, 1], ``discrete_actions`` [K, nB], optionally ``action_mask`` [K, M].
+
+        Returns:
+            The rows added (K).
+
+        Raises:
+            ValueError: a needed key is missing, or a field has the wrong width or row count.
+        """
+        spec = self.brain_parameters.action_spec
+        rows: dict[str, np.ndarray] = {}
+        k = buffer.num_experiences
+        for i, obs_spec in enumerate(self.brain_parameters.observation_specs):
+            rows[obs_key(i)] = self._field(buffer, obs_key(i), (k, *obs_spec.shape), np.float32)
+        rows[CONTINUOUS_ACTIONS] = self._field(buffer, CONTINUOUS_ACTIONS, (k, spec.continuous_size), np.float32)
+        rows[DISCRETE_ACTIONS] = self._field(buffer, DISCRETE_ACTIONS, (k, spec.num_branches), np.int32)
+        if spec.num_branches:
+            if ACTION_MASK in buffer:
+                rows[ACTION_MASK] = self._field(buffer, ACTION_MASK, (k, spec.mask_width), np.float32)
+            else:
+                rows[ACTION_MASK] = np.ones((k, spec.mask_width), np.float32)
+        self.demonstrations.extend_rows(rows)
+        for i, normalizer in enumerate(self.state.normalizers):
+            normalizer.update(rows[obs_key(i)].reshape(k, -1))
+        logger.info("BC: %d demonstration rows loaded (%d in all)", k, self.demonstrations.num_experiences)
+        return k
+
+    @staticmethod
+    def _field(buffer: AgentBuffer, key: str, shape: tuple[int, ...], dtype: type) -> np.ndarray:
+        width = shape[1] if len(shape) > 1 else 0
+        if key not in buffer:
+            if width == 0:  # an action kind this behavior does not have
+                return np.zeros(shape, dtype)
+            raise ValueError(f"demonstration rows lack {key!r}")
+        data: np.ndarray = np.asarray(buffer[key].data, dtype=dtype)
+        if data.shape != shape:
+            raise ValueError(f"demonstration field {key!r} has shape {list(data.shape)}, expected {list(shape)}")
+        return data
+
+    def add_trajectories(self, trajectories: Sequence[Trajectory]) -> int:
+        """Count the env's experiences (not cloned: see the module docstring)."""
+        n = sum(t.length for t in trajectories)
+        self._since_update += n
+        self.state.env_steps.assign_add(n)
+        return n
+
+    def ready_to_update(self) -> bool:
+        if self.demonstrations.num_experiences == 0:
+            return False
+        return int(self.state.updates.numpy()) == 0 or self._since_update >= self.hyperparameters.batch_size
+
+    # -- training ----------------------------------------------------------------------------
+
+    def _normalized(self, observations: Sequence[tf.Tensor]) -> list[tf.Tensor]:
+        if not self.state.normalizers:
+            return list(observations)
+        return [n.normalize(o) for n, o in zip(self.state.normalizers, observations, strict=True)]
+
+    def _train_step_eager(
+        self, observations: list[tf.Tensor], continuous: tf.Tensor, discrete: tf.Tensor, mask: tf.Tensor
+    ) -> tf.Tensor:
+        with tf.GradientTape() as tape:
+            out = self.policy(*self._normalized(observations))
+            loss = tf.constant(0.0)
+            if "mean" in out:
+                loss += continuous_cloning_loss(out["mean"], continuous)
+            if "logits" in out:
+                loss += discrete_cloning_loss(out["logits"], mask, discrete, self._branches)
+        gradients = tape.gradient(loss, self._variables)
+        self.optimizer.apply_gradients(zip(gradients, self._variables, strict=True))
+        return loss
+
+    def learning_rate(self) -> float:
+        hp = self.hyperparameters
+        return linear_learning_rate(
+            hp.learning_rate, hp.learning_rate_schedule, int(self.state.env_steps.numpy()), self.max_steps
+        )
+
+    def update(self) -> Mapping[str, float]:
+        """``num_epoch`` shuffled passes over the demonstrations; returns the mean cloning loss.
+
+        Raises:
+            ValueError: there are no demonstration rows.
+        """
+        n = self.demonstrations.num_experiences
+        if n == 0:
+            raise ValueError("BC update without demonstration rows (load_rows first)")
+        lr = self.learning_rate()
+        self.optimizer.learning_rate.assign(lr)
+        data = self.demonstrations
+        observations = [np.asarray(data[key].data) for key in self._keys]
+        continuous = np.asarray(data[CONTINUOUS_ACTIONS].data)
+        discrete = np.asarray(data[DISCRETE_ACTIONS].data)
+        mask = np.asarray(data[ACTION_MASK].data) if ACTION_MASK in data else np.ones((n, 0), np.float32)
+        batch = min(self.hyperparameters.batch_size, n)
+        losses = []
+        for _ in range(self.hyperparameters.num_epoch):
+            order = self._rng.permutation(n)
+            for start in range(0, n - batch + 1, batch):  # the partial last minibatch is left out, as in ML-Agents
+                idx = order[start : start + batch]
+                loss = self._train_step([o[idx] for o in observations], continuous[idx], discrete[idx], mask[idx])
+                losses.append(float(loss))
+        self.state.updates.assign_add(1)
+        self._since_update = 0
+        return {CLONING_LOSS: float(np.mean(losses)), LEARNING_RATE: lr}
+
+    # -- export and checkpoints ----------------------------------------------------------------
+
+    def _acting_forward(self, *normalized_obs: tf.Tensor) -> dict[str, tf.Tensor]:
+        """The acting distribution in the processor's clip mode (module docstring)."""
+        out = self.policy(*normalized_obs)
+        acting: dict[str, tf.Tensor] = {}
+        if "mean" in out:
+            acting["mean"] = ACTION_CLIP * out["mean"]
+            acting["log_std"] = tf.zeros_like(out["mean"]) + math.log(ACTION_CLIP * ACTING_STD)
+        if "logits" in out:
+            acting["logits"] = out["logits"]
+        return acting
+
+    def export_policy(self, version: int, trainer_step: int) -> pb.PolicyUpdate:
+        normalizers = [normalizer_state(*n.state()) for n in self.state.normalizers]
+        return make_policy_update(
+            self.brain_parameters.behavior_name,
+            version,
+            trainer_step,
+            self._exporter.export(),
+            self.brain_parameters.action_spec.to_proto(),
+            normalizers,
+            tanh_squash=False,
+            clip=ACTION_CLIP,
+        )
+
+    def checkpoint_objects(self) -> Mapping[str, object]:
+        return {"policy": self.policy, "optimizer": self.optimizer, "state": self.state}
+
+    def save_extra(self, directory: Path) -> None:
+        """Nothing: demonstrations are reloaded from ``demo_path``."""
+        del directory
+
+    def load_extra(self, directory: Path) -> None:
+        del directory

@@ -1,0 +1,399 @@
+"""Proximal Policy Optimization (Schulman et al. 2017, arXiv:1707.06347), as ML-Agents trains it.
+
+Top to bottom: ML-Agents' fixed constants, the schedules, GAE, the losses (pure: tensors in and out), then
+``PPOLearner``, the ``trainer.learner.Learner``. One update, as ML-Agents' ``PPOTrainer._update_policy``:
+learning rate, epsilon and beta are read off their schedules at the trainer step; ``num_epoch`` shuffled
+passes over the update buffer in minibatches of ``batch_size`` (a last partial one is dropped) each take
+one Adam step on the policy and value networks together; then the buffer is cleared (PPO is on-policy).
+
+Shapes: ``T`` experiences of one trajectory, ``N`` of many, ``B`` rows of a minibatch, ``C``
+continuous action dimensions, ``nB`` discrete branches, ``M = sum(branches)``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import NamedTuple
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from common import trajectory as tr
+from common.buffer import AgentBuffer
+from common.config import BehaviorSettings, PPOHyperparameters, RewardSignalType, ScheduleType
+from common.errors import ConfigError, NotSupportedYetError
+from common.specs import BrainParameters
+from protos import pb
+from trainer import networks
+from trainer.export import TFLiteExporter, make_policy_update, normalizer_state
+from trainer.networks import Normalizer, PolicyNetwork, ValueNetwork
+
+logger = logging.getLogger(__name__)
+
+#: Update-buffer keys PPO adds to the trajectory's own (``common.trajectory``), one float32 per row.
+ADVANTAGES, RETURNS, VALUE_ESTIMATES = "advantages", "returns", "value_estimates"
+#: ML-Agents' TensorBoard tags for what ``update`` returns.
+POLICY_LOSS, VALUE_LOSS, ENTROPY = "Losses/Policy Loss", "Losses/Value Loss", "Policy/Entropy"
+LEARNING_RATE, EPSILON, BETA = "Policy/Learning Rate", "Policy/Epsilon", "Policy/Beta"
+VALUE_ESTIMATE = "Policy/Extrinsic Value Estimate"
+#: ML-Agents' constants its YAML does not expose: the value loss weight, the advantage std floor and
+#: Adam's epsilon (PyTorch's default); where linear schedules end at max_steps (ModelUtils.DecayedValue);
+#: and the clip mode's bound: the env gets clip(u, -1, 1) of the Gaussian sample u, as SB3 and CleanRL clip
+#: to the action bounds. ML-Agents' clip(u, -3, 3) / 3 needs |u| >= 3 for a full-scale action: on the 1-D task
+#: continuous PPO took 2100-6700 steps to reach 0.9 with it (8 seeds), 435-950 with full scale at |u| = 0.6.
+VALUE_LOSS_COEFFICIENT, ADVANTAGE_EPSILON, ADAM_EPSILON = 0.5, 1e-10, 1e-8
+MIN_LEARNING_RATE, MIN_EPSILON, MIN_BETA, ACTION_CLIP = 1e-10, 0.1, 1e-5, 1.0
+
+
+def decayed_value(schedule: ScheduleType, initial: float, minimum: float, max_steps: int, step: int) -> float:
+    """ML-Agents' ``DecayedValue``: ``initial`` throughout, or linear from ``initial`` at step 0 to ``minimum``
+    at ``max_steps`` (agent steps) and held there: ``(initial - minimum) * (1 - min(step, max_steps) / max_steps) + minimum``.
+    """
+    if schedule == ScheduleType.CONSTANT:
+        return initial
+    if max_steps <= 0:
+        return minimum
+    progress = min(step, max_steps) / max_steps
+    return (initial - minimum) * (1.0 - progress) + minimum
+
+
+def gae(rewards: np.ndarray, values: np.ndarray, next_value: float, gamma: float, lambd: float) -> np.ndarray:
+    """Generalized Advantage Estimation (Schulman et al. 2016, arXiv:1506.02438, eq. 16) over one trajectory.
+
+    ``delta_t = r_t + gamma * V(s_{t+1}) - V(s_t)`` and ``A_t = sum_l (gamma * lambd)^l * delta_{t+l}``,
+    computed backwards as ``A_t = delta_t + gamma * lambd * A_{t+1}``. The two ends of the trade-off:
+
+    * ``lambd = 1``: ``A_t = G_t - V(s_t)``, the discounted Monte-Carlo return (bootstrapped with
+      ``next_value`` after the last step) minus the value: no bias from V, high variance.
+    * ``lambd = 0``: ``A_t = delta_t``, the one-step TD error: low variance, biased by V.
+
+    Args: ``rewards`` float32 [T] (scaled), ``values`` float32 [T] ``V(s_t)``, ``next_value`` ``V(s_T)``
+    after the last step (0 when the episode truly terminated there), ``gamma`` in [0, 1), ``lambd`` in [0, 1].
+
+    Returns: float32 [T], the advantages ``A_t``; the returns (value targets) are ``A_t + V(s_t)``.
+    """
+    next_values = np.append(values[1:], np.float32(next_value))
+    delta = rewards + gamma * next_values - values
+    advantages = np.zeros(len(rewards), dtype=np.float32)
+    running = 0.0
+    for t in reversed(range(len(rewards))):
+        running = delta[t] + gamma * lambd * running
+        advantages[t] = running
+    return advantages
+
+
+class MiniBatch(NamedTuple):
+    """``B`` update-buffer rows: a whole shuffled buffer (one epoch) or one minibatch; numpy in, tensors inside.
+
+    ``obs``: one float32 [B, size_i] per observation, raw (normalised inside the step);
+    ``continuous_actions`` float32 [B, C]; ``discrete_actions`` int32 [B, nB]; ``action_mask``
+    float32 [B, M], 1 = allowed ([B, 0] with no branches); ``old_log_probs`` float32 [B], the
+    processor's log-probs summed over dimensions and branches; ``advantages``, ``returns`` (value
+    targets: advantages + old values) and ``old_values`` (V when the trajectory was added) float32 [B].
+    """
+
+    obs: tuple[tf.Tensor, ...]
+    continuous_actions: tf.Tensor
+    discrete_actions: tf.Tensor
+    action_mask: tf.Tensor
+    old_log_probs: tf.Tensor
+    advantages: tf.Tensor
+    returns: tf.Tensor
+    old_values: tf.Tensor
+
+
+class PPOLosses(NamedTuple):
+    """Scalars of one minibatch."""
+
+    total: tf.Tensor
+    policy: tf.Tensor
+    value: tf.Tensor
+    entropy: tf.Tensor
+
+
+@tf.function
+def normalized_advantages(advantages: tf.Tensor, epsilon: float = ADVANTAGE_EPSILON) -> tf.Tensor:
+    """``(A - mean(A)) / (std(A) + epsilon)`` over a minibatch ``[B]``."""
+    mean, variance = tf.nn.moments(advantages, axes=[0])
+    return (advantages - mean) / (tf.sqrt(variance) + epsilon)
+
+
+@tf.function
+def clipped_surrogate_loss(
+    log_probs: tf.Tensor, old_log_probs: tf.Tensor, advantages: tf.Tensor, epsilon: tf.Tensor
+) -> tf.Tensor:
+    """``-L^CLIP`` (eq. 7), negated for minimisation: ``-mean(min(r A, clip(r, 1 - eps, 1 + eps) A))``.
+
+    ``r = pi(a|s) / pi_old(a|s) = exp(log_probs - old_log_probs)``; all inputs ``[B]``. The min makes
+    the objective a pessimistic bound: a ratio beyond the clip range earns nothing more in the
+    direction the advantage favours, but is still penalised fully in the other.
+    """
+    ratio = tf.exp(log_probs - old_log_probs)
+    unclipped = ratio * advantages
+    clipped = tf.clip_by_value(ratio, 1.0 - epsilon, 1.0 + epsilon) * advantages
+    return -tf.reduce_mean(tf.minimum(unclipped, clipped))
+
+
+@tf.function
+def clipped_value_loss(values: tf.Tensor, old_values: tf.Tensor, returns: tf.Tensor, epsilon: tf.Tensor) -> tf.Tensor:
+    """ML-Agents' (and OpenAI baselines') clipped value loss, all inputs ``[B]``:
+    ``mean(max((R - V)^2, (R - V_clip)^2))`` with ``V_clip = V_old + clip(V - V_old, -eps, eps)``."""
+    clipped_values = old_values + tf.clip_by_value(values - old_values, -epsilon, epsilon)
+    return tf.reduce_mean(tf.maximum(tf.square(returns - values), tf.square(returns - clipped_values)))
+
+
+@tf.function
+def ppo_losses(
+    log_probs: tf.Tensor, entropy: tf.Tensor, values: tf.Tensor, batch: MiniBatch, epsilon: tf.Tensor, beta: tf.Tensor
+) -> PPOLosses:
+    """``L = -L^CLIP + 0.5 * L_value - beta * mean(entropy)`` (eq. 9, signs for minimisation) of one minibatch.
+
+    ``log_probs``, ``entropy`` and ``values`` [B] come from the current networks; ``batch`` gives
+    the old log-probs, old values, returns and advantages, which are normalised per minibatch here.
+    """
+    advantages = normalized_advantages(batch.advantages)
+    policy = clipped_surrogate_loss(log_probs, batch.old_log_probs, advantages, epsilon)
+    value = clipped_value_loss(values, batch.old_values, batch.returns, epsilon)
+    mean_entropy = tf.reduce_mean(entropy)
+    return PPOLosses(policy + VALUE_LOSS_COEFFICIENT * value - beta * mean_entropy, policy, value, mean_entropy)
+
+
+def minibatch(rows: MiniBatch, start: tf.Tensor, size: tf.Tensor) -> MiniBatch:
+    """Rows ``[start, start + size)`` of every field."""
+    return tf.nest.map_structure(lambda x: x[start : start + size], rows)
+
+
+def action_log_probs_and_entropy(
+    outputs: Mapping[str, tf.Tensor], batch: MiniBatch, branches: Sequence[int]
+) -> tuple[tf.Tensor, tf.Tensor]:
+    """``log pi(a|s)`` and the policy's entropy, each ``[B]``, summed over every dimension and branch.
+
+    ``outputs`` are the PolicyNetwork's ``mean``/``log_std`` [B, C] and/or ``logits`` [B, M]. The
+    continuous actions are the raw Gaussian samples (the processor clips only the env's copy), so
+    their log-prob is the Gaussian's own; masked discrete options get ~0 probability.
+    """
+    log_probs, entropies = [], []
+    if "mean" in outputs:
+        log_p = networks.gaussian_log_prob(batch.continuous_actions, outputs["mean"], outputs["log_std"])
+        log_probs.append(tf.reduce_sum(log_p, axis=-1))
+        entropies.append(tf.reduce_sum(networks.gaussian_entropy(outputs["log_std"]), axis=-1))
+    if "logits" in outputs:
+        log_p, entropy = networks.discrete_log_prob_and_entropy(
+            outputs["logits"], batch.action_mask, batch.discrete_actions, branches
+        )
+        log_probs.append(tf.reduce_sum(log_p, axis=-1))
+        entropies.append(tf.reduce_sum(entropy, axis=-1))
+    return tf.add_n(log_probs), tf.add_n(entropies)
+
+
+class PPOLearner:
+    """PPO for one behavior: a Gaussian (state-independent log_std) and/or masked-categorical policy,
+    a separate value network, one Adam optimiser over both, and an on-policy update buffer.
+
+    The trainer step (agent experiences taken in; it drives the schedules) is counted by
+    ``add_trajectories`` in the ``step`` variable, which checkpoints with the networks; a loop that
+    counts steps itself may overrule it with ``set_step``. Used from one thread only.
+    """
+
+    def __init__(
+        self, brain_parameters: BrainParameters, settings: BehaviorSettings, seed: int = 0, warm_up: bool = True
+    ) -> None:
+        """Builds the networks; with ``warm_up``, also traces and instantiates the update graph (~1-2 s on
+        2 cores), so the first update does not keep env clients waiting on a policy (tests skip it).
+
+        Raises:
+            ConfigError: ``settings`` are not PPO's.
+            NotSupportedYetError: a reward signal other than extrinsic.
+        """
+        if not isinstance(settings.hyperparameters, PPOHyperparameters):
+            raise ConfigError(f"PPOLearner needs PPO hyperparameters, got {type(settings.hyperparameters).__name__}")
+        others = sorted(s.value for s in settings.reward_signals if s != RewardSignalType.EXTRINSIC)
+        if others or RewardSignalType.EXTRINSIC not in settings.reward_signals:
+            raise NotSupportedYetError(f"reward_signals: PPO supports only 'extrinsic' yet, got {others}")
+        self.brain_parameters, self.settings = brain_parameters, settings
+        self.hyperparameters: PPOHyperparameters = settings.hyperparameters
+        self.extrinsic = settings.reward_signals[RewardSignalType.EXTRINSIC]
+        self.normalize = settings.network_settings.normalize
+        action_spec = brain_parameters.action_spec
+        self.branches = tuple(action_spec.discrete_branches)
+        # The Keras initialisers draw from Keras' global seed: seeding it makes the initial weights
+        # repeatable (a process-wide side effect, as with any Keras model built unseeded).
+        keras.utils.set_random_seed(seed)
+        self._rng = np.random.default_rng(seed)
+
+        sizes = [spec.shape[0] for spec in brain_parameters.observation_specs]
+        net = settings.network_settings
+        self.normalizers = [Normalizer(size, name=f"normalizer_{i}") for i, size in enumerate(sizes)]
+        self.policy = PolicyNetwork(sizes, action_spec, net.hidden_units, net.num_layers, state_dependent_std=False)
+        self.value = ValueNetwork(net.hidden_units, net.num_layers, sum(sizes))
+        self._variables = (*self.policy.trainable_variables, *self.value.trainable_variables)
+        self.optimizer = keras.optimizers.Adam(learning_rate=self.hyperparameters.learning_rate, epsilon=ADAM_EPSILON)
+        self.optimizer.build(self._variables)  # slot variables now, so a checkpoint restores them at once
+        self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")
+        self.update_buffer = AgentBuffer()
+
+        # Fixed signatures with a dynamic batch axis: each function traces once for the learner's life.
+        obs_specs = tuple(tf.TensorSpec([None, size], tf.float32) for size in sizes)
+        self._value_estimates = tf.function(self._values, input_signature=[obs_specs], autograph=False)
+        rows, scalar = tf.TensorSpec([None], tf.float32), tf.TensorSpec([], tf.float32)
+        continuous, mask = tf.TensorSpec([None, action_spec.continuous_size]), tf.TensorSpec([None, action_spec.mask_width])
+        discrete = tf.TensorSpec([None, len(self.branches)], tf.int32)
+        batch_spec = MiniBatch(obs_specs, continuous, discrete, mask, rows, rows, rows, rows)
+        signature = [batch_spec, tf.TensorSpec([], tf.int32), scalar, scalar]
+        self._train_epoch = tf.function(self._epoch, input_signature=signature)
+        if warm_up:  # no rows: nothing trains, but the graphs are built and optimised
+            empty = tf.nest.map_structure(lambda spec: tf.zeros([0, *spec.shape[1:]], spec.dtype), batch_spec)
+            self._train_epoch(empty, 1, 0.0, 0.0)
+            self._value_estimates(empty.obs)
+        self._exporter = TFLiteExporter(self.policy, [spec.shape for spec in brain_parameters.observation_specs])
+
+    def _normalized(self, obs: Sequence[tf.Tensor]) -> list[tf.Tensor]:
+        if not self.normalize:
+            return list(obs)
+        return [normalizer.normalize(o) for normalizer, o in zip(self.normalizers, obs, strict=True)]
+
+    def _values(self, obs: tuple[tf.Tensor, ...]) -> tf.Tensor:
+        """V(s) [N] of raw observations (one [N, size_i] each)."""
+        normalized = self._normalized(obs)
+        return self.value(normalized[0] if len(normalized) == 1 else tf.concat(normalized, axis=-1))[:, 0]
+
+    def _gradient_step(self, batch: MiniBatch, epsilon: tf.Tensor, beta: tf.Tensor) -> PPOLosses:
+        """One Adam step on one minibatch; returns its losses."""
+        with tf.GradientTape() as tape:
+            outputs = self.policy(*self._normalized(batch.obs))
+            log_probs, entropy = action_log_probs_and_entropy(outputs, batch, self.branches)
+            losses = ppo_losses(log_probs, entropy, self._values(batch.obs), batch, epsilon, beta)
+        gradients = tape.gradient(losses.total, self._variables)
+        self.optimizer.apply_gradients(zip(gradients, self._variables, strict=True))
+        return losses
+
+    def _epoch(self, rows: MiniBatch, batch_size: tf.Tensor, epsilon: tf.Tensor, beta: tf.Tensor) -> tf.Tensor:
+        """One pass over shuffled ``rows`` in full minibatches, looped inside the graph (a Python loop of
+        one call per minibatch costs ~4x more on 2 cores); returns the summed (policy, value, entropy) losses."""
+        sums = tf.zeros([3])
+        for i in tf.range(tf.shape(rows.advantages)[0] // batch_size):
+            losses = self._gradient_step(minibatch(rows, i * batch_size, batch_size), epsilon, beta)
+            sums += tf.stack([losses.policy, losses.value, losses.entropy])
+        return sums
+
+    def set_step(self, step: int) -> None:
+        """Overrules the trainer step the schedules read (agent experiences consumed)."""
+        self.step.assign(step)
+
+    def schedules(self, step: int | None = None) -> tuple[float, float, float]:
+        """(learning rate, epsilon, beta) at ``step`` (default: the current trainer step)."""
+        hp, max_steps = self.hyperparameters, self.settings.max_steps
+        step = int(self.step.numpy()) if step is None else step
+        return (
+            decayed_value(hp.learning_rate_schedule, hp.learning_rate, MIN_LEARNING_RATE, max_steps, step),
+            decayed_value(hp.effective_epsilon_schedule, hp.epsilon, MIN_EPSILON, max_steps, step),
+            decayed_value(hp.effective_beta_schedule, hp.beta, MIN_BETA, max_steps, step),
+        )
+
+    def add_trajectories(self, trajectories: Sequence[tr.Trajectory]) -> int:
+        """Estimates values, computes GAE per trajectory and appends the rows to the update buffer.
+
+        Returns:
+            The experiences added (the sum of the trajectories' lengths).
+        """
+        if not trajectories:
+            return 0
+        n_obs = len(self.normalizers)
+        obs = [np.concatenate([t.obs[i] for t in trajectories]).astype(np.float32, copy=False) for i in range(n_obs)]
+        if self.normalize:  # as ML-Agents: fold the new observations in before estimating values with them
+            for normalizer, o in zip(self.normalizers, obs, strict=True):
+                normalizer.update(o)
+        next_obs = [np.stack([t.next_obs[i] for t in trajectories]).astype(np.float32, copy=False) for i in range(n_obs)]
+        n = len(obs[0])  # one value-network call below for every obs and every next_obs
+        all_values = self._value_estimates(tuple(np.concatenate(pair) for pair in zip(obs, next_obs, strict=True))).numpy()
+        values, next_values = all_values[:n], all_values[n:]
+        advantages = np.empty(n, dtype=np.float32)
+        gamma, strength, start = self.extrinsic.gamma, self.extrinsic.strength, 0
+        for k, trajectory in enumerate(trajectories):
+            end = start + trajectory.length
+            # Only a true terminal has no future. A time-limit end (interrupted: max_reached or a
+            # session flush) and a time_horizon cut stop the *segment*, not the MDP, so both bootstrap
+            # from V(next_obs) (Pardo et al. 2018, "Time Limits in Reinforcement Learning").
+            terminal = trajectory.done_reached and not trajectory.interrupted
+            bootstrap = 0.0 if terminal else float(next_values[k])
+            rewards = trajectory.rewards.astype(np.float32) * np.float32(strength)
+            advantages[start:end] = gae(rewards, values[start:end], bootstrap, gamma, self.hyperparameters.lambd)
+            start = end
+        rows = {tr.obs_key(i): o for i, o in enumerate(obs)}
+        for key in (tr.CONTINUOUS_ACTIONS, tr.DISCRETE_ACTIONS, tr.CONTINUOUS_LOG_PROBS, tr.DISCRETE_LOG_PROBS):
+            rows[key] = np.concatenate([getattr(t, key) for t in trajectories])
+        if self.branches:  # the processor always sends a mask with branches (all True when the env gave none)
+            rows[tr.ACTION_MASK] = np.concatenate([t.action_mask for t in trajectories]).astype(np.float32)
+        rows.update({ADVANTAGES: advantages, RETURNS: advantages + values, VALUE_ESTIMATES: values})
+        self.update_buffer.extend_rows(rows)
+        self.step.assign_add(n)
+        return n
+
+    def ready_to_update(self) -> bool:
+        return self.update_buffer.num_experiences >= self.hyperparameters.buffer_size
+
+    def _rows(self, rows: AgentBuffer) -> MiniBatch:
+        obs = tuple(rows[tr.obs_key(i)].data for i in range(len(self.normalizers)))
+        actions = rows[tr.CONTINUOUS_ACTIONS].data, rows[tr.DISCRETE_ACTIONS].data
+        mask = rows[tr.ACTION_MASK].data if self.branches else np.zeros((rows.num_experiences, 0), np.float32)
+        old_log_probs = rows[tr.CONTINUOUS_LOG_PROBS].data.sum(axis=1) + rows[tr.DISCRETE_LOG_PROBS].data.sum(axis=1)
+        targets = rows[ADVANTAGES].data, rows[RETURNS].data, rows[VALUE_ESTIMATES].data
+        return MiniBatch(obs, *actions, mask, old_log_probs.astype(np.float32), *targets)
+
+    def update(self) -> dict[str, float]:
+        """``num_epoch`` shuffled passes over the update buffer, then clears it (module docstring).
+
+        Returns:
+            ML-Agents' tags: losses and entropy averaged over the minibatches (the policy loss as its absolute
+            value, as ML-Agents reports it), the scheduled values used, the buffer's mean value estimate.
+        """
+        n = self.update_buffer.num_experiences
+        if n == 0:
+            return {}
+        # A buffer smaller than batch_size (a config warning) still trains, on one minibatch of all.
+        batch_size = min(self.hyperparameters.batch_size, n)
+        learning_rate, epsilon, beta = self.schedules()
+        self.optimizer.learning_rate.assign(learning_rate)
+        value_estimate = float(np.mean(self.update_buffer[VALUE_ESTIMATES].data))
+        sums, steps = np.zeros(3), self.hyperparameters.num_epoch * (n // batch_size)
+        for _ in range(self.hyperparameters.num_epoch):
+            self.update_buffer.shuffle(rng=self._rng)
+            sums += self._train_epoch(self._rows(self.update_buffer), batch_size, epsilon, beta).numpy()
+        self.update_buffer.reset_agent()
+        policy, value, entropy = sums / steps
+        traces = self._train_epoch.experimental_get_tracing_count()  # 1, unless something forces a retrace
+        logger.debug("PPO update: %d experiences, %d gradient steps, %d trace(s)", n, steps, traces)
+        return {
+            POLICY_LOSS: abs(float(policy)),
+            VALUE_LOSS: float(value),
+            ENTROPY: float(entropy),
+            LEARNING_RATE: learning_rate,
+            EPSILON: epsilon,
+            BETA: beta,
+            VALUE_ESTIMATE: value_estimate,
+        }
+
+    def export_policy(self, version: int, trainer_step: int) -> pb.PolicyUpdate:
+        """The policy network as TFLite, with the normaliser state when ``normalize`` is on."""
+        normalizers = [normalizer_state(*n.state()) for n in self.normalizers] if self.normalize else []
+        name, spec = self.brain_parameters.behavior_name, self.brain_parameters.action_spec.to_proto()
+        model = self._exporter.export()
+        return make_policy_update(name, version, trainer_step, model, spec, normalizers, tanh_squash=False, clip=ACTION_CLIP)
+
+    def checkpoint_objects(self) -> dict[str, object]:
+        """Networks, optimiser (its step count and moments), normalisers and the trainer step."""
+        objects: dict[str, object] = {"policy": self.policy, "value": self.value, "optimizer": self.optimizer}
+        objects["trainer_step"] = self.step  # not "step": trainer.checkpoint reserves that name
+        objects.update({f"normalizer_{i}": normalizer for i, normalizer in enumerate(self.normalizers)})
+        return objects
+
+    def save_extra(self, directory: Path) -> None:
+        """Nothing: the update buffer is cleared after every update, and the rest is in the TF checkpoint."""
+        del directory
+
+    def load_extra(self, directory: Path) -> None:
+        """Nothing to restore (see ``save_extra``)."""
+        del directory

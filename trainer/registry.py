@@ -1,0 +1,38 @@
+"""``trainer_type`` -> Learner class. Imported lazily: a process builds only the learners it runs."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from common.config import BehaviorSettings, TrainerType
+from common.specs import BrainParameters
+from trainer.learner import Learner
+
+LEARNERS: dict[TrainerType, str] = {
+    TrainerType.PPO: "trainer.ppo:PPOLearner",
+    TrainerType.SAC: "trainer.sac:SACLearner",
+    TrainerType.BC: "trainer.bc:BCLearner",
+}
+"""Where each trainer type's Learner lives, as ``module:Class``."""
+
+
+def learner_class(trainer_type: TrainerType) -> Any:
+    """The Learner class of ``trainer_type``, importing its module now.
+
+    Its constructor is ``(brain_parameters, settings, seed=0)``.
+
+    Raises:
+        ValueError: no learner is registered for ``trainer_type``.
+    """
+    target = LEARNERS.get(TrainerType(trainer_type))
+    if target is None:
+        raise ValueError(f"no learner for trainer_type {trainer_type!r} (known: {', '.join(t.value for t in LEARNERS)})")
+    module_name, class_name = target.split(":")
+    return getattr(importlib.import_module(module_name), class_name)
+
+
+def make_learner(brain_parameters: BrainParameters, settings: BehaviorSettings, seed: int = 0) -> Learner:
+    """A new learner for one behavior, of the class its ``settings.trainer_type`` names."""
+    learner: Learner = learner_class(settings.trainer_type)(brain_parameters, settings, seed)
+    return learner

@@ -1,0 +1,301 @@
+"""Where a trainer's statistics go: TensorBoard, the console, ``episodes.csv`` and ``training_status.json``.
+
+Files (ARCHITECTURE.md, "Results layout"), under ``results/<run-id>/``:
+
+* ``<behavior>/events.out.tfevents.*``: TensorBoard scalars, ML-Agents' tag names where one exists
+  (the constants below), written every ``summary_freq`` agent steps;
+* ``<behavior>/episodes.csv``: one row per finished episode,
+  ``agent_steps,wall_seconds,episode_reward,episode_length,policy_version``;
+* ``run_logs/training_status.json``: ``{behavior: {steps, episodes, mean_reward, wall_seconds,
+  policy_version, checkpoints}}``. Each trainer rewrites only its own entry, under an exclusive
+  ``fcntl.flock`` on ``training_status.json.lock`` and with an atomic ``os.replace``, so trainers
+  in several processes (or containers sharing the volume) never lose each other's entries.
+
+``wall_seconds`` always counts from ``run_started_at``, the start of the run's first process
+(epoch seconds, ``time.time()``), imports included.
+"""
+
+from __future__ import annotations
+
+import csv
+import fcntl
+import json
+import logging
+import math
+import os
+import tempfile
+import time
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any, NamedTuple, Protocol
+
+logger = logging.getLogger(__name__)
+
+# -- metric keys: ML-Agents' TensorBoard tags where one exists --------------------------------
+
+CUMULATIVE_REWARD = "Environment/Cumulative Reward"
+"""Mean undiscounted return of the episodes that ended in the summary period."""
+EPISODE_LENGTH = "Environment/Episode Length"
+"""Mean length (agent steps) of the episodes that ended in the summary period."""
+CUMULATIVE_REWARD_STD = "Environment/Cumulative Reward Std"
+"""Standard deviation of those returns (stepstream's; ML-Agents shows it on the console only)."""
+EPISODES = "Environment/Episodes"
+"""Episodes that ended in the summary period (stepstream's)."""
+LEARNING_RATE = "Policy/Learning Rate"
+CLONING_LOSS = "Losses/Cloning Loss"
+POLICY_VERSION = "Policy/Version"
+"""The trainer's newest published policy version (stepstream's)."""
+POLICY_VERSION_LAG = "Policy/Version Lag"
+"""Mean over the period's trajectories of (newest published version - version that acted) (stepstream's)."""
+AGENT_STEPS_PER_S = "Trainer/Agent Steps per Second"
+"""Experiences taken in per wall second over the summary period (stepstream's)."""
+STALE_TRAJECTORIES = "Trainer/Stale Trajectories Dropped"
+"""Trajectories dropped by max_policy_lag so far (stepstream's)."""
+DUPLICATE_TRAJECTORIES = "Trainer/Duplicate Trajectories Dropped"
+"""Redelivered trajectories dropped so far (stepstream's)."""
+UPDATE_SECONDS = "Trainer/Update Seconds"
+"""Mean wall seconds of one learner update plus its policy export in the period (stepstream's)."""
+
+EPISODES_CSV = "episodes.csv"
+EPISODES_CSV_HEADER = ("agent_steps", "wall_seconds", "episode_reward", "episode_length", "policy_version")
+RUN_LOGS = "run_logs"
+TRAINING_STATUS = "training_status.json"
+MEAN_REWARD_WINDOW = 100
+"""Episodes averaged for ``mean_reward`` in training_status.json."""
+
+
+class MetricsWriter(Protocol):
+    """A sink of scalar metrics, keyed by tag, at an agent-step count."""
+
+    def write(self, metrics: Mapping[str, float], step: int) -> None:
+        """Record ``metrics`` at ``step`` (agent steps of this behavior)."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class TensorBoardWriter:
+    """Scalars to a TensorBoard event file in ``directory`` (``tf.summary.create_file_writer``).
+
+    ``tf.summary.scalar`` lives in the ``tensorboard`` package, which trainers do not need; this
+    writes the identical record with TF's own ``tf.summary.write``: a float32 scalar tensor tagged
+    with the ``scalars`` plugin's metadata (what TensorBoard's scalar dashboard reads).
+    """
+
+    def __init__(self, directory: Path) -> None:
+        import tensorflow as tf  # only trainers need it; keeps this module importable without TF
+        from tensorflow.core.framework import summary_pb2
+
+        directory.mkdir(parents=True, exist_ok=True)
+        self._tf = tf
+        self._writer = tf.summary.create_file_writer(str(directory))
+        self._metadata = summary_pb2.SummaryMetadata(
+            plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="scalars"),
+            data_class=summary_pb2.DATA_CLASS_SCALAR,
+        )
+
+    def write(self, metrics: Mapping[str, float], step: int) -> None:
+        tf = self._tf
+        with self._writer.as_default(step=step):
+            for tag, value in metrics.items():
+                if math.isfinite(value):
+                    tf.summary.write(tag, tf.constant(value, tf.float32), metadata=self._metadata)
+        self._writer.flush()
+
+    def close(self) -> None:
+        self._writer.close()
+
+
+class ConsoleWriter:
+    """One log line per summary in ML-Agents' style, at INFO on this module's logger.
+
+    ``3DBall. Step: 12000. Time Elapsed: 25.413 s. Mean Reward: 1.227. Std of Reward: 0.716. ...``
+    """
+
+    def __init__(self, behavior_name: str, run_started_at: float) -> None:
+        self.behavior_name = behavior_name
+        self.run_started_at = run_started_at
+
+    def write(self, metrics: Mapping[str, float], step: int) -> None:
+        elapsed = time.time() - self.run_started_at
+        parts = [f"{self.behavior_name}. Step: {step}. Time Elapsed: {elapsed:.3f} s."]
+        if metrics.get(EPISODES, 0) > 0:
+            parts.append(
+                f"Mean Reward: {metrics[CUMULATIVE_REWARD]:.3f}. Std of Reward: {metrics[CUMULATIVE_REWARD_STD]:.3f}."
+            )
+        else:
+            parts.append("No episode was completed since last summary.")
+        if AGENT_STEPS_PER_S in metrics:
+            parts.append(f"Agent steps/s: {metrics[AGENT_STEPS_PER_S]:.0f}.")
+        if POLICY_VERSION in metrics:
+            lag = metrics.get(POLICY_VERSION_LAG, math.nan)
+            parts.append(f"Policy version: {metrics[POLICY_VERSION]:.0f} (lag {lag:.2f}).")
+        logger.info("%s", " ".join(parts))
+
+    def close(self) -> None:
+        pass
+
+
+class EpisodeRecord(NamedTuple):
+    """One finished episode, as a row of ``episodes.csv``."""
+
+    agent_steps: int
+    """The trainer's agent steps when it took the episode's last trajectory in."""
+    wall_seconds: float
+    """Seconds since ``run_started_at``."""
+    episode_reward: float
+    episode_length: int
+    """Experiences in the episode."""
+    policy_version: int
+    """The version that acted on the episode's last step."""
+
+
+class EpisodeCsv:
+    """Appends rows to ``<behavior>/episodes.csv``; writes the header when the file is new or empty (a resume appends)."""
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        new = not path.exists() or path.stat().st_size == 0
+        self._file = path.open("a", newline="", encoding="utf-8")
+        self._csv = csv.writer(self._file)
+        if new:
+            self._csv.writerow(EPISODES_CSV_HEADER)
+            self._file.flush()
+
+    def append(self, records: Iterable[EpisodeRecord]) -> None:
+        """Write the rows and flush (a crash loses no finished episode)."""
+        self._csv.writerows(
+            (r.agent_steps, f"{r.wall_seconds:.3f}", repr(r.episode_reward), r.episode_length, r.policy_version)
+            for r in records
+        )
+        self._file.flush()
+
+    def close(self) -> None:
+        self._file.close()
+
+
+def update_training_status(path: Path, behavior_name: str, entry: Mapping[str, Any]) -> None:
+    """Replace ``behavior_name``'s entry in the JSON file at ``path``, keeping every other entry.
+
+    Safe across processes: an exclusive ``fcntl.flock`` on ``<path>.lock`` serialises the
+    read-modify-write, and the new content is written to a temporary file in the same folder and
+    moved over ``path`` with ``os.replace``, so readers never see a half-written file. A file that
+    is not valid JSON is logged and replaced.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lock_path = path.with_name(path.name + ".lock")
+    with lock_path.open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            status: dict[str, Any] = {}
+            if path.exists():
+                try:
+                    loaded = json.loads(path.read_text(encoding="utf-8"))
+                    status = loaded if isinstance(loaded, dict) else {}
+                except (OSError, ValueError):
+                    logger.warning("%s is not valid JSON; rewriting it", path)
+            status[behavior_name] = dict(entry)
+            fd, tmp = tempfile.mkstemp(prefix=path.name, suffix=".tmp", dir=path.parent)
+            try:
+                with os.fdopen(fd, "w", encoding="utf-8") as out:
+                    json.dump(status, out, indent=2, sort_keys=True)
+                os.replace(tmp, path)
+            except BaseException:
+                Path(tmp).unlink(missing_ok=True)
+                raise
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _mean_std(values: list[float]) -> tuple[float, float]:
+    if not values:
+        return math.nan, math.nan
+    mean = sum(values) / len(values)
+    return mean, math.sqrt(sum((v - mean) ** 2 for v in values) / len(values))
+
+
+class PeriodStats:
+    """What happened since the last summary: episodes, learner metrics, version lags, steps."""
+
+    def __init__(self, step: int) -> None:
+        self.start_step = step
+        self.started = time.monotonic()
+        self.rewards: list[float] = []
+        self.lengths: list[int] = []
+        self.lags: list[float] = []
+        self.learner: dict[str, list[float]] = {}
+
+    def add_learner_metrics(self, metrics: Mapping[str, float]) -> None:
+        for key, value in metrics.items():
+            self.learner.setdefault(key, []).append(float(value))
+
+    def summary(self, step: int) -> dict[str, float]:
+        """The period's metrics: episode means, learner metric means, throughput and lag."""
+        out: dict[str, float] = {key: sum(v) / len(v) for key, v in self.learner.items() if v}
+        out[EPISODES] = float(len(self.rewards))
+        if self.rewards:
+            out[CUMULATIVE_REWARD], out[CUMULATIVE_REWARD_STD] = _mean_std(self.rewards)
+            out[EPISODE_LENGTH] = sum(self.lengths) / len(self.lengths)
+        if self.lags:
+            out[POLICY_VERSION_LAG] = sum(self.lags) / len(self.lags)
+        seconds = time.monotonic() - self.started
+        if seconds > 0:
+            out[AGENT_STEPS_PER_S] = (step - self.start_step) / seconds
+        return out
+
+
+class Summaries:
+    """A trainer's summary outputs for one behavior: metric writers, the episode log and the status file.
+
+    With ``results_dir`` None only the console line is written (tests, ``--inference`` dry runs).
+
+    Args:
+        behavior_name: the behavior; its folder is ``results_dir / behavior_name``.
+        results_dir: ``results/<run-id>``, or None.
+        run_started_at: epoch seconds at the start of the run's first process.
+        writers: extra metric sinks (tests); TensorBoard and the console are added by default.
+    """
+
+    def __init__(
+        self,
+        behavior_name: str,
+        results_dir: Path | None,
+        run_started_at: float,
+        writers: Iterable[MetricsWriter] = (),
+    ) -> None:
+        self.behavior_name = behavior_name
+        self.run_started_at = run_started_at
+        self.writers: list[MetricsWriter] = [ConsoleWriter(behavior_name, run_started_at), *writers]
+        self._episodes: EpisodeCsv | None = None
+        self._status_path: Path | None = None
+        if results_dir is not None:
+            behavior_dir = results_dir / behavior_name
+            self.writers.append(TensorBoardWriter(behavior_dir))
+            self._episodes = EpisodeCsv(behavior_dir / EPISODES_CSV)
+            self._status_path = results_dir / RUN_LOGS / TRAINING_STATUS
+
+    def wall_seconds(self) -> float:
+        return time.time() - self.run_started_at
+
+    def record_episodes(self, records: Iterable[EpisodeRecord]) -> None:
+        if self._episodes is not None:
+            self._episodes.append(records)
+
+    def write(self, metrics: Mapping[str, float], step: int) -> None:
+        for writer in self.writers:
+            try:
+                writer.write(metrics, step)
+            except Exception:  # a broken sink must not stop training
+                logger.exception("metrics writer %r failed at step %d", writer, step)
+
+    def update_status(self, entry: Mapping[str, Any]) -> None:
+        """Rewrite this behavior's entry of ``run_logs/training_status.json`` (no file without results_dir)."""
+        if self._status_path is not None:
+            update_training_status(self._status_path, self.behavior_name, entry)
+
+    def close(self) -> None:
+        for writer in self.writers:
+            writer.close()
+        if self._episodes is not None:
+            self._episodes.close()
