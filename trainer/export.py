@@ -16,8 +16,8 @@ The flatbuffer's contract (read by ``processor.inference``):
 
 Export speed: the graph never changes between exports, only the weights, so the exporter converts
 with probe weights once and then writes each export's weights straight into the flatbuffer's constant
-buffers (``_WeightTemplate``): tens of microseconds per export for a 2x64 MLP instead of a ~0.1 s
-conversion (0.2-0.5 s on a loaded machine). The first ``export()`` pays for three conversions.
+buffers (``_WeightTemplate``): ~0.1 ms per export for a 2x64 MLP instead of a ~0.12 s conversion
+(0.2-0.5 s on a loaded machine; ``benchmarks/export_speed.py``). The first ``export()`` pays for three.
 Networks whose weights the converter folds in ways the template cannot replay fall back, with one
 warning, to a full conversion per export (``TFLiteExporter``). Keep one ``TFLiteExporter`` per
 network.
@@ -139,15 +139,6 @@ class _Slot(NamedTuple):
     high: np.ndarray | None
 
 
-def _schema() -> Any:
-    """The TFLite flatbuffer schema bindings (LiteRT's, else TensorFlow's copy)."""
-    try:
-        from ai_edge_litert import schema_py_generated
-    except ImportError:  # pragma: no cover - older LiteRT wheels
-        from tensorflow.lite.python import schema_py_generated
-    return schema_py_generated
-
-
 def constant_buffers(model: bytes) -> list[tuple[int, int]]:
     """``(byte offset, byte length)`` of each non-empty constant buffer stored inside ``model``.
 
@@ -155,7 +146,11 @@ def constant_buffers(model: bytes) -> list[tuple[int, int]]:
         NotPatchableError: some buffer lives outside the flatbuffer (offset-buffer layout or
             external buffers, used for models near or over 2 GB).
     """
-    root = _schema().Model.GetRootAs(model, 0)
+    try:  # the TFLite schema bindings LiteRT ships, else TensorFlow's copy
+        from ai_edge_litert import schema_py_generated as schema
+    except ImportError:  # pragma: no cover - older LiteRT wheels
+        from tensorflow.lite.python import schema_py_generated as schema
+    root = schema.Model.GetRootAs(model, 0)
     if hasattr(root, "ExternalBuffersLength") and root.ExternalBuffersLength():
         raise NotPatchableError("the model has external buffers")
     found = []
@@ -219,6 +214,11 @@ def find_slots(models: Sequence[bytes], probes: Sequence[Sequence[np.ndarray]]) 
             raise NotPatchableError(f"the buffer at byte {offset} matches {len(found)} variables")
         slots.extend(found)
     return slots
+
+
+def _read(variable: tf.Variable) -> np.ndarray:
+    """A variable's value as numpy: the raw read op costs ~10 us, ``Variable.numpy()`` ~30 us."""
+    return tf.raw_ops.ReadVariableOp(resource=variable.handle, dtype=variable.dtype).numpy()
 
 
 class _WeightTemplate:
@@ -307,6 +307,7 @@ class TFLiteExporter:
         self._since_check = 0
         self._template: _WeightTemplate | None = None
         self._variables: list[tf.Variable] = []
+        self._concrete: Any = None  # the traced ``serve``, kept: looking it up costs ~50 us
 
     @property
     def patches_weights(self) -> bool:
@@ -321,7 +322,9 @@ class TFLiteExporter:
             tf.errors.OpError / ConverterError: the graph uses an op outside TFLite's builtins.
         """
         start = time.perf_counter()
-        concrete = self._serve.get_concrete_function()
+        if self._concrete is None:
+            self._concrete = self._serve.get_concrete_function()
+        concrete = self._concrete
         model = self._patched(concrete) if self._patching else None
         how = "patched"
         if model is None:
@@ -350,7 +353,7 @@ class TFLiteExporter:
         try:
             if self._template is None:
                 self._template = self._build_template(concrete)
-            model = self._template.render([v.numpy() for v in self._variables])
+            model = self._template.render([_read(v) for v in self._variables])
         except Exception as err:  # probing, parsing or matching failed: full conversion is always correct
             self._fall_back(f"{type(err).__name__}: {err}")
             return None
@@ -404,7 +407,8 @@ class TFLiteExporter:
 
         rng = np.random.default_rng(1)
         inputs = [rng.standard_normal((_CHECK_ROWS, *shape)).astype(np.float32) for shape in self.observation_shapes]
-        expected = {k: np.asarray(v) for k, v in self._serve(*inputs).items()}
+        with tf.device("/CPU:0"):  # on a GPU, TF32 matmuls would differ from LiteRT by ~1e-3
+            expected = {k: np.asarray(v) for k, v in self._serve(*inputs).items()}
         try:
             runner = Interpreter(model_content=model, num_threads=1).get_signature_runner()
             got = runner(**{input_name(i): x for i, x in enumerate(inputs)})
@@ -420,7 +424,7 @@ class TFLiteExporter:
 
 
 def export_tflite(forward: Callable[..., Any], observation_shapes: Sequence[Sequence[int]]) -> bytes:
-    """One-off export of a policy network to a TFLite flatbuffer (see ``TFLiteExporter``).
+    """One-off export of a policy network to a TFLite flatbuffer: one full conversion, no template.
 
     Args:
         forward: the policy network (see ``TFLiteExporter.__init__``).
@@ -430,7 +434,7 @@ def export_tflite(forward: Callable[..., Any], observation_shapes: Sequence[Sequ
         The flatbuffer: inputs ``obs_i`` float32 ``[N, *shape_i]``; outputs ``"mean"``,
         ``"log_std"`` float32 ``[N, C]`` and/or ``"logits"`` float32 ``[N, sum(branches)]``.
     """
-    return TFLiteExporter(forward, observation_shapes).export()
+    return TFLiteExporter(forward, observation_shapes, patch_weights=False).export()
 
 
 def normalizer_state(mean: np.ndarray, variance: np.ndarray, count: int) -> pb.NormalizerState:

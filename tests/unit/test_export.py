@@ -1,0 +1,206 @@
+"""trainer.export's weight patching: a patched export acts exactly as a fresh full conversion.
+
+Every case changes the weights after the first export (which builds the template), then compares
+the patched flatbuffer with a full conversion of the same weights, through the processor's
+``Policy.from_update`` + ``forward`` on random observations, and with the TF forward itself.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import trainer.export as export
+from common.specs import ActionSpec
+from processor.inference import Policy
+from protos import pb
+from trainer.export import NotPatchableError, TFLiteExporter, constant_buffers, make_policy_update
+from trainer.networks import LOG_STD_MAX, PolicyNetwork
+
+ATOL = 1e-5
+Shapes = list[tuple[int, ...]]
+ONE_OBS: Shapes = [(6,)]
+TWO_OBS: Shapes = [(4,), (3,)]
+
+
+def policy_outputs(model: bytes, action_spec: pb.ActionSpec, observations: list[np.ndarray]) -> dict[str, np.ndarray]:
+    """What the processor's policy computes from ``model`` (the raw forward outputs)."""
+    update = make_policy_update("b", 1, 0, model, action_spec)
+    return {k: np.array(v) for k, v in Policy.from_update(update).forward(observations).items()}
+
+
+def random_observations(shapes: list[tuple[int, ...]], n: int = 9, seed: int = 3) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return [rng.standard_normal((n, *shape)).astype(np.float32) * 2 for shape in shapes]
+
+
+def perturb(variables: tuple[tf.Variable, ...] | list[tf.Variable], seed: int, log_std_shift: float = 0.0) -> None:
+    """New weights for every variable, as a trainer update would give (log_std optionally shifted)."""
+    rng = np.random.default_rng(seed)
+    for v in variables:
+        shift = log_std_shift if v.name.split(":")[0] == "log_std" else 0.0
+        v.assign(rng.normal(shift, 0.3, v.shape).astype(np.float32))
+
+
+def assert_same_as_full_conversion(
+    forward: Callable[..., object], shapes: list[tuple[int, ...]], patched: bytes, action_spec: pb.ActionSpec
+) -> None:
+    """``patched`` matches a fresh full conversion and the TF forward, on random observations."""
+    full = TFLiteExporter(forward, shapes, patch_weights=False).export()
+    observations = random_observations(shapes)
+    got, want = policy_outputs(patched, action_spec, observations), policy_outputs(full, action_spec, observations)
+    assert sorted(got) == sorted(want)
+    reference = TFLiteExporter(forward, shapes)._serve(*observations)
+    for name in want:
+        np.testing.assert_allclose(got[name], want[name], atol=ATOL, rtol=0, err_msg=name)
+        np.testing.assert_allclose(got[name], np.asarray(reference[name]), atol=ATOL, rtol=1e-5, err_msg=name)
+
+
+POLICY_CASES = {
+    "continuous_state_independent_log_std": (dict(state_dependent_std=False), ActionSpec(2)),
+    "continuous_state_dependent_log_std": (dict(state_dependent_std=True), ActionSpec(3)),
+    "discrete": (dict(), ActionSpec(0, (3, 2))),
+    "hybrid": (dict(), ActionSpec(2, (4,))),
+}
+
+
+@pytest.mark.parametrize("case", sorted(POLICY_CASES))
+@pytest.mark.parametrize("shapes", [ONE_OBS, TWO_OBS], ids=["one_obs", "two_obs"])
+def test_patched_export_equals_full_conversion(case: str, shapes: list[tuple[int, ...]]) -> None:
+    kwargs, action_spec = POLICY_CASES[case]
+    net = PolicyNetwork([s[0] for s in shapes], action_spec, hidden_units=64, num_layers=2, **kwargs)
+    exporter = TFLiteExporter(net, shapes, verify_every=0)
+    spec = action_spec.to_proto()
+    first = exporter.export()
+    assert exporter.patches_weights
+    assert_same_as_full_conversion(net, shapes, first, spec)  # initial weights (zero biases) in the general layout
+    for seed in (1, 2):
+        # A shift of 3 pushes the state-independent log_std past LOG_STD_MAX: the folded clip must follow.
+        perturb(net.trainable_variables, seed, log_std_shift=3.0 if seed == 2 else 0.0)
+        patched = exporter.export()
+        assert exporter.patches_weights
+        assert_same_as_full_conversion(net, shapes, patched, spec)
+    if case == "continuous_state_independent_log_std":
+        np.testing.assert_array_equal(policy_outputs(patched, spec, random_observations(shapes))["log_std"], LOG_STD_MAX)
+
+
+def _keras_policy(shapes: list[tuple[int, ...]]) -> keras.Model:
+    inputs = [keras.Input(shape) for shape in shapes]
+    h = keras.layers.Dense(16, activation="tanh")(keras.layers.Concatenate()(inputs))
+    return keras.Model(
+        inputs, {"mean": keras.layers.Dense(2)(h), "log_std": keras.layers.Dense(2)(h), "logits": keras.layers.Dense(5)(h)}
+    )
+
+
+def test_keras_model_with_two_inputs() -> None:
+    model = _keras_policy(TWO_OBS)
+    exporter = TFLiteExporter(model, TWO_OBS)
+    exporter.export()
+    perturb(model.trainable_variables, seed=4)
+    patched = exporter.export()
+    assert exporter.patches_weights
+    assert_same_as_full_conversion(model, TWO_OBS, patched, pb.ActionSpec(continuous_size=2, discrete_branches=[3, 2]))
+
+
+def test_template_build_restores_the_weights() -> None:
+    """Probing assigns random values to the live variables; the trainer's weights must come back bit for bit."""
+    net = PolicyNetwork([5], ActionSpec(2), hidden_units=32, num_layers=2)
+    perturb(net.trainable_variables, seed=7)
+    before = [v.numpy().copy() for v in net.trainable_variables]
+    TFLiteExporter(net, [(5,)]).export()
+    for v, value in zip(net.trainable_variables, before, strict=True):
+        np.testing.assert_array_equal(v.numpy(), value)
+
+
+def test_constant_buffers_locate_the_weights() -> None:
+    net = PolicyNetwork([5], ActionSpec(0, (4,)), hidden_units=8, num_layers=1)
+    perturb(net.trainable_variables, seed=8)
+    model = TFLiteExporter(net, [(5,)], patch_weights=False).export()
+    contents = [np.frombuffer(model, "<f4", length // 4, offset) for offset, length in constant_buffers(model)]
+    assert net.logits_head is not None
+    kernel = net.logits_head.kernel.numpy()  # [8, 4] -> FULLY_CONNECTED weights [4, 8]
+    assert any(np.array_equal(c, kernel.T.reshape(-1)) for c in contents if c.size == kernel.size)
+
+
+# -- fallbacks -----------------------------------------------------------------------------------
+
+
+def _fallback_warnings(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if r.name == "trainer.export" and r.levelno == logging.WARNING]
+
+
+def test_fallback_forced_off_converts_every_export() -> None:
+    net = PolicyNetwork([4], ActionSpec(2), hidden_units=16, num_layers=2)
+    exporter = TFLiteExporter(net, [(4,)], patch_weights=False)
+    exporter.export()
+    perturb(net.trainable_variables, seed=5)
+    assert not exporter.patches_weights
+    assert_same_as_full_conversion(net, [(4,)], exporter.export(), pb.ActionSpec(continuous_size=2))
+
+
+class _ExpScale(tf.Module):
+    """A forward whose variable the converter folds through ``exp``: no slot can replay that."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.dense = keras.layers.Dense(3)
+        self.dense.build((None, 4))
+        self.log_scale = tf.Variable(tf.zeros([3]), name="log_scale")
+
+    def __call__(self, obs: tf.Tensor) -> dict[str, tf.Tensor]:
+        return {"logits": self.dense(obs) * tf.exp(self.log_scale)}
+
+
+def test_unpatchable_network_falls_back_with_one_warning(caplog: pytest.LogCaptureFixture) -> None:
+    net = _ExpScale()
+    exporter = TFLiteExporter(net, [(4,)])
+    with caplog.at_level(logging.WARNING, logger="trainer.export"):
+        exporter.export()
+        assert not exporter.patches_weights
+        for seed in (1, 2):
+            perturb([net.log_scale, *net.dense.trainable_variables], seed)
+            model = exporter.export()
+    assert len(_fallback_warnings(caplog)) == 1
+    assert_same_as_full_conversion(net, [(4,)], model, pb.ActionSpec(discrete_branches=[3]))
+
+
+def test_offset_buffer_layout_falls_back(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    def offset_layout(model: bytes) -> list[tuple[int, int]]:
+        raise NotPatchableError("buffer 1 is stored outside the flatbuffer (offset-buffer layout)")
+
+    monkeypatch.setattr(export, "constant_buffers", offset_layout)
+    net = PolicyNetwork([4], ActionSpec(0, (2,)), hidden_units=16, num_layers=2)
+    exporter = TFLiteExporter(net, [(4,)])
+    with caplog.at_level(logging.WARNING, logger="trainer.export"):
+        exporter.export()
+    assert not exporter.patches_weights
+    assert "offset-buffer" in _fallback_warnings(caplog)[0].getMessage()
+    perturb(net.trainable_variables, seed=6)
+    assert_same_as_full_conversion(net, [(4,)], exporter.export(), pb.ActionSpec(discrete_branches=[2]))
+
+
+def test_verification_mismatch_falls_back_to_a_correct_export(caplog: pytest.LogCaptureFixture) -> None:
+    """A slot gone missing (a stale weight) is caught by the periodic check; that export is converted in full."""
+    net = PolicyNetwork([4], ActionSpec(2), hidden_units=16, num_layers=2)
+    exporter = TFLiteExporter(net, [(4,)], verify_every=2)
+    exporter.export()
+    assert exporter._template is not None
+    exporter._template._writes.pop(0)  # simulate a weight buffer the template failed to find
+    perturb(net.trainable_variables, seed=9)
+    with caplog.at_level(logging.WARNING, logger="trainer.export"):
+        exporter.export()  # unchecked: the 2nd patched export is the next one checked
+        assert exporter.patches_weights
+        model = exporter.export()
+        assert not exporter.patches_weights
+        exporter.export()
+    assert len(_fallback_warnings(caplog)) == 1
+    assert "differs from the TF forward" in _fallback_warnings(caplog)[0].getMessage()
+    assert_same_as_full_conversion(net, [(4,)], model, pb.ActionSpec(continuous_size=2))
