@@ -185,25 +185,32 @@ class EmbeddedRun:
         log.info("%s: acting with the checkpoint of step %d (policy version %d), not training", name, step, version)
 
     async def run(self) -> int:
-        self._make_envs()
-        processor_settings = ProcessorSettings.from_run_options(
-            self.run_options, seed=self.seed, declared_subscribers=() if self.options.inference else (TRAINER_SUBSCRIBER,)
-        )
-        server = ProcessorServer(processor_settings, ServerOptions(host="127.0.0.1", port=0))
-        port = await server.start()
-        for name, env in self.envs.items():
-            if self.options.inference:
-                self._publish_checkpoint_policy(name, env.brain_parameters, server.topics)
-            else:
-                self._start_trainer(name, env.brain_parameters, server.topics)
-        loop = asyncio.get_running_loop()
+        """Run until done; 0, or 130 after a SIGINT/SIGTERM (checkpoints saved, as after max_steps).
+
+        Whatever fails once the envs or the server exist (a missing checkpoint for --inference, a
+        learner that cannot be built) still stops the server and closes the envs before it propagates.
+        """
         interrupted = asyncio.Event()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, interrupted.set)
-        clients = [
-            asyncio.ensure_future(self._env_client(f"127.0.0.1:{port}", name, env)) for name, env in self.envs.items()
-        ]
+        server: ProcessorServer | None = None
+        clients: list[asyncio.Future[Any]] = []
         try:
+            self._make_envs()
+            processor_settings = ProcessorSettings.from_run_options(
+                self.run_options, seed=self.seed, declared_subscribers=() if self.options.inference else (TRAINER_SUBSCRIBER,)
+            )
+            server = ProcessorServer(processor_settings, ServerOptions(host="127.0.0.1", port=0))
+            port = await server.start()
+            for name, env in self.envs.items():
+                if self.options.inference:
+                    self._publish_checkpoint_policy(name, env.brain_parameters, server.topics)
+                else:
+                    self._start_trainer(name, env.brain_parameters, server.topics)
+            loop = asyncio.get_running_loop()
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.add_signal_handler(sig, interrupted.set)
+            clients = [
+                asyncio.ensure_future(self._env_client(f"127.0.0.1:{port}", name, env)) for name, env in self.envs.items()
+            ]
             await self._wait(server, clients, interrupted)
         finally:
             await self._shutdown(server, clients)
@@ -237,25 +244,35 @@ class EmbeddedRun:
             if task.done():
                 task.result()  # a trainer that failed fails the run
 
-    async def _shutdown(self, server: ProcessorServer, clients: list[asyncio.Future[Any]]) -> None:
+    async def _shutdown(self, server: ProcessorServer | None, clients: list[asyncio.Future[Any]]) -> None:
+        """Stop the trainers (each saves a checkpoint), then the env clients, the server and the envs.
+
+        ``server`` is None when the run failed before creating it.
+        """
         self.trainer_stop.set()
         await asyncio.gather(*self.threads.values(), return_exceptions=True)
-        # No trainer acks any more: drop its queues, so no env client waits for room on a full topic.
-        for name in self.envs:
-            server.topics.trajectories(name).remove(TRAINER_SUBSCRIBER)
+        if server is not None:
+            # No trainer acks any more: drop its queues, so no env client waits for room on a full topic.
+            for name in self.envs:
+                server.topics.trajectories(name).remove(TRAINER_SUBSCRIBER)
         self.env_stop.set()
         _, pending = await asyncio.wait(clients, timeout=CLIENT_STOP_TIMEOUT_S) if clients else (set(), set())
         for task in pending:
             task.cancel()
         await asyncio.gather(*clients, return_exceptions=True)
-        await server.stop(STOP_GRACE_S)
+        if server is not None:
+            await server.stop(STOP_GRACE_S)
         for env in self.envs.values():
             env.close()
         for name, loop in self.loops.items():
             result = loop.result
             log.info(
                 "%s: %d steps, %d episodes, mean reward %.3f (last 100), policy version %d",
-                name, result.steps, result.episodes, result.mean_reward(), result.policy_version,
+                name,
+                result.steps,
+                result.episodes,
+                result.mean_reward(),
+                result.policy_version,
             )
 
 
