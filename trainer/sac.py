@@ -1,0 +1,398 @@
+"""Soft Actor-Critic for continuous, discrete and hybrid actions, with a tuned entropy coefficient.
+
+Haarnoja et al. 2018, "Soft Actor-Critic Algorithms and Applications" (arXiv:1812.05905): twin Q networks
+with Polyak-averaged targets, a tanh-squashed Gaussian policy, automatic entropy tuning. Christodoulou 2019,
+"Soft Actor-Critic for Discrete Action Settings" (arXiv:1910.07207): one Q per option, exact expectations.
+
+Shapes: ``B`` minibatch rows, ``C`` continuous dimensions, ``nB`` branches, ``M = sum(branches)``. A critic
+Q(s, a_c) outputs ``K = M`` columns (a Q per option of every branch, given the continuous action), or ``K = 1``
+without branches. Per-branch sums are products with ``G [K, nB']`` (``G[j, b] = 1``: column j is in branch b);
+continuous-only is one branch (nB' = 1) of one option of probability 1, so each formula reads the same always:
+
+    soft value  V(s) = mean_b sum_j pi_b(j|s) Q_b(s, a_c, j) + sum_b alpha_b H_b(s) - alpha_c log pi_c(a_c|s),
+                a_c ~ pi_c(.|s)                          (Haarnoja eq. 3; Christodoulou eq. 10 per branch)
+    critics     Q(s, a) -> y = r + gamma (1 - done) V'(s'), V' under min(target Q1, target Q2)   (eq. 5)
+    policy      maximise V(s) under min(Q1, Q2)                                                  (eq. 7, 12)
+    alpha       minimise E[alpha (H(s) - H_target)], through log alpha                            (eq. 18)
+
+The replay buffer (an AgentBuffer) holds one row per experience under the keys ``obs_i``, ``next_obs_i``
+(observation i) and the other field names of ``SACBatch``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import random
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NamedTuple, TypeAlias
+
+import numpy as np
+import tensorflow as tf
+
+from common import config
+from common import trajectory as tr
+from common.buffer import AgentBuffer
+from common.specs import BrainParameters
+from protos import pb
+from trainer.export import TFLiteExporter, make_policy_update, normalizer_state
+from trainer.networks import Normalizer, PolicyNetwork, ValueNetwork, gaussian_log_prob, masked_log_softmax
+
+logger = logging.getLogger(__name__)
+Tensor: TypeAlias = tf.Tensor
+
+TANH_LOG_EPSILON = 1e-6  # inside the log of the tanh correction: processor.inference's value
+# Discrete target entropy: this times log(allowed options), per branch and row. ML-Agents' value
+# (discrete_target_entropy_scale); Christodoulou's 0.98 holds the policy near uniform for good.
+DISCRETE_TARGET_ENTROPY_SCALE = 0.2
+BUFFER_TRUNCATE_FRACTION = 0.8  # an over-full replay buffer keeps its newest 80% (ML-Agents)
+MIN_LEARNING_RATE = 1e-10  # floor of the linear schedule (ML-Agents' DecayedValue)
+SAMPLE_CHUNK_STEPS = 64  # gradient steps whose minibatches are sampled at once (bounds memory)
+NEXT_ACTION_MASK = "next_action_mask"
+REPLAY_BUFFER_FILE = "replay_buffer.hdf5"
+
+
+@dataclass(frozen=True)
+class SACSettings:
+    """What the SAC learner takes from a behavior's settings."""
+
+    hyperparameters: config.SACHyperparameters
+    network: config.NetworkSettings
+    gamma: float  # discount per agent step, from reward_signals.extrinsic
+    reward_strength: float  # multiplier of the extrinsic reward
+    max_steps: int  # agent steps over which a linear learning-rate schedule decays
+
+    @classmethod
+    def from_behavior(cls, settings: config.BehaviorSettings) -> SACSettings:
+        """Raises ConfigKeyError (no SAC hyperparameters or extrinsic signal, a buffer too small) or
+        NotSupportedKeyError (another reward signal, behavioral_cloning)."""
+        hyper = settings.hyperparameters
+        if not isinstance(hyper, config.SACHyperparameters):
+            raise config.ConfigKeyError("hyperparameters", f"{type(hyper).__name__} given to the SAC learner")
+        others = [s.value for s in settings.reward_signals if s is not config.RewardSignalType.EXTRINSIC]
+        if others:
+            raise config.NotSupportedKeyError(f"reward_signals.{others[0]}", "not supported yet by the SAC learner")
+        if settings.behavioral_cloning is not None:
+            raise config.NotSupportedKeyError("behavioral_cloning", "not supported yet by the SAC learner")
+        extrinsic = settings.reward_signals.get(config.RewardSignalType.EXTRINSIC)
+        if extrinsic is None:
+            raise config.ConfigKeyError("reward_signals", "the SAC learner needs reward_signals.extrinsic")
+        if hyper.buffer_size < (warm_up := max(hyper.batch_size, hyper.buffer_init_steps)):
+            detail = f"{hyper.buffer_size} < max(batch_size, buffer_init_steps) = {warm_up}: SAC would never update"
+            raise config.ConfigKeyError("hyperparameters.buffer_size", detail)
+        return cls(hyper, settings.network_settings, extrinsic.gamma, extrinsic.strength, settings.max_steps)
+
+
+class SACBatch(NamedTuple):
+    """One minibatch of ``B`` replay rows (module docstring); rewards are already times the extrinsic strength."""
+
+    obs: tuple[Any, ...]  # float32 [B, size_i] per observation
+    next_obs: tuple[Any, ...]  # float32 [B, size_i] per observation: the obs after the action
+    continuous_actions: Any  # float32 [B, C], squashed
+    discrete_actions: Any  # int32 [B, nB]
+    action_mask: Any  # float32 [B, M], 1 = allowed
+    next_action_mask: Any  # float32 [B, M], the mask at next_obs (all ones where unknown)
+    rewards: Any  # float32 [B]
+    done: Any  # float32 [B], 1 on a true terminal only
+
+
+# -- the maths: pure functions, tensors in and out ---------------------------------------------
+# Traced once, inside the learner's gradient step (a tf.function with a fixed input signature).
+# A tf.function of their own would nest calls in that step, whose inputs XLA then takes for
+# compile-time constants: it recompiled on every step (2-5 s each).
+
+
+def squashed_gaussian_sample(mean: Tensor, log_std: Tensor, noise: Tensor) -> tuple[Tensor, Tensor]:
+    """a = tanh(u), u = mean + exp(log_std) * noise; returns (a, log pi(a) per dimension), each [B, C]."""
+    u = mean + tf.exp(log_std) * noise
+    # tanh in float64 rounded once to float32, like the processor's numpy tanh (TF's float32 tanh is
+    # off by up to 6 ulp near +-1, which moves the correction below by up to 0.4).
+    a = tf.cast(tf.tanh(tf.cast(u, tf.float64)), tf.float32)
+    a64 = tf.cast(a, tf.float64)
+    # Change of variables (Haarnoja 2018, app. C): log pi(a) = log N(u) - log(da/du), da/du = 1 - tanh(u)^2,
+    # in processor.inference's arithmetic (float64 from the float32 a, + 1e-6), so a stored log-prob and
+    # this one agree: to rounding for |u| < 5, within 0.12 beyond (there 1 ulp of a is 1e-7, vs 1e-6).
+    # The epsilon keeps the log finite once tanh saturates at +-1.
+    correction = tf.cast(tf.math.log(1.0 - a64 * a64 + TANH_LOG_EPSILON), tf.float32)
+    return a, gaussian_log_prob(u, mean, log_std) - correction
+
+
+def soft_state_value(
+    q: Tensor, probs: Tensor, log_probs: Tensor, log_pi_c: Tensor, g: Tensor, alpha_c: Tensor, alpha_d: Tensor
+) -> Tensor:
+    """V(s) [B] (module docstring) from the critic's q [B, K], the policy's probs and log-probs per
+    option [B, K], the sampled continuous action's log-probs [B, C], G [K, nB'], alpha_c [], alpha_d [nB']."""
+    expected_q = tf.reduce_mean(tf.matmul(probs * q, g), axis=1)  # mean over branches
+    entropy = -tf.matmul(probs * log_probs, g)  # H_b [B, nB']; a masked option adds 0 * -1e9 = 0
+    return expected_q + tf.reduce_sum(alpha_d * entropy, axis=1) - alpha_c * tf.reduce_sum(log_pi_c, axis=1)
+
+
+def soft_q_target(rewards: Tensor, done: Tensor, next_value: Tensor, gamma: Tensor) -> Tensor:
+    """y = r + gamma (1 - done) V'(s') [B], a constant for the critics."""
+    # done is 1 only on a true terminal. An interrupted last step (time limit, flushed segment) is
+    # stored with done 0: the episode would have gone on, so its return still includes V'(next_obs).
+    return tf.stop_gradient(rewards + gamma * (1.0 - done) * next_value)
+
+
+def q_loss(q_chosen: Tensor, target: Tensor) -> Tensor:
+    """0.5 (Q(s, a) - y)^2 averaged over rows and branches; q_chosen [B, nB'], target [B]."""
+    return 0.5 * tf.reduce_mean(tf.square(q_chosen - target[:, tf.newaxis]))
+
+
+def policy_loss(soft_value: Tensor) -> Tensor:
+    """J_pi = E[alpha log pi - Q] = -E[V(s)]: the soft value of the policy's own actions, negated."""
+    return -tf.reduce_mean(soft_value)
+
+
+def entropy_coefficient_loss(log_alpha: Tensor, entropy: Tensor, target_entropy: Tensor) -> Tensor:
+    """E[sum_k log alpha_k (H_k(s) - H_target_k)] over the action kinds k [B, k]: alpha_k rises while H_k
+    is below target. Continuous: H = -log pi(a|s) of the sampled a; discrete: the exact H_b (Christodoulou eq. 11)."""
+    return tf.reduce_mean(tf.reduce_sum(log_alpha * tf.stop_gradient(entropy - target_entropy), axis=1))
+
+
+def polyak_average(online: Tensor, target: Tensor, tau: Tensor) -> Tensor:
+    """The target's new value: tau * online + (1 - tau) * target."""
+    return tau * online + (1.0 - tau) * target
+
+
+def _rows(width: int, dtype: tf.DType = tf.float32) -> tf.TensorSpec:
+    return tf.TensorSpec([None, width], dtype)
+
+
+class SACLearner:
+    """One behavior's SAC state: policy, twin critics and targets, entropy coefficients, replay buffer.
+
+    Update ratio: ``update_credit`` counts the experiences taken in once the replay buffer holds
+    ``max(batch_size, buffer_init_steps)`` rows, less ``steps_per_update`` per gradient step run;
+    ``update`` runs ``floor(credit / steps_per_update)`` steps. So gradient steps = experiences after
+    warm-up / steps_per_update, however the loop batches its calls (ML-Agents' ``while (step -
+    buffer_init_steps) / update_steps > steps_per_update`` is the same ratio, less one step).
+
+    Speed: a gradient step is one call of a tf.function with a fixed input signature, compiled with
+    XLA unless ``jit_compile`` is False: on 2 shared cores, for 2x64 networks and batch 32, 1.6-1.8 ms
+    of CPU a step instead of 2.5 ms, after a compile of 1-3 s on the first update.
+    """
+
+    def __init__(
+        self, brain_parameters: BrainParameters, settings: config.BehaviorSettings, seed: int = 0, jit_compile: bool = True
+    ):
+        """Raises ConfigKeyError or NotSupportedKeyError: see ``SACSettings.from_behavior``."""
+        self.brain_parameters = brain_parameters
+        self.settings = SACSettings.from_behavior(settings)
+        hyper, net, spec = self.settings.hyperparameters, self.settings.network, brain_parameters.action_spec
+        self._c, self._branches, self._m = spec.continuous_size, tuple(spec.discrete_branches), spec.mask_width
+        self._obs_sizes = [int(np.prod(o.shape)) for o in brain_parameters.observation_specs]
+        self._warm_up_rows = max(hyper.batch_size, hyper.buffer_init_steps)
+        random_state = random.getstate()  # Keras draws each unseeded initializer's seed from Python's random
+        random.seed(seed)
+        self.policy = PolicyNetwork(self._obs_sizes, spec, net.hidden_units, net.num_layers, state_dependent_std=True)
+        q_shape = (net.hidden_units, net.num_layers, sum(self._obs_sizes) + self._c, self._m or 1)
+        names = ("q1", "q2", "target_q1", "target_q2")
+        self.q1, self.q2, self.target_q1, self.target_q2 = [ValueNetwork(*q_shape, name=n) for n in names]
+        random.setstate(random_state)
+        self.normalizers = [Normalizer(size, name=f"normalizer_{i}") for i, size in enumerate(self._obs_sizes)]
+        self._q_vars = [*self.q1.trainable_variables, *self.q2.trainable_variables]
+        self._target_vars = [*self.target_q1.trainable_variables, *self.target_q2.trainable_variables]
+        for online, target in zip(self._q_vars, self._target_vars, strict=True):
+            target.assign(online)
+        # One entropy coefficient per action kind: [continuous (when C > 0), branch 0, branch 1, ...].
+        self._kinds = int(self._c > 0) + len(self._branches)
+        self.log_alpha = tf.Variable(tf.fill([self._kinds], math.log(hyper.init_entcoef)), name="log_alpha")
+        lr = hyper.learning_rate
+        self.policy_optimizer, self.q_optimizer, self.entropy_optimizer = [tf.keras.optimizers.Adam(lr) for _ in range(3)]
+        # Built now, so that a checkpoint restores their slots directly.
+        self.policy_optimizer.build(self.policy.trainable_variables)
+        self.q_optimizer.build(self._q_vars)
+        self.entropy_optimizer.build([self.log_alpha])
+        self.steps = tf.Variable(0, dtype=tf.int64, trainable=False, name="steps")
+        self.update_credit = tf.Variable(0.0, dtype=tf.float64, trainable=False, name="update_credit")
+        self._tf_rng, self._np_rng = tf.random.Generator.from_seed(seed), np.random.default_rng(seed)
+        self.replay = AgentBuffer()
+        self._exporter = TFLiteExporter(self.policy, [o.shape for o in brain_parameters.observation_specs])
+        g = np.repeat(np.eye(len(self._branches)), self._branches, axis=0) if self._m else np.ones((1, 1))  # G
+        self._g = tf.constant(g, tf.float32)
+        obs, mask, vec = tuple(_rows(size) for size in self._obs_sizes), _rows(self._m), tf.TensorSpec([None], tf.float32)
+        batch = SACBatch(obs, obs, _rows(self._c), _rows(len(self._branches), tf.int32), mask, mask, vec, vec)
+        step = self._gradient_step_graph
+        self._gradient_step = tf.function(step, input_signature=[batch], autograph=False, jit_compile=jit_compile)
+
+    def _replay_rows(self, trajectory: tr.Trajectory) -> dict[str, np.ndarray]:
+        rows = trajectory.to_rows()
+        out = {key: rows[key] for i in range(len(self._obs_sizes)) for key in (tr.obs_key(i), tr.next_obs_key(i))}
+        out[tr.CONTINUOUS_ACTIONS], out[tr.DISCRETE_ACTIONS] = rows[tr.CONTINUOUS_ACTIONS], rows[tr.DISCRETE_ACTIONS]
+        mask = rows.get(tr.ACTION_MASK, np.ones((trajectory.length, self._m), np.float32))
+        # Row j's next mask is row j+1's; after the last row it is unknown: everything allowed.
+        out[tr.ACTION_MASK], out[NEXT_ACTION_MASK] = mask, np.concatenate([mask[1:], np.ones((1, self._m), np.float32)])
+        out[tr.REWARDS] = rows[tr.REWARDS].astype(np.float32) * np.float32(self.settings.reward_strength)
+        # Only a true terminal is done. An interrupted last step (max_reached, or a segment flushed at
+        # session end) is stored as not done: the episode did not end there, so the critic target
+        # bootstraps from next_obs (Pardo et al. 2018, "Time Limits in Reinforcement Learning").
+        out[tr.DONE] = (rows[tr.DONE] & ~rows[tr.INTERRUPTED]).astype(np.float32)
+        return out
+
+    def add_trajectories(self, trajectories: Sequence[tr.Trajectory]) -> int:
+        """Appends the trajectories' rows to the replay buffer; returns the experiences taken in."""
+        rows = [self._replay_rows(t) for t in trajectories if t.length]
+        if not rows:
+            return 0
+        if self.settings.network.normalize:
+            for i, normalizer in enumerate(self.normalizers):
+                normalizer.update(np.concatenate([r[tr.obs_key(i)] for r in rows]))
+        before = self.replay.num_experiences
+        self.replay.extend_rows_many(rows)
+        after = self.replay.num_experiences
+        self.update_credit.assign_add(float(max(0, after - max(before, self._warm_up_rows))))  # class docstring
+        self.steps.assign_add(after - before)
+        if after > (buffer_size := self.settings.hyperparameters.buffer_size):
+            self.replay.truncate(int(buffer_size * BUFFER_TRUNCATE_FRACTION))
+        return after - before
+
+    def _due_gradient_steps(self) -> int:
+        if self.replay.num_experiences < self._warm_up_rows:
+            return 0
+        return math.floor(float(self.update_credit.numpy()) / self.settings.hyperparameters.steps_per_update + 1e-9)
+
+    def ready_to_update(self) -> bool:
+        """Warm-up rows are in and at least one gradient step is due (class docstring)."""
+        return self._due_gradient_steps() > 0
+
+    def update(self) -> dict[str, float]:
+        """Runs the due gradient steps and returns their mean metrics ({} when none is due)."""
+        hyper, due = self.settings.hyperparameters, self._due_gradient_steps()
+        if due == 0:
+            return {}
+        self.update_credit.assign(max(0.0, float(self.update_credit.numpy()) - due * hyper.steps_per_update))
+        learning_rate, b = hyper.learning_rate, hyper.batch_size
+        if hyper.learning_rate_schedule is config.ScheduleType.LINEAR and self.settings.max_steps > 0:
+            progress = min(float(self.steps.numpy()) / self.settings.max_steps, 1.0)  # linear decay to ~0 at max_steps
+            learning_rate -= (learning_rate - MIN_LEARNING_RATE) * progress
+        for optimizer in (self.policy_optimizer, self.q_optimizer, self.entropy_optimizer):
+            optimizer.learning_rate.assign(learning_rate)
+        stats: list[Mapping[str, Tensor]] = []
+        for first in range(0, due, SAMPLE_CHUNK_STEPS):
+            steps = min(SAMPLE_CHUNK_STEPS, due - first)
+            sampled = self.replay.sample_mini_batch(steps * b, rng=self._np_rng)  # with replacement, as ML-Agents
+            columns = {key: field.data for key, field in sampled.items()}
+            stats.extend(self._gradient_step(self._minibatch(columns, slice(i * b, (i + 1) * b))) for i in range(steps))
+        means = {key: float(np.mean([s[key].numpy() for s in stats])) for key in stats[0]}
+        return {**means, "Policy/Learning Rate": learning_rate}
+
+    def _minibatch(self, columns: Mapping[str, np.ndarray], rows: slice) -> SACBatch:
+        n_obs = range(len(self._obs_sizes))
+        obs, next_obs = (tuple(columns[key(i)][rows] for i in n_obs) for key in (tr.obs_key, tr.next_obs_key))
+        keys = (tr.CONTINUOUS_ACTIONS, tr.DISCRETE_ACTIONS, tr.ACTION_MASK, NEXT_ACTION_MASK, tr.REWARDS, tr.DONE)
+        return SACBatch(obs, next_obs, *(columns[key][rows] for key in keys))
+
+    def _features(self, obs: Sequence[Tensor]) -> list[Tensor]:
+        normalize = self.settings.network.normalize
+        return [n.normalize(o) if normalize else o for n, o in zip(self.normalizers, obs, strict=True)]
+
+    def _policy_sample(self, features: list[Tensor], mask: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """(a_c [B, C], log pi_c [B, C], probs [B, K], log-probs [B, K]) of the current policy."""
+        out, rows = self.policy(*features), tf.shape(features[0])[0]
+        actions = log_probs = tf.zeros([rows, 0])
+        if self._c:
+            noise = self._tf_rng.normal(tf.shape(out["mean"]))
+            actions, log_probs = squashed_gaussian_sample(out["mean"], out["log_std"], noise)
+        if not self._m:  # one option of probability 1 (module docstring)
+            return actions, log_probs, tf.ones([rows, 1]), tf.zeros([rows, 1])
+        option_log_probs = tf.concat(masked_log_softmax(out["logits"], mask, self._branches), axis=1)
+        return actions, log_probs, tf.exp(option_log_probs), option_log_probs
+
+    def _gradient_step_graph(self, batch: SACBatch) -> dict[str, Tensor]:
+        """One gradient step of critics, policy and entropy coefficients, then the target update."""
+        g, gamma, tau = self._g, tf.constant(self.settings.gamma), tf.constant(self.settings.hyperparameters.tau)
+        alpha = tf.exp(self.log_alpha)
+        alpha_c = alpha[0] if self._c else tf.constant(0.0)
+        alpha_d = alpha[int(self._c > 0) :] if self._m else tf.zeros([1])
+        features, next_features = self._features(batch.obs), self._features(batch.next_obs)
+        s, next_s = tf.concat(features, axis=1), tf.concat(next_features, axis=1)
+
+        next_a, next_log_pi_c, next_probs, next_log_probs = self._policy_sample(next_features, batch.next_action_mask)
+        next_q_input = tf.concat([next_s, next_a], axis=1)
+        next_q = tf.minimum(self.target_q1(next_q_input), self.target_q2(next_q_input))  # clipped double Q
+        next_value = soft_state_value(next_q, next_probs, next_log_probs, next_log_pi_c, g, alpha_c, alpha_d)
+        target = soft_q_target(batch.rewards, batch.done, next_value, gamma)
+        chosen = tf.ones_like(batch.rewards)[:, tf.newaxis]  # one-hot of the stored options [B, K]; ones without branches
+        if self._m:
+            chosen = tf.concat([tf.one_hot(batch.discrete_actions[:, b], n) for b, n in enumerate(self._branches)], axis=1)
+        q_input = tf.concat([s, batch.continuous_actions], axis=1)
+        with tf.GradientTape() as tape:
+            q1_loss = q_loss(tf.matmul(self.q1(q_input) * chosen, g), target)
+            q2_loss = q_loss(tf.matmul(self.q2(q_input) * chosen, g), target)
+            critic_loss = q1_loss + q2_loss
+        self.q_optimizer.apply_gradients(zip(tape.gradient(critic_loss, self._q_vars), self._q_vars, strict=True))
+
+        policy_vars = self.policy.trainable_variables
+        with tf.GradientTape() as tape:
+            a, log_pi_c, probs, log_probs = self._policy_sample(features, batch.action_mask)
+            new_q_input = tf.concat([s, a], axis=1)
+            q = tf.minimum(self.q1(new_q_input), self.q2(new_q_input))
+            pi_loss = policy_loss(soft_state_value(q, probs, log_probs, log_pi_c, g, alpha_c, alpha_d))
+        self.policy_optimizer.apply_gradients(zip(tape.gradient(pi_loss, policy_vars), policy_vars, strict=True))
+
+        entropies, targets = [], []  # per action kind, [B, kinds]
+        if self._c:  # H = -log pi(a|s) of the sampled a; target -C (Haarnoja 2018, sec. 5)
+            entropies.append(-tf.reduce_sum(log_pi_c, axis=1, keepdims=True))
+            targets.append(-float(self._c) * tf.ones_like(entropies[-1]))
+        if self._m:  # the exact H_b; target a fraction of the most entropy the row's mask allows in branch b
+            entropies.append(-tf.matmul(probs * log_probs, g))
+            targets.append(DISCRETE_TARGET_ENTROPY_SCALE * tf.math.log(tf.maximum(tf.matmul(batch.action_mask, g), 1.0)))
+        entropy, target_entropy = tf.concat(entropies, axis=1), tf.concat(targets, axis=1)
+        with tf.GradientTape() as tape:
+            alpha_loss = entropy_coefficient_loss(self.log_alpha, entropy, target_entropy)
+        self.entropy_optimizer.apply_gradients([(tape.gradient(alpha_loss, self.log_alpha), self.log_alpha)])
+
+        for online, target_var in zip(self._q_vars, self._target_vars, strict=True):
+            target_var.assign(polyak_average(online, target_var, tau))
+        stats = {"Losses/Q1 Loss": q1_loss, "Losses/Q2 Loss": q2_loss, "Losses/Policy Loss": pi_loss}
+        stats["Losses/Entropy Coefficient Loss"] = alpha_loss
+        stats["Policy/Entropy"] = tf.reduce_mean(tf.reduce_sum(entropy, axis=1))
+        stats["Policy/Entropy Coeff"] = tf.reduce_mean(alpha)
+        if self._c:
+            stats["Policy/Continuous Entropy Coeff"] = alpha_c
+        if self._m:
+            stats["Policy/Discrete Entropy Coeff"] = tf.reduce_mean(alpha_d)
+        return stats
+
+    # -- policy, checkpoints -----------------------------------------------------------------
+
+    def export_policy(self, version: int, trainer_step: int) -> pb.PolicyUpdate:
+        """The current policy as a PolicyUpdate: TFLite artifact, tanh squash, normaliser states."""
+        normalizers = [normalizer_state(*n.state()) for n in self.normalizers] if self.settings.network.normalize else []
+        model, spec = self._exporter.export(), self.brain_parameters.action_spec.to_proto()
+        name = self.brain_parameters.behavior_name
+        return make_policy_update(name, version, trainer_step, model, spec, normalizers, tanh_squash=True)
+
+    def checkpoint_objects(self) -> dict[str, object]:
+        """Networks, targets, optimisers, entropy coefficients, normalisers, counters and the TF RNG."""
+        nets = {"policy": self.policy, "q1": self.q1, "q2": self.q2, "target_q1": self.target_q1, "target_q2": self.target_q2}
+        optimizers = {"policy_optimizer": self.policy_optimizer, "q_optimizer": self.q_optimizer}
+        optimizers["entropy_optimizer"] = self.entropy_optimizer
+        counters = {"log_alpha": self.log_alpha, "steps": self.steps, "update_credit": self.update_credit, "rng": self._tf_rng}
+        return {**nets, **optimizers, **counters, **{f"normalizer_{i}": n for i, n in enumerate(self.normalizers)}}
+
+    def save_extra(self, directory: Path) -> None:
+        """With save_replay_buffer, writes the replay buffer to ``directory / replay_buffer.hdf5``."""
+        if not self.settings.hyperparameters.save_replay_buffer:
+            return
+        directory.mkdir(parents=True, exist_ok=True)
+        path, partial = directory / REPLAY_BUFFER_FILE, directory / f"{REPLAY_BUFFER_FILE}.partial"
+        self.replay.save_to_file(str(partial))
+        os.replace(partial, path)  # a crash mid-save leaves the previous file whole
+
+    def load_extra(self, directory: Path) -> None:
+        """With save_replay_buffer, reloads the replay buffer; a missing file is logged, not an error.
+
+        Raises:
+            BufferException: the file exists but is not an AgentBuffer file.
+        """
+        if not self.settings.hyperparameters.save_replay_buffer:
+            return
+        if not (path := directory / REPLAY_BUFFER_FILE).exists():
+            logger.info("no replay buffer at %s; SAC starts with an empty one", path)
+            return
+        self.replay.load_from_file(str(path))
