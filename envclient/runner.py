@@ -21,7 +21,7 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -63,6 +63,15 @@ class VectorEnv(Protocol):
         ...
 
 
+HISTORY = 100_000
+"""Newest entries kept in each of RunStats' lists."""
+
+
+def _trim(values: list[Any]) -> None:
+    if len(values) > 2 * HISTORY:
+        del values[:-HISTORY]
+
+
 @dataclass
 class RunStats:
     """What one ``run_env`` sent and saw; steps are counted as documented in the module docstring."""
@@ -82,7 +91,10 @@ class RunStats:
     episode_lengths: list[int] = field(default_factory=list)
     """Experiences of each ended episode."""
     policy_versions: list[int] = field(default_factory=list)
-    """The policy version of each ActionInfo received, one per env step."""
+    """The policy version of each ActionInfo received, one per env step.
+
+    The three lists keep at most the newest ``HISTORY`` entries (trimmed in amortised O(1)), so an
+    env client that runs for days holds bounded memory."""
     wall_seconds: float = 0.0
 
     @property
@@ -117,6 +129,8 @@ class _EpisodeTracker:
             stats.truncated_episodes += int((ended & max_reached).sum())
             stats.episode_returns.extend(self.returns[ended].tolist())
             stats.episode_lengths.extend(self.lengths[ended].tolist())
+            _trim(stats.episode_returns)
+            _trim(stats.episode_lengths)
             self.returns[ended] = 0.0
             self.lengths[ended] = 0
         # A copy that was first-sighted has started; one that is done starts again next row.
@@ -169,6 +183,7 @@ async def run_env(
             stats.env_steps += 1
             tracker.record(rewards, done, max_reached)
             stats.policy_versions.append(int(result.policy_version))
+            _trim(stats.policy_versions)
             obs, rewards, terminated, truncated = env.step(result.continuous_actions, result.discrete_actions)
             rewards = np.asarray(rewards, np.float32)
             done = np.asarray(terminated, bool) | np.asarray(truncated, bool)
