@@ -1,7 +1,8 @@
 """The ``stepstream`` command line: one subcommand per service, flags as in ``mlagents-learn``.
 
 Addresses and ports come from flags, or from environment variables for the stack
-(``STEPSTREAM_HOST``, ``STEPSTREAM_PORT``, ``STEPSTREAM_PROCESSOR``).
+(``STEPSTREAM_HOST``, ``STEPSTREAM_PORT``, ``STEPSTREAM_PROCESSOR``). The stack's services (``processor``,
+``trainer``, ``env``; ``docker-compose.yml``) run the very commands the integration tests start as local processes.
 """
 
 from __future__ import annotations
@@ -33,7 +34,10 @@ def _add_processor(sub: argparse._SubParsersAction) -> None:
         help="interface to bind (default 127.0.0.1; 0.0.0.0 must be asked for) [env STEPSTREAM_HOST]",
     )
     parser.add_argument(
-        "--port", type=int, default=int(os.environ.get("STEPSTREAM_PORT", DEFAULT_PORT)), help="port (default 50051) [env STEPSTREAM_PORT]"
+        "--port",
+        type=int,
+        default=int(os.environ.get("STEPSTREAM_PORT", DEFAULT_PORT)),
+        help="port (default 50051) [env STEPSTREAM_PORT]",
     )
     parser.add_argument("--grace-s", type=float, default=10.0, help="drain time on SIGTERM/SIGINT, seconds (default 10)")
     parser.set_defaults(func=_run_processor)
@@ -69,6 +73,82 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=_run_train)
 
 
+def _add_trainer(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser(
+        "trainer",
+        help="train one behavior against a running processor (stack mode)",
+        description="Subscribe to the processor's trajectories/BEHAVIOR topic over gRPC, train BEHAVIOR with its settings "
+        "from CONFIG and publish each policy version back; results go to RESULTS_DIR/RUN_ID/BEHAVIOR. Waits for an env "
+        "client to declare the behavior, and for the processor when it restarts. SIGTERM or Ctrl-C saves a checkpoint "
+        "and exits.",
+    )
+    parser.add_argument("config", help="ML-Agents-style trainer YAML, the same file every service of the stack reads")
+    parser.add_argument(
+        "--behavior", required=True, metavar="NAME", help="the behavior to train (one trainer process per behavior)"
+    )
+    parser.add_argument(
+        "--processor",
+        metavar="ADDR",
+        default=os.environ.get("STEPSTREAM_PROCESSOR", f"127.0.0.1:{DEFAULT_PORT}"),
+        help="host:port of the processor (default 127.0.0.1:50051) [env STEPSTREAM_PROCESSOR]",
+    )
+    parser.add_argument(
+        "--run-id", default="ppo", metavar="ID", help="name of the run's results folder, shared by its trainers (default: ppo)"
+    )
+    parser.add_argument("--results-dir", default="results", metavar="DIR", help="where run folders go (default: results)")
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue from the behavior's newest checkpoint in RESULTS_DIR/RUN_ID (starts fresh if there is none); "
+        "without it an existing RESULTS_DIR/RUN_ID/BEHAVIOR is an error",
+    )
+    parser.add_argument(
+        "--seed", type=int, metavar="S", help="the learner's random seed (default: env_settings.seed; -1 picks one)"
+    )
+    parser.set_defaults(func=_run_trainer)
+
+
+def _add_env(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser(
+        "env",
+        help="step the config's environments through a running processor (stack mode)",
+        description="Build the environments of CONFIG's env_settings.env_path (gym:<id>, or the built-in 1-D task "
+        "simple:discrete / simple:continuous) and step them through one session per behavior until SIGTERM, Ctrl-C or "
+        "--max-env-steps. Reconnects with capped exponential backoff when the processor goes away or restarts; exits "
+        "with an error on statuses retrying cannot fix (INVALID_ARGUMENT, NOT_FOUND, ...).",
+    )
+    parser.add_argument("config", help="ML-Agents-style trainer YAML, the same file every service of the stack reads")
+    parser.add_argument(
+        "--processor",
+        metavar="ADDR",
+        default=os.environ.get("STEPSTREAM_PROCESSOR", f"127.0.0.1:{DEFAULT_PORT}"),
+        help="host:port of the processor (default 127.0.0.1:50051) [env STEPSTREAM_PROCESSOR]",
+    )
+    parser.add_argument("--behavior", metavar="NAME", help="host only this behavior's env_path entry (default: every entry)")
+    parser.add_argument(
+        "--num-envs", type=int, metavar="N", help="copies (agents) per env_path entry (default: env_settings.num_envs)"
+    )
+    parser.add_argument(
+        "--client-id",
+        metavar="ID",
+        help="the client id sent at hello; a newer session with the same id replaces the older one "
+        "(default: <hostname>-<pid>, distinct for scaled replicas)",
+    )
+    parser.add_argument(
+        "--seed",
+        type=int,
+        metavar="S",
+        help="env seed (default: env_settings.seed; -1 is random); mixed with the client id, so replicas differ",
+    )
+    parser.add_argument(
+        "--max-env-steps",
+        type=int,
+        metavar="N",
+        help="stop after this many env steps (BrainInfos) per behavior (default: until SIGTERM)",
+    )
+    parser.set_defaults(func=_run_env)
+
+
 def _build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="stepstream", description="Asynchronous agent-processor service for RL.")
     parser.add_argument("--log-level", default="INFO", help="logging level (default: INFO)")
@@ -76,6 +156,8 @@ def _build_parser() -> argparse.ArgumentParser:
     _add_train(sub)
     _add_processor(sub)
     _add_health(sub)
+    _add_trainer(sub)
+    _add_env(sub)
     return parser
 
 
@@ -109,6 +191,18 @@ def _run_train(args: argparse.Namespace) -> int:
     from cli.train import options_from_args, run_train
 
     return run_train(options_from_args(args))
+
+
+def _run_trainer(args: argparse.Namespace) -> int:
+    from cli.services import run_trainer, trainer_options_from_args
+
+    return run_trainer(trainer_options_from_args(args))
+
+
+def _run_env(args: argparse.Namespace) -> int:
+    from cli.services import env_options_from_args, run_env_client
+
+    return run_env_client(env_options_from_args(args))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -29,8 +29,8 @@ from common.config import BehaviorSettings, RunOptions, load_config
 from common.errors import ConfigError
 from common.specs import BrainParameters
 from common.topics import TopicRegistry
-from envclient.gym_adapter import GymVectorEnv, from_env_path
-from envclient.runner import run_env
+from envclient.envs import make_vector_env
+from envclient.runner import VectorEnv, run_env
 from envclient.session import EnvSession
 from processor.behaviors import TRAINER_SUBSCRIBER, ProcessorSettings
 from processor.server import ProcessorServer, ServerOptions
@@ -131,7 +131,7 @@ class EmbeddedRun:
         self.run_dir = run_dir
         self.started_at = started_at
         self.seed = _seed(run_options)
-        self.envs: dict[str, GymVectorEnv] = {}
+        self.envs: dict[str, VectorEnv] = {}
         self.loops: dict[str, Any] = {}
         self.threads: dict[str, asyncio.Future[Any]] = {}
         self.trainer_stop = threading.Event()
@@ -140,7 +140,7 @@ class EmbeddedRun:
     def _make_envs(self) -> None:
         settings = self.run_options.env_settings
         for i, env_path in enumerate(settings.env_paths):
-            env = from_env_path(env_path, settings.num_envs, self.seed + 1000 * i)
+            env = make_vector_env(env_path, settings.num_envs, self.seed + 1000 * i)
             name = env.brain_parameters.behavior_name
             self.run_options.settings_for(name)  # a behavior without settings is a config error now
             self.envs[name] = env
@@ -216,7 +216,7 @@ class EmbeddedRun:
             await self._shutdown(server, clients)
         return 130 if interrupted.is_set() else 0
 
-    async def _env_client(self, address: str, name: str, env: GymVectorEnv) -> Any:
+    async def _env_client(self, address: str, name: str, env: VectorEnv) -> Any:
         async with EnvSession(address, f"embedded-{name}", [env.brain_parameters]) as session:
             max_env_steps = None
             if self.options.inference:
@@ -263,7 +263,9 @@ class EmbeddedRun:
         if server is not None:
             await server.stop(STOP_GRACE_S)
         for env in self.envs.values():
-            env.close()
+            close = getattr(env, "close", None)  # Gymnasium envs hold resources; the 1-D task none
+            if close is not None:
+                close()
         for name, loop in self.loops.items():
             result = loop.result
             log.info(

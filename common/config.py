@@ -39,6 +39,9 @@ from common.config_schema import (
     GYM_PREFIX,
     HYPERPARAMETERS_FOR,
     NOT_SUPPORTED_VALUES,
+    SIMPLE_BEHAVIOR,
+    SIMPLE_KINDS,
+    SIMPLE_PREFIX,
     VALUE_HINTS,
     BehaviorSettings,
     EnvSettings,
@@ -68,6 +71,9 @@ from common.config_sections import (
 
 __all__ = [
     "GYM_PREFIX",
+    "SIMPLE_BEHAVIOR",
+    "SIMPLE_KINDS",
+    "SIMPLE_PREFIX",
     "BCHyperparameters",
     "BehaviorSettings",
     "BehavioralCloningSettings",

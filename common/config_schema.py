@@ -113,23 +113,41 @@ class BehaviorSettings:
 GYM_PREFIX = "gym:"
 # Gymnasium's own env-id grammar: [namespace/]name[-vN].
 _GYM_ID = re.compile(r"^(?:(?P<namespace>[\w:-]+)/)?(?P<name>[\w:.-]+?)(?:-v(?P<version>\d+))?$")
+SIMPLE_PREFIX = "simple:"
+"""The built-in 1-D goal task (``envclient.simple_env``): ``simple:discrete`` or ``simple:continuous``."""
+SIMPLE_KINDS = ("discrete", "continuous")
+"""The action kinds of ``simple:<kind>``."""
+SIMPLE_BEHAVIOR = "Simple1D"
+"""The behavior name of a ``simple:`` env path."""
 
 
 def behavior_name_for_env(env_path: str) -> str:
-    """The default behavior name of a ``gym:<id>`` env path: the id without namespace and version.
+    """The default behavior name of an env path: for ``gym:<id>``, the id without namespace and version.
 
     Args:
-        env_path: ``gym:<id>``, e.g. ``gym:CartPole-v1`` or ``gym:ALE/Pong-v5``.
+        env_path: ``gym:<id>``, e.g. ``gym:CartPole-v1`` or ``gym:ALE/Pong-v5``; or the built-in
+            1-D task, ``simple:discrete`` / ``simple:continuous`` (behavior ``Simple1D``).
 
     Returns:
-        The behavior name, e.g. ``CartPole`` or ``Pong``.
+        The behavior name, e.g. ``CartPole``, ``Pong`` or ``Simple1D``.
 
     Raises:
-        NotSupportedKeyError: ``env_path`` is not a ``gym:`` path (an ML-Agents Unity build path).
-        ConfigKeyError: the id after ``gym:`` is not a Gymnasium env id.
+        NotSupportedKeyError: ``env_path`` is neither a ``gym:`` nor a ``simple:`` path (an
+            ML-Agents Unity build path).
+        ConfigKeyError: the id after ``gym:`` is not a Gymnasium env id, or the kind after
+            ``simple:`` is not one of ``SIMPLE_KINDS``.
     """
+    if env_path.startswith(SIMPLE_PREFIX):
+        kind = env_path[len(SIMPLE_PREFIX) :]
+        if kind not in SIMPLE_KINDS:
+            choices = " or ".join(SIMPLE_PREFIX + k for k in SIMPLE_KINDS)
+            raise ConfigKeyError("env_path", f"{env_path!r}: the built-in 1-D task is {choices}")
+        return SIMPLE_BEHAVIOR
     if not env_path.startswith(GYM_PREFIX):
-        detail = f"{env_path!r} is not supported yet: only gym:<id> (or no env_path, for external env clients)"
+        detail = (
+            f"{env_path!r} is not supported yet: only gym:<id>, simple:discrete or simple:continuous"
+            " (or no env_path, for external env clients)"
+        )
         raise NotSupportedKeyError("env_path", detail)
     match = _GYM_ID.match(env_path[len(GYM_PREFIX) :])
     if match is None:
@@ -142,7 +160,8 @@ class EnvSettings:
     """``env_settings``: which environments the run starts itself (embedded mode)."""
 
     env_path: str | tuple[str, ...] | None = None
-    """``gym:<id>``, or a list of them for several behaviors; None: env clients connect on their own."""
+    """``gym:<id>`` or ``simple:<discrete|continuous>``, or a list of them for several behaviors; None: env
+    clients connect on their own."""
     num_envs: int = 1
     """Environment instances per env_path entry; >= 1, and 1 when env_path is None."""
     seed: int = -1

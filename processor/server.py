@@ -99,8 +99,14 @@ class ProcessorServer:
         if self._server is None:
             return
         await self._set_health(health_pb2.HealthCheckResponse.NOT_SERVING)
-        # Stream handlers flush their sessions in `finally` as the server cancels them.
+        handlers = self.sessions.handler_tasks()
+        # Stream handlers flush their sessions in `finally` as the server cancels them; wait for
+        # those flushes to reach the topics before the topics close.
         await self._server.stop(grace_s)
+        if handlers:
+            _, late = await asyncio.wait(handlers, timeout=grace_s)
+            if late:
+                log.warning("%d session(s) did not finish flushing within %.1f s", len(late), grace_s)
         await self.behaviors.stop()
         self.topics.close()
         self._server = None

@@ -89,11 +89,16 @@ class AgentProcessorServicer(pb_grpc.AgentProcessorServicer):
             log.warning("session %s ends: %s", session.session_id if session else context.peer(), err)
             await context.abort(status_for(err), str(err))
         except asyncio.CancelledError:
-            if session is None or not session.replaced:
+            if session is None:
                 raise
-            # A newer Hello with this client id took over: end this stream with a clear status.
-            context.set_code(grpc.StatusCode.ABORTED)
-            context.set_details(f"session {session.session_id} was replaced by a newer session of client '{session.client_id}'")
+            # Cancelled by a newer Hello with this client id, by the client going away, or by the
+            # server stopping: end with a clear status and flush (below) instead of re-raising.
+            if session.replaced:
+                context.set_code(grpc.StatusCode.ABORTED)
+                context.set_details(f"session {session.session_id} was replaced by a newer session of client '{session.client_id}'")
+            else:
+                context.set_code(grpc.StatusCode.UNAVAILABLE)
+                context.set_details(f"session {session.session_id} was cancelled (client gone or processor stopping)")
         finally:
             if session is not None:
                 await self._close(session)
@@ -164,8 +169,13 @@ class AgentProcessorServicer(pb_grpc.AgentProcessorServicer):
             error = acks.exception()
             if isinstance(error, StepstreamError):
                 await context.abort(status_for(error), str(error))
-        except TopicClosedError:  # the topic closed, or a newer subscriber of this name replaced this one
-            return
+        except TopicClosedError:
+            if subscription.topic.closed:
+                return  # the processor is stopping
+            # A newer subscriber of this name took over: say so, so this one does not resubscribe in turn.
+            await context.abort(
+                grpc.StatusCode.ABORTED, f"subscriber '{subscription.subscriber_name}' was replaced by a newer subscription"
+            )
         finally:
             for task in (taking, acks):
                 if task is not None:

@@ -83,6 +83,10 @@ class SessionTable:
             behavior.session_started()
         return session
 
+    def handler_tasks(self) -> list[asyncio.Task]:
+        """The stream-handler tasks of the live sessions (a server waits for them when stopping)."""
+        return [s.task for s in self._by_client.values() if s.task is not None and not s.task.done()]
+
     def close(self, session: Session) -> None:
         """Forget the session (its handler flushed it)."""
         if self._by_client.get(session.client_id) is session:

@@ -58,6 +58,11 @@ class Subscription(Generic[T]):
         return self._topic.name
 
     @property
+    def topic(self) -> TrajectoryTopic[T]:
+        """The topic this subscription reads."""
+        return self._topic
+
+    @property
     def subscriber_name(self) -> str:
         return self._queue.name
 

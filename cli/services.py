@@ -1,0 +1,346 @@
+"""``stepstream trainer`` and ``stepstream env``: the stack's service processes (ARCHITECTURE.md, "Two topologies").
+
+* ``stepstream trainer CONFIG --behavior NAME`` trains one behavior: it subscribes to the processor's
+  ``trajectories/<NAME>`` over gRPC as ``"trainer"`` (the queue the processor declares at start, so
+  nothing published earlier is lost), publishes each policy version back, and writes
+  ``<results-dir>/<run-id>/<NAME>/`` as ``stepstream train`` does. It sizes its networks from the
+  BrainParameters an env client declared, so it first waits for one (logging its progress). When the
+  processor goes away the loop checkpoints, waits for it, and resumes above every version it has seen.
+* ``stepstream env CONFIG`` steps the config's environments (``gym:<id>``, or the built-in 1-D task
+  ``simple:discrete`` / ``simple:continuous``) through one ``EnvSession`` per behavior. After a
+  ``RETRYABLE_STATUSES`` failure (a refused connection gives UNAVAILABLE) it reconnects with capped
+  exponential backoff and starts new episodes; any other status ends it with a clear error.
+
+Both stop cleanly on SIGTERM or Ctrl-C: the trainer finishes its iteration and checkpoints (a second
+signal interrupts it, still checkpointing); env clients finish the step in flight (at most
+``ENV_STOP_GRACE_S``) and close their sessions, which flushes their partial trajectories.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import socket
+import tempfile
+import threading
+import time
+import zlib
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import numpy as np
+import yaml
+
+from common.config import BehaviorSettings, RunOptions, load_config
+from common.errors import ConfigError, DeadlineExceededError, TopicClosedError
+from common.specs import BrainParameters
+from envclient.envs import make_vector_env
+from envclient.reconnect import ReconnectingEnvClient
+from envclient.runner import VectorEnv
+
+log = logging.getLogger(__name__)
+
+DEFAULT_PROCESSOR = "127.0.0.1:50051"
+WAIT_POLL_S = 2.0
+"""Longest single wait for BrainParameters: how soon a waiting trainer notices a stop."""
+WAIT_LOG_INTERVAL_S = 10.0
+RESUBSCRIBE_DELAY_S = 1.0
+"""Pause of a trainer that lost the processor before it asks again (no busy loop against a flapping one)."""
+ENV_STOP_GRACE_S = 5.0
+"""How long a stopping env client lets a step in flight finish (one blocked on a full topic may never) before cancelling."""
+
+
+@dataclass(frozen=True)
+class TrainerOptions:
+    """The ``trainer`` subcommand's flags."""
+
+    config: Path
+    behavior_name: str
+    processor: str = DEFAULT_PROCESSOR
+    run_id: str = "ppo"
+    results_dir: Path = Path("results")
+    resume: bool = False
+    seed: int | None = None
+    """The learner's seed; None: ``env_settings.seed`` (negative: random)."""
+
+
+def trainer_options_from_args(args: Any) -> TrainerOptions:
+    return TrainerOptions(
+        Path(args.config), args.behavior, args.processor, args.run_id, Path(args.results_dir), args.resume, args.seed
+    )
+
+
+def prepare_trainer_dir(options: TrainerOptions, run_options: RunOptions) -> Path:
+    """Create ``results/<run-id>/<behavior>`` and write the resolved ``configuration.yaml``; returns the run dir.
+
+    Trainers share the run folder, so only this behavior's must be new (or ``--resume``d); each writes
+    the same ``configuration.yaml``, atomically.
+
+    Raises:
+        ConfigError: the behavior's folder holds an earlier run and ``--resume`` was not given.
+    """
+    run_dir = options.results_dir / options.run_id
+    behavior_dir = run_dir / options.behavior_name
+    if not options.resume and behavior_dir.is_dir() and any(behavior_dir.iterdir()):
+        raise ConfigError(f"{behavior_dir} already exists: pass --resume to continue it, or choose another --run-id")
+    behavior_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "run_logs").mkdir(exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix="configuration.yaml", suffix=".tmp", dir=run_dir)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            yaml.safe_dump(run_options.to_dict(), out, sort_keys=False)
+        os.replace(tmp, run_dir / "configuration.yaml")
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return run_dir
+
+
+@contextlib.contextmanager
+def stop_on_signals(stop: threading.Event) -> Iterator[None]:
+    """While inside: SIGTERM or SIGINT sets ``stop``; a second one raises KeyboardInterrupt (main thread only)."""
+
+    def handle(signum: int, unused_frame: FrameType | None) -> None:
+        if stop.is_set():
+            raise KeyboardInterrupt
+        log.info("%s received: stopping after the current iteration (send it again to interrupt)", signal.Signals(signum).name)
+        stop.set()
+
+    previous = {sig: signal.signal(sig, handle) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def run_trainer(options: TrainerOptions) -> int:
+    """Train one behavior of the stack until max_steps or SIGTERM/Ctrl-C (module docstring).
+
+    Returns:
+        0 after max_steps or a stop signal; 130 when interrupted by a second signal.
+
+    Raises:
+        ConfigError: the config does not configure the behavior, or its results folder exists
+            without ``--resume``, or the declared BrainParameters changed across a reconnect.
+    """
+    from cli.train import process_start_time
+
+    started_at = process_start_time()
+    run_options = load_config(options.config)  # config errors surface before TensorFlow's import
+    settings = run_options.settings_for(options.behavior_name)
+    seed = options.seed if options.seed is not None else run_options.env_settings.seed
+    seed = seed if seed >= 0 else int.from_bytes(os.urandom(2), "little")  # the config's seed: -1
+    run_dir = prepare_trainer_dir(options, run_options)
+    from trainer.loop import configure_tf_threads
+
+    configure_tf_threads()  # before TensorFlow runs anything
+    stop = threading.Event()
+    with stop_on_signals(stop):
+        return TrainerService(options, settings, run_dir, started_at, seed).run(stop)
+
+
+class TrainerService:
+    """One behavior's ``TrainerLoop`` against ``options.processor``, reconnecting when it goes away; ``run_dir``
+    is ``results/<run-id>``, ``started_at`` this process's start (epoch seconds)."""
+
+    def __init__(
+        self, options: TrainerOptions, settings: BehaviorSettings, run_dir: Path, started_at: float, seed: int
+    ) -> None:
+        self.options = options
+        self.settings = settings
+        self.run_dir = run_dir
+        self.started_at = started_at
+        self.seed = seed
+        self.name = options.behavior_name
+
+    def run(self, stop: threading.Event) -> int:
+        """Wait for the behavior's BrainParameters, build the learner, train; see ``run_trainer``."""
+        from common.topics.grpc_transport import GrpcPolicyPublisher
+        from trainer.loop import INTERRUPTED
+        from trainer.registry import make_learner
+
+        with GrpcPolicyPublisher(self.options.processor, self.name) as publisher:
+            params = self._wait_for_brain_parameters(publisher, stop)
+            if params is None:
+                return 0
+            learner = make_learner(params, self.settings, self.seed)
+            resume = self.options.resume
+            while True:
+                stopped_by, lost = self._train(learner, publisher, resume, stop)
+                if not lost or stop.is_set():
+                    break
+                resume = True
+                log.warning("%s: lost the processor; resuming from the checkpoint once it is back", self.name)
+                stop.wait(RESUBSCRIBE_DELAY_S)
+                again = self._wait_for_brain_parameters(publisher, stop)
+                if again is None:
+                    break
+                if again != params:
+                    raise ConfigError(
+                        f"behavior {self.name!r}: the env clients now declare {again}, the trainer was built for {params}"
+                    )
+        return 130 if stopped_by == INTERRUPTED else 0
+
+    def _wait_for_brain_parameters(self, publisher: Any, stop: threading.Event) -> BrainParameters | None:
+        """The behavior's BrainParameters once an env client declared them; None if stopped first."""
+        started = last_log = time.monotonic()
+        log.info("%s: waiting for an env client to declare the behavior at %s", self.name, self.options.processor)
+        while not stop.is_set():
+            try:
+                params: BrainParameters = publisher.wait_for_brain_parameters(self.name, timeout_s=WAIT_POLL_S)
+                return params
+            except DeadlineExceededError:
+                now = time.monotonic()
+                if now - last_log >= WAIT_LOG_INTERVAL_S:
+                    last_log = now
+                    log.info("%s: still waiting for an env client to declare it (%.0f s)", self.name, now - started)
+        return None
+
+    def _train(self, learner: Any, publisher: Any, resume: bool, stop: threading.Event) -> tuple[str, bool]:
+        """One ``TrainerLoop`` on a new subscription; returns ``(stopped_by, processor_lost)``."""
+        from common.topics.grpc_transport import GrpcTrajectorySubscription
+        from processor.behaviors import TRAINER_SUBSCRIBER
+        from trainer.loop import TOPIC_CLOSED, TrainerLoop
+
+        subscription = GrpcTrajectorySubscription(self.options.processor, self.name, TRAINER_SUBSCRIBER)
+        loop = TrainerLoop(
+            self.name,
+            learner,
+            subscription,
+            publisher,
+            self.settings,
+            results_dir=self.run_dir,
+            run_started_at=self.started_at,
+            seed=self.seed,
+            resume=resume,
+        )
+        try:
+            result = loop.run(stop)
+        except (TopicClosedError, DeadlineExceededError) as err:
+            # A publish failed as the processor went away: keep what was learned since the last checkpoint.
+            log.warning("%s: %s", self.name, err)
+            if loop.checkpointer is not None and loop.result.policy_version >= 0:
+                loop.checkpointer.save(loop.result.steps, loop.result.policy_version)
+            return TOPIC_CLOSED, True
+        finally:
+            subscription.detach()
+        return result.stopped_by, result.stopped_by == TOPIC_CLOSED
+
+
+@dataclass(frozen=True)
+class EnvOptions:
+    """The ``env`` subcommand's flags."""
+
+    config: Path
+    processor: str = DEFAULT_PROCESSOR
+    behavior_name: str | None = None
+    """Host only this behavior's env_path entry; None: every entry."""
+    num_envs: int | None = None
+    """Copies per env_path entry; None: ``env_settings.num_envs``."""
+    client_id: str | None = None
+    seed: int | None = None
+    """None: ``env_settings.seed`` (negative: random)."""
+    max_env_steps: int | None = None
+    """BrainInfos per behavior at most; None: until stopped."""
+
+
+def env_options_from_args(args: Any) -> EnvOptions:
+    return EnvOptions(
+        Path(args.config), args.processor, args.behavior, args.num_envs, args.client_id, args.seed, args.max_env_steps
+    )
+
+
+def default_client_id() -> str:
+    """``<hostname>-<pid>``: distinct for every replica of a scaled service (each has its own hostname)."""
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+def env_seed(seed: int, client_id: str, index: int) -> int | None:
+    """The seed of env_path entry ``index`` in client ``client_id``; None (fresh entropy) when ``seed`` < 0.
+
+    The client id gives scaled replicas different episodes; an explicit ``--client-id`` keeps a run reproducible."""
+    if seed < 0:
+        return None
+    state = np.random.SeedSequence([seed, zlib.crc32(client_id.encode()), index]).generate_state(1)[0]
+    return int(state) >> 1  # < 2**31, so gym's seed + copy index stays in range
+
+
+def run_env_client(options: EnvOptions) -> int:
+    """Step the config's environments through the processor until SIGTERM/Ctrl-C or ``max_env_steps``; returns 0.
+
+    Raises:
+        ConfigError: no env_path in the config, or ``--behavior`` names none of its behaviors.
+        StepstreamError: the processor refused a session with a status retrying cannot fix.
+    """
+    env_overrides: dict[str, Any] = {}
+    if options.num_envs is not None:
+        env_overrides["num_envs"] = options.num_envs
+    if options.seed is not None:
+        env_overrides["seed"] = options.seed
+    run_options = load_config(options.config, overrides={"env_settings": env_overrides} if env_overrides else None)
+    settings = run_options.env_settings
+    hosted = dict(settings.behavior_names)
+    if not hosted:
+        raise ConfigError(f"{options.config}: env_settings.env_path is required for `stepstream env`")
+    if options.behavior_name is not None:
+        if options.behavior_name not in hosted:
+            raise ConfigError(
+                f"--behavior {options.behavior_name}: not in env_settings.env_path (behaviors: {', '.join(hosted)})"
+            )
+        hosted = {options.behavior_name: hosted[options.behavior_name]}
+    client_id = options.client_id or default_client_id()
+    indices = {path: i for i, path in enumerate(settings.env_paths)}
+    envs: dict[str, VectorEnv] = {}
+    try:
+        for name, path in hosted.items():
+            envs[name] = make_vector_env(path, settings.num_envs, env_seed(settings.seed, client_id, indices[path]))
+        session_ids = {name: client_id if len(envs) == 1 else f"{client_id}/{name}" for name in envs}
+        return asyncio.run(_serve_envs(options, session_ids, envs))
+    finally:
+        for env in envs.values():
+            close = getattr(env, "close", None)
+            if close is not None:
+                close()
+
+
+async def _serve_envs(options: EnvOptions, session_ids: Mapping[str, str], envs: Mapping[str, VectorEnv]) -> int:
+    """Run one ``ReconnectingEnvClient`` per behavior until all finish, one fails, or a signal."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    clients = [
+        ReconnectingEnvClient(options.processor, session_ids[name], name, env, stop, max_env_steps=options.max_env_steps)
+        for name, env in envs.items()
+    ]
+    tasks = [asyncio.ensure_future(client.run()) for client in clients]
+    stopped = asyncio.ensure_future(stop.wait())
+    try:
+        pending: set[asyncio.Future[Any]] = set(tasks)
+        while pending and not stop.is_set():
+            done, pending = await asyncio.wait(pending | {stopped}, return_when=asyncio.FIRST_COMPLETED)
+            pending.discard(stopped)
+            if any(task is not stopped and task.exception() is not None for task in done):
+                stop.set()  # one behavior failed: stop the others
+        if pending:
+            _, late = await asyncio.wait(pending, timeout=ENV_STOP_GRACE_S)
+            for task in late:
+                task.cancel()
+            if late:
+                log.warning("%d env client(s) did not finish their step within %.0f s; cancelled", len(late), ENV_STOP_GRACE_S)
+            await asyncio.gather(*late, return_exceptions=True)
+    finally:
+        stopped.cancel()
+    for c in clients:
+        log.info("%s: %d env steps, %d episodes, %d retries", c.behavior_name, c.env.steps, c.env.episodes, c.retries)
+    for task in tasks:
+        if not task.cancelled() and task.exception() is not None:
+            raise task.exception()  # type: ignore[misc]
+    return 0

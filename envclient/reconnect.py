@@ -1,0 +1,157 @@
+"""An env client that survives the processor going away: reconnect with capped exponential backoff.
+
+Use ``ReconnectingEnvClient`` for a long-running simulator: after a retryable status
+(``RETRYABLE_STATUSES``; a refused connection gives UNAVAILABLE) it opens a new session and starts
+new episodes; any other status is raised as a clear ``StepstreamError``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+from dataclasses import dataclass
+
+import grpc
+import numpy as np
+
+from common.errors import StepstreamError
+from common.specs import BrainParameters
+from envclient.runner import VectorEnv, run_env
+from envclient.session import EnvSession, StepRejectedError
+
+log = logging.getLogger(__name__)
+
+RECONNECT_INITIAL_S = 0.5
+"""First reconnect delay of an env client; doubled per failed attempt, up to ``RECONNECT_MAX_S``."""
+RECONNECT_MAX_S = 10.0
+RECONNECT_JITTER = 0.2
+"""Each delay is shortened by up to this fraction at random, so scaled replicas spread out."""
+SESSION_CLOSE_TIMEOUT_S = 5.0
+"""How long closing a session waits for the processor to flush it."""
+_CODE = grpc.StatusCode
+RETRYABLE_STATUSES = frozenset({_CODE.UNAVAILABLE, _CODE.CANCELLED, _CODE.DEADLINE_EXCEEDED, _CODE.RESOURCE_EXHAUSTED})
+"""Statuses after which an env client reconnects; any other ends it (retrying cannot help). UNAVAILABLE: the
+processor is unreachable, restarting or stopping; CANCELLED: the stream was cut as it stopped; DEADLINE_EXCEEDED:
+no first policy in time (the trainer is still starting); RESOURCE_EXHAUSTED: the trajectory topic stayed full past
+``publish_timeout_s``."""
+KEEPALIVE_OPTIONS = (("grpc.keepalive_time_ms", 10_000), ("grpc.keepalive_timeout_ms", 5_000))
+"""Env-client channel options: notice a vanished processor even while a step waits."""
+
+
+@dataclass
+class Backoff:
+    """Capped exponential backoff with jitter: ``initial_s * 2**k``, at most ``max_s``, minus up to ``jitter`` of it."""
+
+    initial_s: float = RECONNECT_INITIAL_S
+    max_s: float = RECONNECT_MAX_S
+    jitter: float = RECONNECT_JITTER
+    attempts: int = 0
+    """Delays handed out since the last success (set it to 0 then)."""
+
+    def next_delay_s(self) -> float:
+        delay = min(self.max_s, self.initial_s * 2.0 ** min(self.attempts, 32))
+        self.attempts += 1
+        return delay * (1.0 - self.jitter * random.random())
+
+
+class _CountingEnv:
+    """A ``VectorEnv`` that counts the steps and finished episodes of the env it wraps (across sessions)."""
+
+    def __init__(self, env: VectorEnv) -> None:
+        self.env = env
+        self.steps = 0
+        self.episodes = 0
+
+    @property
+    def num_agents(self) -> int:
+        return self.env.num_agents
+
+    @property
+    def brain_parameters(self) -> BrainParameters:
+        return self.env.brain_parameters
+
+    def reset(self) -> list[np.ndarray]:
+        return self.env.reset()
+
+    def step(
+        self, continuous_actions: np.ndarray, discrete_actions: np.ndarray
+    ) -> tuple[list[np.ndarray], np.ndarray, np.ndarray, np.ndarray]:
+        obs, rewards, terminated, truncated = self.env.step(continuous_actions, discrete_actions)
+        self.steps += 1
+        self.episodes += int(np.count_nonzero(np.asarray(terminated) | np.asarray(truncated)))
+        return obs, rewards, terminated, truncated
+
+
+class ReconnectingEnvClient:
+    """One behavior's env, stepped through sessions with the processor at ``address``, reconnecting after retryable failures.
+
+    Every session starts new episodes (``run_env`` resets the env): no agent continues an episode whose
+    earlier steps went to a processor that is gone. ``stop`` stops it after the step in flight;
+    ``max_env_steps`` counts BrainInfos across sessions (None: until ``stop``); ``backoff`` is reset
+    after every session that stepped.
+    """
+
+    def __init__(
+        self,
+        address: str,
+        client_id: str,
+        behavior_name: str,
+        env: VectorEnv,
+        stop: asyncio.Event,
+        *,
+        max_env_steps: int | None = None,
+        backoff: Backoff | None = None,
+    ) -> None:
+        self.address = address
+        self.client_id = client_id
+        self.behavior_name = behavior_name
+        self.env = _CountingEnv(env)
+        self.stop = stop
+        self.max_env_steps = max_env_steps
+        self.backoff = backoff or Backoff()
+        self.retries = 0
+        """Sessions that failed to open or ended by a retryable status."""
+
+    def _finished(self) -> bool:
+        return self.stop.is_set() or (self.max_env_steps is not None and self.env.steps >= self.max_env_steps)
+
+    async def run(self) -> int:
+        """Step until stopped or ``max_env_steps``; returns the env steps sent.
+
+        Raises:
+            StepstreamError: the processor ended a session with a status outside ``RETRYABLE_STATUSES``.
+        """
+        while not self._finished():
+            steps_before = self.env.steps
+            lost = await self._session()
+            if lost is None:
+                continue
+            if self.env.steps > steps_before:
+                self.backoff.attempts = 0
+            delay_s = self.backoff.next_delay_s()
+            self.retries += 1
+            log.warning("%s: no session with %s (%s); retrying in %.1f s", self.behavior_name, self.address, lost, delay_s)
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self.stop.wait(), delay_s)
+        return self.env.steps
+
+    async def _session(self) -> StepRejectedError | None:
+        """One session, stepped until finished (None) or ended by a retryable status (returned)."""
+        session = EnvSession(self.address, self.client_id, [self.env.brain_parameters], channel_options=KEEPALIVE_OPTIONS)
+        try:
+            await session.open()
+            remaining = None if self.max_env_steps is None else self.max_env_steps - self.env.steps
+            await run_env(session, self.env, self.behavior_name, max_env_steps=remaining, stop=self.stop)
+            return None
+        except StepRejectedError as err:
+            if err.code not in RETRYABLE_STATUSES:
+                where = f"{self.behavior_name}: the processor at {self.address} refused client '{self.client_id}'"
+                raise StepstreamError(f"{where}: {err} (not retryable; exiting)") from err
+            return err
+        finally:
+            try:
+                await session.close(SESSION_CLOSE_TIMEOUT_S)
+            except Exception as err:  # a broken stream has nothing left to flush
+                log.debug("closing session of client '%s': %s", self.client_id, err)
