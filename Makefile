@@ -35,8 +35,10 @@ type: $(STAMP)
 	$(VENV)/bin/mypy protos common processor trainer cli benchmarks
 
 # Regenerates protos/*_pb2*.py[i] from protos/*.proto with the pinned grpcio-tools.
+# mlagents_demo.proto (the .demo file messages) has no service, so no _grpc module.
 protos: $(STAMP)
 	$(PY) -m grpc_tools.protoc -I. --python_out=. --pyi_out=. --grpc_python_out=. protos/stepstream.proto
+	$(PY) -m grpc_tools.protoc -I. --python_out=. --pyi_out=. protos/mlagents_demo.proto
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -149,6 +149,12 @@ def _add_env(sub: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=_run_env)
 
 
+def _add_demo(sub: argparse._SubParsersAction) -> None:
+    from cli.demo import add_demo_parser
+
+    add_demo_parser(sub)
+
+
 def _build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="stepstream", description="Asynchronous agent-processor service for RL.")
     parser.add_argument("--log-level", default="INFO", help="logging level (default: INFO)")
@@ -158,6 +164,7 @@ def _build_parser() -> argparse.ArgumentParser:
     _add_health(sub)
     _add_trainer(sub)
     _add_env(sub)
+    _add_demo(sub)
     return parser
 
 

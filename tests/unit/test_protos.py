@@ -1,4 +1,4 @@
-"""The committed generated code matches ``protos/stepstream.proto`` byte for byte.
+"""The committed generated code matches ``protos/stepstream.proto`` and ``protos/mlagents_demo.proto`` byte for byte.
 
 Regenerates with the pinned grpcio-tools exactly as ``make protos`` does (same flags, and ``-I``
 at a copy of the repository layout, so the generated import paths are identical) and compares.
@@ -16,7 +16,13 @@ import pytest
 import protos
 
 PROTOS_DIR = Path(protos.__file__).resolve().parent
-GENERATED = ["stepstream_pb2.py", "stepstream_pb2.pyi", "stepstream_pb2_grpc.py"]
+GENERATED = [
+    "stepstream_pb2.py",
+    "stepstream_pb2.pyi",
+    "stepstream_pb2_grpc.py",
+    "mlagents_demo_pb2.py",
+    "mlagents_demo_pb2.pyi",
+]
 
 
 @pytest.fixture(scope="module")
@@ -35,6 +41,19 @@ def regenerated(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "protos/stepstream.proto",
     ]
     result = subprocess.run(command, cwd=root, capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode == 0, f"protoc failed: {result.stderr}"
+    # The .demo file messages: no service, so no --grpc_python_out (as in `make protos`).
+    shutil.copy(PROTOS_DIR / "mlagents_demo.proto", root / "protos" / "mlagents_demo.proto")
+    demo_command = [
+        sys.executable,
+        "-m",
+        "grpc_tools.protoc",
+        "-I.",
+        "--python_out=.",
+        "--pyi_out=.",
+        "protos/mlagents_demo.proto",
+    ]
+    result = subprocess.run(demo_command, cwd=root, capture_output=True, text=True, timeout=120, check=False)
     assert result.returncode == 0, f"protoc failed: {result.stderr}"
     return root / "protos"
 

@@ -1,0 +1,262 @@
+"""The .demo reader against the real ML-Agents files and their MANIFEST, its errors, and ``stepstream demo inspect``.
+
+The files are never copied into the repository: ``STEPSTREAM_DEMO_DIR`` names their folder
+(default ``../shared/data/mlagents-demos`` next to the checkout); the tests that need them skip
+when it is absent. MANIFEST figures are rounded to 3 decimals, hence the small absolute tolerance
+beside the relative one.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from common import trajectory as tr
+from common.demo import (
+    DemoFormatError,
+    DemoNotFoundError,
+    DemoPathError,
+    DemoSpecMismatchError,
+    DemoVersionError,
+    check_demo_spec,
+    demo_summary,
+    demo_to_buffer,
+    encode_demo,
+    load_demonstration,
+)
+from common.demo_images import decode_image
+from common.errors import StepstreamError
+from common.specs import ActionSpec, BrainParameters, ObservationSpec
+from protos import mlagents_demo_pb2 as demo_pb
+
+REPO = Path(__file__).resolve().parents[2]
+DEMO_DIR = Path(os.environ.get("STEPSTREAM_DEMO_DIR", REPO.parent / "shared" / "data" / "mlagents-demos"))
+MANIFEST_PATH = DEMO_DIR / "MANIFEST.json"
+MANIFEST: dict[str, dict[str, Any]] = json.loads(MANIFEST_PATH.read_text()) if MANIFEST_PATH.is_file() else {}
+needs_demos = pytest.mark.skipif(not MANIFEST, reason=f"no demo files at {DEMO_DIR} (set STEPSTREAM_DEMO_DIR)")
+SMALL = "ExpertBasic.demo"
+
+
+def approx(value: float) -> Any:
+    return pytest.approx(value, rel=1e-4, abs=6e-4)
+
+
+def _sum(buffer: Any, key: str) -> float:
+    return float(np.asarray(buffer[key].data, dtype=np.float64).sum())
+
+
+# -- every real file against MANIFEST ------------------------------------------------------------
+
+
+@needs_demos
+@pytest.mark.parametrize("name", sorted(MANIFEST))
+def test_inspect_figures_match_manifest(name: str) -> None:
+    expected = MANIFEST[name]
+    got = demo_summary(load_demonstration(DEMO_DIR / name))
+    assert got["records"] == expected["records"]
+    assert got["episodes_done"] == expected["episodes_done"]
+    assert got["sum_reward"] == approx(expected["sum_reward"])
+    assert got["observation_shapes"] == expected["observation_shapes"]
+    assert got["continuous_actions"] == expected["continuous_actions"]
+    assert got["discrete_branches"] == expected["discrete_branches"]
+
+
+@needs_demos
+@pytest.mark.parametrize("name", sorted(n for n, e in MANIFEST.items() if "buffer_rows" in e))
+def test_buffer_figures_match_manifest(name: str) -> None:
+    expected = MANIFEST[name]
+    spec, buffer = demo_to_buffer(DEMO_DIR / name, 1)
+    rows = expected["buffer_rows"]
+    assert rows == expected["records"] - 1
+    assert buffer.num_experiences == rows and buffer.check_length()
+    assert [list(o.shape) for o in spec.observation_specs] == expected["observation_shapes"]
+    sums = [_sum(buffer, tr.obs_key(k)) for k in range(len(spec.observation_specs))]
+    assert sums == [approx(s) for s in expected["buffer_obs_sums"]]
+    assert _sum(buffer, tr.CONTINUOUS_ACTIONS) == approx(expected["buffer_continuous_action_sum"])
+    assert _sum(buffer, tr.DISCRETE_ACTIONS) == expected["buffer_discrete_action_sum"]
+    assert _sum(buffer, tr.REWARDS) == approx(expected["buffer_reward_sum"])
+    assert int(np.asarray(buffer[tr.DONE].data).sum()) == expected["buffer_done_count"]
+    for k, obs_spec in enumerate(spec.observation_specs):
+        obs = np.asarray(buffer[tr.obs_key(k)].data)
+        assert obs.shape == (rows, *obs_spec.shape) and obs.dtype == np.float32
+        np.testing.assert_array_equal(np.asarray(buffer[tr.next_obs_key(k)].data)[:-1], obs[1:])
+        if len(obs_spec.shape) == 3:
+            assert 0.0 <= obs.min() and obs.max() <= 1.0
+
+
+@needs_demos
+def test_channels_last_image_is_read_by_the_layout_rule() -> None:
+    """testdcvis declares [84, 84, 3] for an 84x84 RGB PNG (ML-Agents raises): read as [H, W, C]; a [0] obs too."""
+    assert "buffer_rows" not in MANIFEST["testdcvis.demo"]
+    spec, buffer = demo_to_buffer(DEMO_DIR / "testdcvis.demo", 1)
+    image = np.asarray(buffer[tr.obs_key(0)].data)
+    assert image.shape == (37, 84, 84, 3) and 0.0 <= image.min() and image.max() <= 1.0
+    assert np.asarray(buffer[tr.obs_key(1)].data).shape == (37, 0)
+    assert spec.action_spec == ActionSpec(0, (3, 3, 3, 2))
+    assert np.asarray(buffer[tr.ACTION_MASK].data).shape == (37, 11)
+
+
+def test_image_layout_rule_and_mismatch_error() -> None:
+    from PIL import Image
+
+    rgb = np.arange(4 * 5 * 3, dtype=np.uint8).reshape(4, 5, 3)
+    png_file = __import__("io").BytesIO()
+    Image.fromarray(rgb).save(png_file, format="PNG")
+    png = png_file.getvalue()
+    chw = decode_image(png, (3, 4, 5), [], "t")
+    np.testing.assert_allclose(chw, rgb.transpose(2, 0, 1) / 255.0, rtol=1e-6)
+    np.testing.assert_allclose(decode_image(png, (4, 5, 3), [], "t"), rgb / 255.0, rtol=1e-6)
+    np.testing.assert_allclose(decode_image(png, (1, 4, 5), [], "t")[0], rgb.mean(axis=2) / 255.0, rtol=1e-5)
+    np.testing.assert_allclose(decode_image(png + png, (5, 4, 5), [], "t")[3:], chw[:2], rtol=1e-6)
+    mapped = decode_image(png, (2, 4, 5), [0, 1, 1], "t")
+    np.testing.assert_allclose(mapped[1], chw[1:].mean(axis=0), rtol=1e-6)
+    with pytest.raises(DemoFormatError, match=r"declared shape \[8, 8, 3\].*4x5 with 3 channels"):
+        decode_image(png, (8, 8, 3), [], "t")
+    with pytest.raises(DemoFormatError, match="declares 4 channels"):
+        decode_image(png, (4, 4, 5), [], "t")
+
+
+# -- errors and edge cases -----------------------------------------------------------------------
+
+
+def _pair(obs: list[float], action: list[float], reward: float = 0.0, done: bool = False) -> demo_pb.AgentInfoActionPairProto:
+    pair = demo_pb.AgentInfoActionPairProto()
+    pair.agent_info.reward = reward
+    pair.agent_info.done = done
+    observation = pair.agent_info.observations.add(shape=[len(obs)])
+    observation.float_data.data.extend(obs)
+    pair.action_info.vector_actions_deprecated.extend(action)
+    return pair
+
+
+def _crafted(path: Path, records: int = 6, api_version: int = 1, number_steps: int | None = None) -> Path:
+    meta = demo_pb.DemonstrationMetaProto(api_version=api_version, demonstration_name="crafted", number_episodes=2)
+    meta.number_steps = records if number_steps is None else number_steps
+    brain = demo_pb.BrainParametersProto(brain_name="Crafted", vector_action_space_type_deprecated=demo_pb.continuous)
+    brain.vector_action_size_deprecated.append(1)
+    pairs = [_pair([float(i), 1.0], [0.5 * i], reward=float(i), done=i == 2) for i in range(records)]
+    path.write_bytes(encode_demo(meta, brain, pairs))
+    return path
+
+
+def test_crafted_file_rows_follow_the_pairing_rule(tmp_path: Path) -> None:
+    spec, buffer = demo_to_buffer(_crafted(tmp_path / "c.demo"), 1)
+    assert spec == BrainParameters("Crafted", (ObservationSpec((2,), np.dtype(np.float32)),), ActionSpec(1, ()))
+    assert buffer.num_experiences == 5
+    np.testing.assert_array_equal(np.asarray(buffer[tr.obs_key(0)].data)[:, 0], [0, 1, 2, 3, 4])
+    np.testing.assert_array_equal(np.asarray(buffer[tr.CONTINUOUS_ACTIONS].data)[:, 0], [0, 0.5, 1, 1.5, 2])
+    np.testing.assert_array_equal(np.asarray(buffer[tr.REWARDS].data), [1, 2, 3, 4, 5])
+    np.testing.assert_array_equal(np.asarray(buffer[tr.DONE].data), [False, True, False, False, False])
+    # Previous action: record i-1's, zeros at the file's and each episode's start (record 3 follows the done record 2).
+    np.testing.assert_array_equal(np.asarray(buffer[tr.PREV_CONTINUOUS_ACTIONS].data)[:, 0], [0, 0, 0.5, 0, 1.5])
+    assert np.asarray(buffer[tr.DISCRETE_ACTIONS].data).shape == (5, 0)
+    # Sequences of 2 per episode (rows 0-1 | rows 2-4, padded to 4).
+    _, sequences = demo_to_buffer(tmp_path / "c.demo", 2)
+    assert sequences.num_experiences == 6
+
+
+def test_missing_path_and_wrong_extension(tmp_path: Path) -> None:
+    with pytest.raises(DemoNotFoundError, match="does not exist"):
+        load_demonstration(tmp_path / "absent.demo")
+    with pytest.raises(FileNotFoundError):
+        demo_to_buffer(tmp_path / "absent.demo", 1)
+    wrong = tmp_path / "demo.txt"
+    wrong.write_bytes(b"")
+    with pytest.raises(DemoPathError, match=r"\.demo extension"):
+        demo_to_buffer(wrong, 1)
+    with pytest.raises(DemoPathError, match=r"no \.demo files"):
+        load_demonstration(tmp_path)
+
+
+def test_bad_api_version(tmp_path: Path) -> None:
+    with pytest.raises(DemoVersionError, match="api version 7 is not supported") as err:
+        load_demonstration(_crafted(tmp_path / "v7.demo", api_version=7))
+    assert isinstance(err.value, StepstreamError)
+
+
+def test_truncated_tail_keeps_complete_records(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    full = _crafted(tmp_path / "full.demo", records=6)
+    cut = tmp_path / "cut.demo"
+    cut.write_bytes(full.read_bytes()[:-3])  # the last record loses its end
+    with caplog.at_level(logging.WARNING):
+        demo = load_demonstration(cut)
+    assert demo.records == 5 and demo.files[0].truncated
+    assert "counts 6 records but the file ends after 5" in caplog.text
+    assert demo_to_buffer(cut, 1)[1].num_experiences == 4
+    # A header count shorter than the records: reading stops there; junk after it is never parsed.
+    short = tmp_path / "short.demo"
+    short.write_bytes(_crafted(tmp_path / "s.demo", records=6, number_steps=4).read_bytes() + b"\x08\x01\x12junk")
+    assert load_demonstration(short).records == 4 and not load_demonstration(short).files[0].truncated
+
+
+def test_corrupt_record_before_the_count(tmp_path: Path) -> None:
+    data = _crafted(tmp_path / "ok.demo", records=2, number_steps=3).read_bytes()
+    (tmp_path / "bad.demo").write_bytes(data + b"\x03\x0f\x00\x00")  # a complete record, wire type 7: invalid
+    with pytest.raises(DemoFormatError, match="record 2 at byte"):
+        load_demonstration(tmp_path / "bad.demo")
+
+
+@needs_demos
+def test_directory_reads_every_file(tmp_path: Path) -> None:
+    for copy in ("a.demo", "b.demo"):
+        shutil.copy(DEMO_DIR / SMALL, tmp_path / copy)
+    (tmp_path / "notes.txt").write_text("ignored")
+    records = MANIFEST[SMALL]["records"]
+    demo = load_demonstration(tmp_path)
+    assert [f.path.name for f in demo.files] == ["a.demo", "b.demo"] and demo.records == 2 * records
+    _, buffer = demo_to_buffer(tmp_path, 1)
+    assert buffer.num_experiences == 2 * (records - 1)  # rows never pair records of different files
+    shutil.copy(DEMO_DIR / "Expert3DBall.demo", tmp_path / "c.demo")
+    with pytest.raises(DemoFormatError, match="differs from"):
+        load_demonstration(tmp_path)
+
+
+@needs_demos
+def test_spec_mismatch_with_the_trained_behavior() -> None:
+    spec, _ = demo_to_buffer(DEMO_DIR / SMALL, 1, expected_spec=load_demonstration(DEMO_DIR / SMALL).spec)
+    other = BrainParameters("Basic", spec.observation_specs, ActionSpec(0, (2,)))
+    with pytest.raises(DemoSpecMismatchError, match=r"branches \[3\] in the demo, 0 continuous \+ branches \[2\] expected"):
+        demo_to_buffer(DEMO_DIR / SMALL, 1, expected_spec=other)
+    wide = BrainParameters("Basic", (ObservationSpec((21,), np.dtype(np.float32)),), spec.action_spec)
+    with pytest.raises(DemoSpecMismatchError, match=r"\[\[20\]\] in the demo, \[\[21\]\] expected"):
+        check_demo_spec(spec, wide)
+
+
+# -- the command ---------------------------------------------------------------------------------
+
+
+@needs_demos
+def test_cli_inspect_json() -> None:
+    command = [sys.executable, "-m", "cli.main", "demo", "inspect", str(DEMO_DIR / SMALL), "--json"]
+    result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode == 0, result.stderr
+    got = json.loads(result.stdout)
+    expected = MANIFEST[SMALL]
+    assert set(got) == {
+        "records",
+        "episodes_done",
+        "sum_reward",
+        "observation_shapes",
+        "continuous_actions",
+        "discrete_branches",
+    }
+    assert {k: v for k, v in got.items() if k != "sum_reward"} == {k: expected[k] for k in got if k != "sum_reward"}
+    assert got["sum_reward"] == approx(expected["sum_reward"])
+
+
+def test_cli_inspect_summary_and_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from cli.main import main
+
+    assert main(["demo", "inspect", str(_crafted(tmp_path / "c.demo"))]) == 0
+    out = capsys.readouterr().out
+    assert "records        6" in out and "1 continuous" in out and "behavior 'Crafted'" in out
+    assert main(["demo", "inspect", str(tmp_path / "absent.demo")]) == 2
