@@ -48,7 +48,14 @@ from common.specs import BrainParameters
 from common.topics.base import Delivery, FullPolicy, PolicySink, SubscriptionStats, TrajectorySubscription
 from common.topics.memory import DEFAULT_MAX_ITEMS, DEFAULT_MAX_SIZE
 from common.topics.registry import TopicRegistry
-from common.topics.waiting import deadline_after, expired, refuse_in_event_loop, remaining_s, wait_woken, wake_all
+from common.topics.waiting import (
+    deadline_after,
+    expired,
+    refuse_in_event_loop,
+    remaining_s,
+    take_or_wait,
+    wake_all,
+)
 from common.trajectory import Trajectory
 from protos import pb
 from protos import stepstream_pb2_grpc as pb_grpc
@@ -277,20 +284,7 @@ class GrpcTrajectorySubscription:
         """
         if max_items < 1:
             raise ValueError(f"max_items must be >= 1, got {max_items}")
-        deadline = deadline_after(timeout_s)
-        while True:
-            with self._lock:
-                taken = self._take(max_items)
-                remaining = remaining_s(deadline)
-                if taken or expired(remaining):
-                    return taken
-                woken = asyncio.get_running_loop().create_future()
-                self._async_readers.add(woken)
-            try:
-                await wait_woken(woken, remaining)
-            finally:
-                with self._lock:
-                    self._async_readers.discard(woken)
+        return await take_or_wait(self._lock, lambda: self._take(max_items), self._async_readers, timeout_s)
 
     def ack(self, delivery_tags: Iterable[int]) -> int:
         """Acknowledge taken deliveries; the ``Ack`` is sent in the background, in order.

@@ -25,7 +25,15 @@ from typing import Any, Generic, TypeVar
 from common.errors import ProtocolError, TopicClosedError, TopicFullError
 from common.topics.base import Delivery, FullPolicy, SubscriptionStats, TopicStats
 from common.topics.subscriber_queue import SubscriberQueue
-from common.topics.waiting import deadline_after, expired, refuse_in_event_loop, remaining_s, wait_woken, wake_all
+from common.topics.waiting import (
+    deadline_after,
+    expired,
+    refuse_in_event_loop,
+    remaining_s,
+    take_or_wait,
+    wait_woken,
+    wake_all,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -107,21 +115,7 @@ class Subscription(Generic[T]):
             TopicClosedError: this subscription is detached, or the topic is closed and drained.
         """
         _check_max_items(max_items)
-        deadline = deadline_after(timeout_s)
-        queue = self._queue
-        while True:
-            with self._lock:
-                taken = self._take(max_items)
-                remaining = remaining_s(deadline)
-                if taken or expired(remaining):
-                    return taken
-                woken = asyncio.get_running_loop().create_future()
-                queue.async_readers.add(woken)
-            try:
-                await wait_woken(woken, remaining)
-            finally:
-                with self._lock:
-                    queue.async_readers.discard(woken)
+        return await take_or_wait(self._lock, lambda: self._take(max_items), self._queue.async_readers, timeout_s)
 
     def _take(self, max_items: int) -> list[Delivery[T]]:
         """Take what is queued (the lock is held)."""

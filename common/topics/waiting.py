@@ -10,7 +10,12 @@ lock, so a waiter that is cancelled or times out takes nothing and loses nothing
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
+from collections.abc import Callable
+from typing import TypeVar
+
+T = TypeVar("T")
 
 
 def resolve(fut: asyncio.Future[None]) -> None:
@@ -76,3 +81,28 @@ def remaining_s(deadline: float | None) -> float | None:
 
 def expired(remaining: float | None) -> bool:
     return remaining is not None and remaining <= 0
+
+
+async def take_or_wait(
+    lock: threading.Lock, take: Callable[[], list[T]], waiters: set[asyncio.Future[None]], timeout_s: float | None
+) -> list[T]:
+    """``take()`` under ``lock``; while it returns nothing, wait (at most ``timeout_s``) to be woken.
+
+    The coroutine side of every "get": a producer adds items and calls ``wake_all(waiters)``. A
+    woken reader takes again before returning, so a cancelled wait loses nothing. Returns ``[]``
+    on timeout.
+    """
+    deadline = deadline_after(timeout_s)
+    while True:
+        with lock:
+            taken = take()
+            remaining = remaining_s(deadline)
+            if taken or expired(remaining):
+                return taken
+            woken = asyncio.get_running_loop().create_future()
+            waiters.add(woken)
+        try:
+            await wait_woken(woken, remaining)
+        finally:
+            with lock:
+                waiters.discard(woken)
