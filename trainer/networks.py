@@ -12,7 +12,8 @@ and the trainers apply ``Normalizer.normalize`` before calling the same network.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
@@ -56,7 +57,9 @@ class Normalizer(tf.Module):
         self.count.assign(total)
 
     def normalize(self, x: tf.Tensor) -> tf.Tensor:
-        return tf.clip_by_value((x - self.mean) / tf.sqrt(self.variance + NORMALIZATION_EPSILON), -NORMALIZATION_CLIP, NORMALIZATION_CLIP)
+        return tf.clip_by_value(
+            (x - self.mean) / tf.sqrt(self.variance + NORMALIZATION_EPSILON), -NORMALIZATION_CLIP, NORMALIZATION_CLIP
+        )
 
     def state(self) -> tuple[np.ndarray, np.ndarray, int]:
         """(mean, variance, count) for the PolicyUpdate's NormalizerState."""
@@ -70,9 +73,31 @@ def swish(x: tf.Tensor) -> tf.Tensor:
     return x * tf.sigmoid(x)
 
 
-def mlp(hidden_units: int, num_layers: int, name: str) -> tf.keras.Sequential:
-    """``num_layers`` dense layers of ``hidden_units`` with swish (ML-Agents' default activation)."""
-    return tf.keras.Sequential([tf.keras.layers.Dense(hidden_units, activation=swish) for _ in range(num_layers)], name=name)
+def orthogonal(gain: float) -> tf.keras.initializers.Initializer:
+    """Orthogonal weights scaled by ``gain`` (Saxe et al. 2014), as SB3 and CleanRL initialise PPO; unseeded,
+    like Keras' default initialisers (``keras.utils.set_random_seed`` makes them repeatable)."""
+    return tf.keras.initializers.Orthogonal(gain=gain)
+
+
+def mlp(
+    hidden_units: int,
+    num_layers: int,
+    name: str,
+    activation: Callable[[tf.Tensor], tf.Tensor] = swish,
+    orthogonal_init: bool = False,
+) -> tf.keras.Sequential:
+    """``num_layers`` dense layers of ``hidden_units`` with ``activation`` (default swish, ML-Agents' default).
+
+    ``orthogonal_init``: orthogonal kernels with gain sqrt(2) (SB3's hidden layers) instead of Keras' Glorot uniform.
+    """
+
+    def kernel() -> Any:
+        return orthogonal(math.sqrt(2.0)) if orthogonal_init else "glorot_uniform"
+
+    layers = [
+        tf.keras.layers.Dense(hidden_units, activation=activation, kernel_initializer=kernel()) for _ in range(num_layers)
+    ]
+    return tf.keras.Sequential(layers, name=name)
 
 
 class PolicyNetwork(tf.Module):
@@ -90,17 +115,24 @@ class PolicyNetwork(tf.Module):
         num_layers: int,
         state_dependent_std: bool = False,
         initial_log_std: float = 0.0,
+        activation: Callable[[tf.Tensor], tf.Tensor] = swish,
+        orthogonal_init: bool = False,
     ) -> None:
+        """``activation`` and ``orthogonal_init`` shape the body (see ``mlp``); with ``orthogonal_init`` the
+        heads get orthogonal kernels of gain 0.01 (SB3's policy heads), else variance scaling 0.01."""
         super().__init__(name="policy")
         self.observation_sizes = list(observation_sizes)
         self.action_spec = action_spec
         self.state_dependent_std = state_dependent_std
-        self.body = mlp(hidden_units, num_layers, "policy_body")
+        self.body = mlp(hidden_units, num_layers, "policy_body", activation, orthogonal_init)
         c, m = action_spec.continuous_size, action_spec.mask_width
         # Small initial weights keep the first policy near mean 0 (ML-Agents scales its heads by 0.01-0.1).
-        small = tf.keras.initializers.VarianceScaling(0.01)
+        # One instance for every head, as before orthogonal_init existed (SAC's initial weights stay as they were).
+        small = orthogonal(0.01) if orthogonal_init else tf.keras.initializers.VarianceScaling(0.01)
         self.mean_head = tf.keras.layers.Dense(c, kernel_initializer=small, name="mean") if c else None
-        self.log_std_head = tf.keras.layers.Dense(c, kernel_initializer=small, name="log_std") if c and state_dependent_std else None
+        self.log_std_head = (
+            tf.keras.layers.Dense(c, kernel_initializer=small, name="log_std") if c and state_dependent_std else None
+        )
         self.log_std = tf.Variable(tf.fill([c], initial_log_std), name="log_std") if c and not state_dependent_std else None
         self.logits_head = tf.keras.layers.Dense(m, kernel_initializer=small, name="logits") if m else None
         total = sum(self.observation_sizes)
@@ -120,7 +152,9 @@ class PolicyNetwork(tf.Module):
                 out["log_std"] = tf.clip_by_value(self.log_std_head(h), LOG_STD_MIN, LOG_STD_MAX)
             else:
                 assert self.log_std is not None
-                out["log_std"] = tf.broadcast_to(tf.clip_by_value(self.log_std, LOG_STD_MIN, LOG_STD_MAX), tf.shape(out["mean"]))
+                out["log_std"] = tf.broadcast_to(
+                    tf.clip_by_value(self.log_std, LOG_STD_MIN, LOG_STD_MAX), tf.shape(out["mean"])
+                )
         if self.logits_head is not None:
             out["logits"] = self.logits_head(h)
         return out
@@ -142,10 +176,22 @@ class PolicyNetwork(tf.Module):
 class ValueNetwork(tf.Module):
     """obs (and optionally actions) -> one scalar per row: PPO's V(s), or SAC's Q(s, a)."""
 
-    def __init__(self, hidden_units: int, num_layers: int, input_size: int, outputs: int = 1, name: str = "value") -> None:
+    def __init__(
+        self,
+        hidden_units: int,
+        num_layers: int,
+        input_size: int,
+        outputs: int = 1,
+        name: str = "value",
+        activation: Callable[[tf.Tensor], tf.Tensor] = swish,
+        orthogonal_init: bool = False,
+    ) -> None:
+        """``activation`` and ``orthogonal_init`` as ``mlp``; with ``orthogonal_init`` the head gets gain 1
+        (SB3's value head)."""
         super().__init__(name=name)
-        self.body = mlp(hidden_units, num_layers, f"{name}_body")
-        self.head = tf.keras.layers.Dense(outputs, name=f"{name}_head")
+        self.body = mlp(hidden_units, num_layers, f"{name}_body", activation, orthogonal_init)
+        head_init = orthogonal(1.0) if orthogonal_init else "glorot_uniform"
+        self.head = tf.keras.layers.Dense(outputs, kernel_initializer=head_init, name=f"{name}_head")
         self.body.build((None, input_size))
         self.head.build((None, hidden_units))
 

@@ -39,7 +39,8 @@ STEP_BUDGET = 1000
 """Trainer steps (experiences taken in) to reach THRESHOLD, for both action kinds."""
 TIME_HORIZON = 8
 QUEUE_SIZE = 4
-"""Trajectories the processor queues for the trainer before env clients wait."""
+"""Trajectories the processor queues for the trainer before env clients wait: SAC's default,
+max(4, batch 32 / horizon 8) (``BehaviorRuntime.from_settings``)."""
 
 
 def sac_settings() -> BehaviorSettings:
@@ -77,7 +78,6 @@ def test_sac_reaches_the_goal(continuous: bool, seed: int) -> None:
         num_envs=2,
         agents_per_env=2,
         should_stop=reached,
-        trajectory_queue_size=QUEUE_SIZE,
         timeout_s=240.0,
     )
     result = run.trainer
@@ -86,3 +86,9 @@ def test_sac_reaches_the_goal(continuous: bool, seed: int) -> None:
     assert result.stopped_by == CONDITION, why
     assert result.steps <= STEP_BUDGET + TIME_HORIZON and result.updates >= 2  # the loop overshoots by one trajectory at most
     assert (last <= BEST_RETURN + 1e-6).all()
+
+
+def test_sac_queue_default_is_the_one_this_config_learns_with() -> None:
+    from processor.behaviors import BehaviorRuntime
+
+    assert BehaviorRuntime.from_settings(sac_settings()).trajectory_queue_size == QUEUE_SIZE
