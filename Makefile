@@ -32,7 +32,7 @@ format: $(STAMP)
 	$(VENV)/bin/ruff check --fix .
 
 type: $(STAMP)
-	$(VENV)/bin/mypy protos common processor trainer cli benchmarks
+	$(VENV)/bin/mypy protos common processor trainer envclient cli benchmarks
 
 # Regenerates protos/*_pb2*.py[i] from protos/*.proto with the pinned grpcio-tools.
 # mlagents_demo.proto (the .demo file messages) has no service, so no _grpc module.

@@ -153,19 +153,27 @@ def main() -> None:
     logging.getLogger().setLevel(logging.INFO)
     log.info(
         "G1 K=%d A=%d: %.0f agent-steps/s, p50 %.2f ms, p99 %.2f ms, %.1f rows per forward pass",
-        args.clients, args.agents, figures["agent_steps_per_s"], figures["p50_ms"], figures["p99_ms"],
+        args.clients,
+        args.agents,
+        figures["agent_steps_per_s"],
+        figures["p50_ms"],
+        figures["p99_ms"],
         figures["mean_rows_per_forward_pass"],
     )
-    print(json.dumps({
-        "workload": "G1",
-        "clients": args.clients,
-        "agents": args.agents,
-        "agent_steps_per_s": round(figures["agent_steps_per_s"]),
-        "p50_ms": round(figures["p50_ms"], 3),
-        "p99_ms": round(figures["p99_ms"], 3),
-        "mean_rows_per_forward_pass": round(figures["mean_rows_per_forward_pass"], 1),
-        "experiences_published": int(figures["experiences_published"]),
-    }))
+    print(
+        json.dumps(
+            {
+                "workload": "G1",
+                "clients": args.clients,
+                "agents": args.agents,
+                "agent_steps_per_s": round(figures["agent_steps_per_s"]),
+                "p50_ms": round(figures["p50_ms"], 3),
+                "p99_ms": round(figures["p99_ms"], 3),
+                "mean_rows_per_forward_pass": round(figures["mean_rows_per_forward_pass"], 1),
+                "experiences_published": int(figures["experiences_published"]),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

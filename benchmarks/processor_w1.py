@@ -120,18 +120,29 @@ def main() -> None:
         best = min(run(stream, params, mode) for _ in range(args.repeats))
         figures[mode] = agent_steps / best[0]
         counts[mode] = (best[1], best[2])
-        log.info("W1 %-9s A=%d S=%d: %.0f agent-steps/s, %d trajectories, %d experiences", mode, args.agents, args.steps,
-                 figures[mode], best[1], best[2])
-    print(json.dumps({
-        "workload": "W1",
-        "agents": args.agents,
-        "steps": args.steps,
-        "processor_agent_steps_per_s": round(figures["processor"]),
-        "processor_with_decode_agent_steps_per_s": round(figures["decode"]),
-        "pipeline_agent_steps_per_s": round(figures["pipeline"]),
-        "trajectories": counts["processor"][0],
-        "experiences": counts["pipeline"][1],
-    }))
+        log.info(
+            "W1 %-9s A=%d S=%d: %.0f agent-steps/s, %d trajectories, %d experiences",
+            mode,
+            args.agents,
+            args.steps,
+            figures[mode],
+            best[1],
+            best[2],
+        )
+    print(
+        json.dumps(
+            {
+                "workload": "W1",
+                "agents": args.agents,
+                "steps": args.steps,
+                "processor_agent_steps_per_s": round(figures["processor"]),
+                "processor_with_decode_agent_steps_per_s": round(figures["decode"]),
+                "pipeline_agent_steps_per_s": round(figures["pipeline"]),
+                "trajectories": counts["processor"][0],
+                "experiences": counts["pipeline"][1],
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -15,7 +15,6 @@ from protos import pb
 from protos.tensors import dtype_from_wire, dtype_to_wire
 
 
-
 @dataclass(frozen=True)
 class ObservationSpec:
     """One observation: ``shape`` without the agent axis, float32 vectors (uint8 images later)."""
@@ -94,7 +93,9 @@ class BrainParameters:
         for i, obs in enumerate(msg.observation_specs):
             shape = tuple(int(d) for d in obs.shape)
             if len(shape) == 3:
-                raise NotSupportedYetError(f"{where}: observation_specs[{i}] is an image {list(shape)}; images are not supported yet")
+                raise NotSupportedYetError(
+                    f"{where}: observation_specs[{i}] is an image {list(shape)}; images are not supported yet"
+                )
             if len(shape) != 1 or shape[0] < 1:
                 raise ProtocolError(f"{where}: observation_specs[{i}].shape {list(shape)} must be one positive dimension")
             dtype = dtype_from_wire(obs.dtype)

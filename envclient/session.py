@@ -166,7 +166,9 @@ class EnvSession:
         Raises:
             StepRejectedError: the processor ended the session (bad input, replaced, shutdown).
         """
-        return await self.send(brain_info_message(behavior_name, agent_ids, observations, rewards, done, max_reached, action_mask))
+        return await self.send(
+            brain_info_message(behavior_name, agent_ids, observations, rewards, done, max_reached, action_mask)
+        )
 
     async def close(self, timeout_s: float = 10.0) -> None:
         """End the session cleanly: half-close the stream, then wait up to ``timeout_s`` for the

@@ -182,7 +182,9 @@ class Behavior:
             try:
                 self.batcher.set_policy(Policy.from_update(update))
             except StepstreamError:
-                log.exception("behavior '%s': policy version %d cannot be loaded; keeping the previous one", self.name, version)
+                log.exception(
+                    "behavior '%s': policy version %d cannot be loaded; keeping the previous one", self.name, version
+                )
                 continue
             log.info("behavior '%s': acting with policy version %d", self.name, version)
 

@@ -14,8 +14,9 @@ What ``act`` computes, per row:
   ``clip((obs - mean) / sqrt(variance + 1e-8), -5, 5)``, applied here before the forward pass.
 * **Continuous** (Gaussian ``N(mean, exp(log_std))``): ``u = mean + exp(log_std) * eps``. Clip
   mode (PPO): the env gets ``clip(u, -clip, clip) / clip`` (in [-1, 1], as ML-Agents'
-  ``clamp(u, -3, 3) / 3``), the trajectory stores ``u`` and its log-prob. Squash mode (SAC): env and trajectory both get ``a = tanh(u)``, whose log-prob adds
-  the change-of-variables term ``-log(1 - a^2 + 1e-6)`` per dimension.
+  ``clamp(u, -3, 3) / 3``; PPO exports clip 1), the trajectory stores ``u`` and its log-prob.
+  Squash mode (SAC): env and trajectory both get ``a = tanh(u)``, whose log-prob adds the
+  change-of-variables term ``-log(1 - a^2 + 1e-6)`` per dimension.
 * **Discrete**: per branch, masked options (mask 0) get their logits set to a large negative
   before a stable log-softmax, and are excluded outright (score -inf) from the Gumbel-max draw
   ``argmax(logits + Gumbel noise)``, which samples the softmax with no loop over rows (the

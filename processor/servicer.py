@@ -82,7 +82,9 @@ class AgentProcessorServicer(pb_grpc.AgentProcessorServicer):
             async for request in request_iterator:
                 if session is None:
                     session = self._open(request)
-                    yield pb.StepResponse(hello_reply=pb.HelloReply(protocol_version=PROTOCOL_VERSION, session_id=session.session_id))
+                    yield pb.StepResponse(
+                        hello_reply=pb.HelloReply(protocol_version=PROTOCOL_VERSION, session_id=session.session_id)
+                    )
                 else:
                     yield pb.StepResponse(action_info=await self._step(session, request))
         except StepstreamError as err:
@@ -95,7 +97,9 @@ class AgentProcessorServicer(pb_grpc.AgentProcessorServicer):
             # server stopping: end with a clear status and flush (below) instead of re-raising.
             if session.replaced:
                 context.set_code(grpc.StatusCode.ABORTED)
-                context.set_details(f"session {session.session_id} was replaced by a newer session of client '{session.client_id}'")
+                context.set_details(
+                    f"session {session.session_id} was replaced by a newer session of client '{session.client_id}'"
+                )
             else:
                 context.set_code(grpc.StatusCode.UNAVAILABLE)
                 context.set_details(f"session {session.session_id} was cancelled (client gone or processor stopping)")

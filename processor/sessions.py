@@ -39,7 +39,8 @@ class Session:
             return self.behaviors[name], self.assemblers[name]
         except KeyError:
             raise UnknownBehaviorError(
-                f"behavior '{name}' was not declared in the Hello of session {self.session_id} (declared: {sorted(self.behaviors)})"
+                f"behavior '{name}' was not declared in the Hello of session {self.session_id}"
+                f" (declared: {sorted(self.behaviors)})"
             ) from None
 
     def flush(self) -> dict[str, list[Trajectory]]:
