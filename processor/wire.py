@@ -6,6 +6,7 @@ the behavior, the field and, where there is one, the agent. ``N`` = rows in a Br
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -81,7 +82,8 @@ def _agent_ids(msg: pb.BrainInfo, where: str) -> np.ndarray:
     if ids.ndim != 1 or ids.dtype.kind not in "iu":
         raise ProtocolError(f"{where}: agent_ids must be an integer vector [N], got {ids.dtype.name} {list(ids.shape)}")
     ids = ids.astype(np.int64)
-    if len(np.unique(ids)) != len(ids):
+    # A set of a few hundred Python ints is cheaper than np.unique's sort; np.unique only on error.
+    if len(set(ids.tolist())) != len(ids):
         values, counts = np.unique(ids, return_counts=True)
         raise ProtocolError(f"{where}: duplicate agent ids {values[counts > 1].tolist()} in one BrainInfo")
     return ids
@@ -112,11 +114,15 @@ def _observations(msg: pb.BrainInfo, params: BrainParameters, ids: np.ndarray, w
         expected = (len(ids), *spec.shape)
         if obs.shape != expected or obs.dtype != spec.dtype:
             raise ProtocolError(
-                f"{where}: {field} is {obs.dtype.name} {list(obs.shape)}, BrainParameters declare {spec.dtype.name} {list(expected)}"
+                f"{where}: {field} is {obs.dtype.name} {list(obs.shape)},"
+                f" BrainParameters declare {spec.dtype.name} {list(expected)}"
             )
-        finite = np.isfinite(obs).all(axis=tuple(range(1, obs.ndim)))
-        if not finite.all():
-            raise ProtocolError(f"{where}: {field} of agent {_first_bad_agent(~finite, ids)} is NaN or Inf")
+        # Any NaN or Inf makes the sum non-finite; only then find the agent (a finite sum that
+        # overflows also takes the exact path, which then finds nothing).
+        if not math.isfinite(float(obs.sum())):
+            finite = np.isfinite(obs).all(axis=tuple(range(1, obs.ndim)))
+            if not finite.all():
+                raise ProtocolError(f"{where}: {field} of agent {_first_bad_agent(~finite, ids)} is NaN or Inf")
         out.append(obs)
     return out
 
@@ -150,9 +156,10 @@ def decode_brain_info(msg: pb.BrainInfo, params: BrainParameters, session: str =
     ids = _agent_ids(msg, where)
     observations = _observations(msg, params, ids, where)
     rewards = _vector(msg, "rewards", "f", ids, where).astype(np.float32, copy=False)
-    finite = np.isfinite(rewards)
-    if not finite.all():
-        raise ProtocolError(f"{where}: rewards of agent {_first_bad_agent(~finite, ids)} is NaN or Inf")
+    if not math.isfinite(float(rewards.sum())):
+        finite = np.isfinite(rewards)
+        if not finite.all():
+            raise ProtocolError(f"{where}: rewards of agent {_first_bad_agent(~finite, ids)} is NaN or Inf")
     done = _vector(msg, "done", "bu", ids, where).astype(bool)
     max_reached = _vector(msg, "max_reached", "bu", ids, where).astype(bool)
     lonely = max_reached & ~done
