@@ -17,8 +17,7 @@ import grpc
 import numpy as np
 
 from common.errors import StepstreamError
-from common.specs import BrainParameters
-from envclient.runner import VectorEnv, run_env
+from envclient.runner import VectorEnv, VectorEnvWrapper, run_env
 from envclient.session import EnvSession, StepRejectedError
 
 log = logging.getLogger(__name__)
@@ -56,24 +55,13 @@ class Backoff:
         return delay * (1.0 - self.jitter * random.random())
 
 
-class _CountingEnv:
+class _CountingEnv(VectorEnvWrapper):
     """A ``VectorEnv`` that counts the steps and finished episodes of the env it wraps (across sessions)."""
 
     def __init__(self, env: VectorEnv) -> None:
-        self.env = env
+        super().__init__(env)
         self.steps = 0
         self.episodes = 0
-
-    @property
-    def num_agents(self) -> int:
-        return self.env.num_agents
-
-    @property
-    def brain_parameters(self) -> BrainParameters:
-        return self.env.brain_parameters
-
-    def reset(self) -> list[np.ndarray]:
-        return self.env.reset()
 
     def step(
         self, continuous_actions: np.ndarray, discrete_actions: np.ndarray

@@ -63,6 +63,29 @@ class VectorEnv(Protocol):
         ...
 
 
+class VectorEnvWrapper:
+    """Delegates every ``VectorEnv`` call to ``env``; subclass it and override what you observe or change."""
+
+    def __init__(self, env: VectorEnv) -> None:
+        self.env = env
+
+    @property
+    def num_agents(self) -> int:
+        return self.env.num_agents
+
+    @property
+    def brain_parameters(self) -> BrainParameters:
+        return self.env.brain_parameters
+
+    def reset(self) -> list[np.ndarray]:
+        return self.env.reset()
+
+    def step(
+        self, continuous_actions: np.ndarray, discrete_actions: np.ndarray
+    ) -> tuple[list[np.ndarray], np.ndarray, np.ndarray, np.ndarray]:
+        return self.env.step(continuous_actions, discrete_actions)
+
+
 HISTORY = 100_000
 """Newest entries kept in each of RunStats' lists."""
 

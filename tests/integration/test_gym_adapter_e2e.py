@@ -14,10 +14,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from common.specs import BrainParameters
 from common.trajectory import Trajectory
 from envclient.gym_adapter import GymVectorEnv, from_env_path
-from envclient.runner import run_env
+from envclient.runner import VectorEnvWrapper, run_env
 from envclient.session import EnvSession
 from processor.behaviors import BehaviorRuntime
 from tests.integration.conftest import StartProcessor
@@ -39,24 +38,13 @@ class EpisodeEnd:
     length: int
 
 
-class RecordingGymEnv:
+class RecordingGymEnv(VectorEnvWrapper):
     """A ``VectorEnv`` that forwards to a ``GymVectorEnv`` and records how each copy's episodes ended."""
 
     def __init__(self, env: GymVectorEnv) -> None:
-        self.env = env
+        super().__init__(env)
         self.ends: dict[int, list[EpisodeEnd]] = defaultdict(list)
         self._lengths = np.zeros(env.num_agents, np.int64)
-
-    @property
-    def num_agents(self) -> int:
-        return self.env.num_agents
-
-    @property
-    def brain_parameters(self) -> BrainParameters:
-        return self.env.brain_parameters
-
-    def reset(self) -> list[np.ndarray]:
-        return self.env.reset()
 
     def step(
         self, continuous_actions: np.ndarray, discrete_actions: np.ndarray
