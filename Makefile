@@ -4,6 +4,8 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 CONFIG ?= configs/cartpole_ppo.yaml
+# Each `make train` is a new run under results/; pass RUN_ID=name to choose it.
+RUN_ID ?= $(basename $(notdir $(CONFIG)))-$(shell date +%Y%m%d-%H%M%S)
 
 .PHONY: train test test-fast lint type format protos bench clean
 
@@ -15,7 +17,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 train: $(STAMP)
-	$(VENV)/bin/stepstream train $(CONFIG)
+	$(VENV)/bin/stepstream train $(CONFIG) --run-id $(RUN_ID)
 
 test: $(STAMP)
 	$(PY) -m pytest -q
