@@ -96,7 +96,12 @@ def write_config(path: Path, **behavior: Any) -> Path:
 
 
 def train_args(config: Path, results_dir: Path, run_id: str, *extra: str) -> list[str | Path]:
-    return ["train", config, "--results-dir", results_dir, "--run-id", run_id, "--seed", str(SEED), "--no-progress", *extra]
+    # 4 copies, not the config's 32: on these small budgets every run, the resumed ones included,
+    # must finish episodes, and a 2000-step run of 32 copies is only ~60 env steps per copy.
+    return [
+        "train", config, "--results-dir", results_dir, "--run-id", run_id, "--seed", str(SEED), "--num-envs", "4",
+        "--no-progress", *extra,
+    ]  # fmt: skip
 
 
 def read_status(run_dir: Path) -> dict[str, Any]:
