@@ -130,13 +130,12 @@ def run_trainer(options: TrainerOptions) -> int:
         ConfigError: the config does not configure the behavior, or its results folder exists
             without ``--resume``, or the declared BrainParameters changed across a reconnect.
     """
-    from cli.train import process_start_time
+    from cli.train import process_start_time, resolve_seed
 
     started_at = process_start_time()
     run_options = load_config(options.config)  # config errors surface before TensorFlow's import
     settings = run_options.settings_for(options.behavior_name)
-    seed = options.seed if options.seed is not None else run_options.env_settings.seed
-    seed = seed if seed >= 0 else int.from_bytes(os.urandom(2), "little")  # the config's seed: -1
+    seed = resolve_seed(options.seed if options.seed is not None else run_options.env_settings.seed)
     run_dir = prepare_trainer_dir(options, run_options)
     from trainer.loop import configure_tf_threads
 

@@ -104,8 +104,8 @@ def prepare_run_dir(options: TrainOptions, run_options: RunOptions) -> Path:
     return run_dir
 
 
-def _seed(run_options: RunOptions) -> int:
-    seed = run_options.env_settings.seed
+def resolve_seed(seed: int) -> int:
+    """``seed`` itself, or a random one when it is negative (the config's ``seed: -1``)."""
     return seed if seed >= 0 else int.from_bytes(os.urandom(2), "little")
 
 
@@ -130,7 +130,7 @@ class EmbeddedRun:
         self.run_options = run_options
         self.run_dir = run_dir
         self.started_at = started_at
-        self.seed = _seed(run_options)
+        self.seed = resolve_seed(run_options.env_settings.seed)
         self.envs: dict[str, VectorEnv] = {}
         self.loops: dict[str, Any] = {}
         self.threads: dict[str, asyncio.Future[Any]] = {}
