@@ -24,7 +24,6 @@ import logging
 import os
 import signal
 import socket
-import tempfile
 import threading
 import time
 import zlib
@@ -35,7 +34,6 @@ from types import FrameType
 from typing import Any
 
 import numpy as np
-import yaml
 
 from common.config import BehaviorSettings, RunOptions, load_config
 from common.errors import ConfigError, DeadlineExceededError, TopicClosedError
@@ -91,14 +89,9 @@ def prepare_trainer_dir(options: TrainerOptions, run_options: RunOptions) -> Pat
         raise ConfigError(f"{behavior_dir} already exists: pass --resume to continue it, or choose another --run-id")
     behavior_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "run_logs").mkdir(exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix="configuration.yaml", suffix=".tmp", dir=run_dir)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            yaml.safe_dump(run_options.to_dict(), out, sort_keys=False)
-        os.replace(tmp, run_dir / "configuration.yaml")
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    from cli.train import write_configuration
+
+    write_configuration(run_dir, run_options)
     return run_dir
 
 

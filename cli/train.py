@@ -17,6 +17,7 @@ import math
 import os
 import shutil
 import signal
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, replace
@@ -99,9 +100,20 @@ def prepare_run_dir(options: TrainOptions, run_options: RunOptions) -> Path:
         raise ConfigError(f"{run_dir} does not exist: nothing to {'resume' if options.resume else 'run'}")
     (run_dir / "run_logs").mkdir(parents=True, exist_ok=True)
     if not options.inference:
-        with open(run_dir / "configuration.yaml", "w", encoding="utf-8") as f:
-            yaml.safe_dump(run_options.to_dict(), f, sort_keys=False)
+        write_configuration(run_dir, run_options)
     return run_dir
+
+
+def write_configuration(run_dir: Path, run_options: RunOptions) -> None:
+    """Write the resolved ``configuration.yaml`` atomically (stack trainers share the run folder)."""
+    fd, tmp = tempfile.mkstemp(prefix="configuration.yaml", suffix=".tmp", dir=run_dir)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            yaml.safe_dump(run_options.to_dict(), out, sort_keys=False)
+        os.replace(tmp, run_dir / "configuration.yaml")
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def resolve_seed(seed: int) -> int:
