@@ -3,6 +3,7 @@
 Addresses and ports come from flags, or from environment variables for the stack
 (``STEPSTREAM_HOST``, ``STEPSTREAM_PORT``, ``STEPSTREAM_PROCESSOR``). The stack's services (``processor``,
 ``trainer``, ``env``; ``docker-compose.yml``) run the very commands the integration tests start as local processes.
+TLS, the shared token and the metrics endpoint are flags too, with environment defaults (``cli.flags``).
 """
 
 from __future__ import annotations
@@ -14,7 +15,15 @@ import os
 import sys
 from collections.abc import Sequence
 
+from cli.flags import (
+    add_client_security_flags,
+    add_metrics_flags,
+    add_server_security_flags,
+    client_security_from_args,
+    server_security_from_args,
+)
 from common.errors import StepstreamError
+from common.logs import LOG_FORMATS, configure_logging
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +49,8 @@ def _add_processor(sub: argparse._SubParsersAction) -> None:
         help="port (default 50051) [env STEPSTREAM_PORT]",
     )
     parser.add_argument("--grace-s", type=float, default=10.0, help="drain time on SIGTERM/SIGINT, seconds (default 10)")
+    add_server_security_flags(parser)
+    add_metrics_flags(parser)
     parser.set_defaults(func=_run_processor)
 
 
@@ -49,6 +60,7 @@ def _add_health(sub: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("address", nargs="?", default=os.environ.get("STEPSTREAM_PROCESSOR", f"127.0.0.1:{DEFAULT_PORT}"))
     parser.add_argument("--timeout-s", type=float, default=3.0, help="seconds to wait for an answer (default 3)")
+    add_client_security_flags(parser)
     parser.set_defaults(func=_run_health)
 
 
@@ -105,6 +117,8 @@ def _add_trainer(sub: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--seed", type=int, metavar="S", help="the learner's random seed (default: env_settings.seed; -1 picks one)"
     )
+    add_client_security_flags(parser)
+    add_metrics_flags(parser)
     parser.set_defaults(func=_run_trainer)
 
 
@@ -146,6 +160,8 @@ def _add_env(sub: argparse._SubParsersAction) -> None:
         metavar="N",
         help="stop after this many env steps (BrainInfos) per behavior (default: until SIGTERM)",
     )
+    add_client_security_flags(parser)
+    add_metrics_flags(parser)
     parser.set_defaults(func=_run_env)
 
 
@@ -155,9 +171,22 @@ def _add_demo(sub: argparse._SubParsersAction) -> None:
     add_demo_parser(sub)
 
 
+def _add_record(sub: argparse._SubParsersAction) -> None:
+    from cli.record import add_record_parser
+
+    add_record_parser(sub)
+
+
 def _build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="stepstream", description="Asynchronous agent-processor service for RL.")
     parser.add_argument("--log-level", default="INFO", help="logging level (default: INFO)")
+    parser.add_argument(
+        "--log-format",
+        choices=LOG_FORMATS,
+        default=os.environ.get("STEPSTREAM_LOG_FORMAT", "text"),
+        help="text, or json: one object per line, with client_id and behavior fields (default: text) "
+        "[env STEPSTREAM_LOG_FORMAT]",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     _add_train(sub)
     _add_processor(sub)
@@ -165,6 +194,7 @@ def _build_parser() -> argparse.ArgumentParser:
     _add_trainer(sub)
     _add_env(sub)
     _add_demo(sub)
+    _add_record(sub)
     return parser
 
 
@@ -174,7 +204,11 @@ def _run_processor(args: argparse.Namespace) -> int:
     from processor.server import ProcessorServer, ServerOptions
 
     settings = ProcessorSettings.from_run_options(load_config(args.config)) if args.config else ProcessorSettings()
-    server = ProcessorServer(settings, ServerOptions(host=args.host, port=args.port))
+    security = server_security_from_args(args)
+    options = ServerOptions(
+        host=args.host, port=args.port, security=security, metrics_host=args.metrics_host, metrics_port=args.metrics_port
+    )
+    server = ProcessorServer(settings, options)
     asyncio.run(server.serve(grace_s=args.grace_s))
     return 0
 
@@ -183,9 +217,11 @@ def _run_health(args: argparse.Namespace) -> int:
     import grpc
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-    with grpc.insecure_channel(args.address) as channel:
+    security = client_security_from_args(args)  # the health service needs no token; sent anyway (processor.interceptors)
+    with security.channel(args.address) as channel:
         try:
-            reply = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=args.timeout_s)
+            request = health_pb2.HealthCheckRequest()
+            reply = health_pb2_grpc.HealthStub(channel).Check(request, timeout=args.timeout_s, metadata=security.metadata())
         except grpc.RpcError as err:
             log.error("%s: %s", args.address, err.code().name)  # type: ignore[attr-defined]
             return 1
@@ -214,7 +250,7 @@ def _run_env(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _build_parser().parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging(args.log_level, args.log_format)
     try:
         return int(args.func(args))
     except StepstreamError as err:

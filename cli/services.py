@@ -6,6 +6,9 @@
   ``<results-dir>/<run-id>/<NAME>/`` as ``stepstream train`` does. It sizes its networks from the
   BrainParameters an env client declared, so it first waits for one (logging its progress). When the
   processor goes away the loop checkpoints, waits for it, and resumes above every version it has seen.
+  A ``bc`` behavior loads its ``demo_path`` once the learner is built; a ``bc`` behavior that the
+  config's ``env_path`` does not host trains **offline** from its demonstrations alone
+  (``trainer.offline``): no processor is contacted, and the process exits at ``max_steps``.
 * ``stepstream env CONFIG`` steps the config's environments (``gym:<id>``, or the built-in 1-D task
   ``simple:discrete`` / ``simple:continuous``) through one ``EnvSession`` per behavior. After a
   ``RETRYABLE_STATUSES`` failure (a refused connection gives UNAVAILABLE) it reconnects with capped
@@ -35,8 +38,11 @@ from typing import Any
 
 import numpy as np
 
-from common.config import BehaviorSettings, RunOptions, load_config
+from common.config import BehaviorSettings, RunOptions, TrainerType, load_config
 from common.errors import ConfigError, DeadlineExceededError, TopicClosedError
+from common.logs import log_context
+from common.metrics import DEFAULT_METRICS_HOST, serve_metrics
+from common.security import PLAINTEXT, ClientSecurity
 from common.specs import BrainParameters
 from envclient.envs import make_vector_env
 from envclient.reconnect import ReconnectingEnvClient
@@ -66,11 +72,25 @@ class TrainerOptions:
     resume: bool = False
     seed: int | None = None
     """The learner's seed; None: ``env_settings.seed`` (negative: random)."""
+    security: ClientSecurity = PLAINTEXT
+    """TLS and the shared token towards the processor."""
+    metrics_host: str = DEFAULT_METRICS_HOST
+    metrics_port: int | None = None
+    """Port of the Prometheus endpoint (``trainer.metrics``); None serves none."""
 
 
 def trainer_options_from_args(args: Any) -> TrainerOptions:
+    from cli.flags import service_options_from_args
+
     return TrainerOptions(
-        Path(args.config), args.behavior, args.processor, args.run_id, Path(args.results_dir), args.resume, args.seed
+        Path(args.config),
+        args.behavior,
+        args.processor,
+        args.run_id,
+        Path(args.results_dir),
+        args.resume,
+        args.seed,
+        **service_options_from_args(args),
     )
 
 
@@ -130,12 +150,33 @@ def run_trainer(options: TrainerOptions) -> int:
     settings = run_options.settings_for(options.behavior_name)
     seed = resolve_seed(options.seed if options.seed is not None else run_options.env_settings.seed)
     run_dir = prepare_trainer_dir(options, run_options)
+    from cli.train import offline_behaviors
     from trainer.loop import configure_tf_threads
 
     configure_tf_threads()  # before TensorFlow runs anything
     stop = threading.Event()
     with stop_on_signals(stop):
+        if options.behavior_name in offline_behaviors(run_options):
+            return _run_offline(options, settings, run_dir, started_at, seed, stop)
         return TrainerService(options, settings, run_dir, started_at, seed).run(stop)
+
+
+def _run_offline(
+    options: TrainerOptions, settings: BehaviorSettings, run_dir: Path, started_at: float, seed: int, stop: threading.Event
+) -> int:
+    """Offline BC of a behavior no env hosts; 0 at max_steps or a stop signal, 130 when interrupted."""
+    from trainer.loop import INTERRUPTED
+    from trainer.offline import OfflineTrainer, make_offline_learner
+
+    learner = make_offline_learner(options.behavior_name, settings, seed)
+    trainer = OfflineTrainer(
+        options.behavior_name, learner, settings, results_dir=run_dir, run_started_at=started_at, resume=options.resume
+    )
+    try:
+        trainer.run(stop)
+    except KeyboardInterrupt:
+        return 130
+    return 130 if trainer.result.stopped_by == INTERRUPTED else 0
 
 
 class TrainerService:
@@ -151,24 +192,43 @@ class TrainerService:
         self.started_at = started_at
         self.seed = seed
         self.name = options.behavior_name
+        from trainer.metrics import TrainerCollector
+
+        self.metrics = TrainerCollector(self.name)
+        """What the metrics endpoint (``--metrics-port``) reports; each new loop is attached to it."""
 
     def run(self, stop: threading.Event) -> int:
+        """Serve the metrics endpoint (if asked for) and train, logging with the behavior; see ``_run``."""
+        endpoint = serve_metrics(self.options.metrics_host, self.options.metrics_port, self.metrics)
+        try:
+            with log_context(behavior=self.name):
+                return self._run(stop)
+        finally:
+            if endpoint is not None:
+                endpoint.stop()
+
+    def _run(self, stop: threading.Event) -> int:
         """Wait for the behavior's BrainParameters, build the learner, train; see ``run_trainer``."""
         from common.topics.grpc_transport import GrpcPolicyPublisher
         from trainer.loop import INTERRUPTED
         from trainer.registry import make_learner
 
-        with GrpcPolicyPublisher(self.options.processor, self.name) as publisher:
+        with GrpcPolicyPublisher(self.options.processor, self.name, security=self.options.security) as publisher:
             params = self._wait_for_brain_parameters(publisher, stop)
             if params is None:
                 return 0
             learner = make_learner(params, self.settings, self.seed)
+            if self.settings.trainer_type is TrainerType.BC:
+                from trainer.offline import load_demonstrations
+
+                load_demonstrations(learner, self.name, self.settings)
             resume = self.options.resume
             while True:
                 stopped_by, lost = self._train(learner, publisher, resume, stop)
                 if not lost or stop.is_set():
                     break
                 resume = True
+                self.metrics.reconnects += 1
                 log.warning("%s: lost the processor; resuming from the checkpoint once it is back", self.name)
                 stop.wait(RESUBSCRIBE_DELAY_S)
                 again = self._wait_for_brain_parameters(publisher, stop)
@@ -201,7 +261,9 @@ class TrainerService:
         from processor.behaviors import TRAINER_SUBSCRIBER
         from trainer.loop import TOPIC_CLOSED, TrainerLoop
 
-        subscription = GrpcTrajectorySubscription(self.options.processor, self.name, TRAINER_SUBSCRIBER)
+        subscription = GrpcTrajectorySubscription(
+            self.options.processor, self.name, TRAINER_SUBSCRIBER, security=self.options.security
+        )
         loop = TrainerLoop(
             self.name,
             learner,
@@ -213,6 +275,7 @@ class TrainerService:
             seed=self.seed,
             resume=resume,
         )
+        self.metrics.attach(loop, subscription)
         try:
             result = loop.run(stop)
         except (TopicClosedError, DeadlineExceededError) as err:
@@ -241,11 +304,25 @@ class EnvOptions:
     """None: ``env_settings.seed`` (negative: random)."""
     max_env_steps: int | None = None
     """BrainInfos per behavior at most; None: until stopped."""
+    security: ClientSecurity = PLAINTEXT
+    """TLS and the shared token towards the processor."""
+    metrics_host: str = DEFAULT_METRICS_HOST
+    metrics_port: int | None = None
+    """Port of the Prometheus endpoint (``envclient.metrics``); None serves none."""
 
 
 def env_options_from_args(args: Any) -> EnvOptions:
+    from cli.flags import service_options_from_args
+
     return EnvOptions(
-        Path(args.config), args.processor, args.behavior, args.num_envs, args.client_id, args.seed, args.max_env_steps
+        Path(args.config),
+        args.processor,
+        args.behavior,
+        args.num_envs,
+        args.client_id,
+        args.seed,
+        args.max_env_steps,
+        **service_options_from_args(args),
     )
 
 
@@ -309,9 +386,29 @@ async def _serve_envs(options: EnvOptions, session_ids: Mapping[str, str], envs:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     clients = [
-        ReconnectingEnvClient(options.processor, session_ids[name], name, env, stop, max_env_steps=options.max_env_steps)
+        ReconnectingEnvClient(
+            options.processor,
+            session_ids[name],
+            name,
+            env,
+            stop,
+            max_env_steps=options.max_env_steps,
+            security=options.security,
+        )
         for name, env in envs.items()
     ]
+    from envclient.metrics import EnvCollector
+
+    endpoint = serve_metrics(options.metrics_host, options.metrics_port, EnvCollector(clients))
+    try:
+        return await _step_until_done(clients, stop)
+    finally:
+        if endpoint is not None:
+            endpoint.stop()
+
+
+async def _step_until_done(clients: list[ReconnectingEnvClient], stop: asyncio.Event) -> int:
+    """Run the clients until all finish, one fails (which stops the others), or ``stop``; 0, or the first failure."""
     tasks = [asyncio.ensure_future(client.run()) for client in clients]
     stopped = asyncio.ensure_future(stop.wait())
     try:

@@ -6,6 +6,12 @@ in a thread of its own with the in-process topics (ARCHITECTURE.md, "Two topolog
 releases the GIL inside its kernels, so the trainer's updates and the processor's event loop
 share the two cores.
 
+A ``bc`` behavior that no ``env_path`` entry hosts trains **offline** from its ``demo_path`` alone
+(``trainer.offline``), in a thread like any trainer; a run with only such behaviors starts no
+processor and exits when they reach ``max_steps``. A ``bc`` behavior with an env loads its
+demonstrations before its trainer starts. With ``--inference`` the env clients' episode returns are
+logged at the end (mean of the last 20 and 100 episodes).
+
 Results go to ``<results-dir>/<run-id>/`` as ARCHITECTURE.md's "Results layout" says.
 """
 
@@ -26,12 +32,12 @@ from typing import Any
 
 import yaml
 
-from common.config import BehaviorSettings, RunOptions, load_config
+from common.config import BehaviorSettings, RunOptions, TrainerType, load_config
 from common.errors import ConfigError
 from common.specs import BrainParameters
 from common.topics import TopicRegistry
 from envclient.envs import make_vector_env
-from envclient.runner import VectorEnv, run_env
+from envclient.runner import RunStats, VectorEnv, run_env
 from envclient.session import EnvSession
 from processor.behaviors import TRAINER_SUBSCRIBER, ProcessorSettings
 from processor.server import ProcessorServer, ServerOptions
@@ -42,6 +48,8 @@ log = logging.getLogger(__name__)
 CLIENT_STOP_TIMEOUT_S = 10.0
 STOP_GRACE_S = 5.0
 PROGRESS_INTERVAL_S = 0.5
+INFERENCE_WINDOWS = (20, 100)
+"""--inference logs the mean return of each behavior's last this-many episodes."""
 
 
 @dataclass(frozen=True)
@@ -121,12 +129,21 @@ def resolve_seed(seed: int) -> int:
     return seed if seed >= 0 else int.from_bytes(os.urandom(2), "little")
 
 
+def offline_behaviors(run_options: RunOptions) -> list[str]:
+    """The ``bc`` behaviors under ``behaviors`` that no ``env_path`` entry hosts: they train from their demos alone."""
+    hosted = run_options.env_settings.behavior_names
+    return [n for n, s in run_options.behaviors.items() if s.trainer_type is TrainerType.BC and n not in hosted]
+
+
 def run_train(options: TrainOptions) -> int:
     """Train (or, with --inference, act) until every trainer reaches max_steps or Ctrl-C."""
     started_at = process_start_time()
     run_options = load_run_options(options)
-    if not run_options.env_settings.env_paths:
-        raise ConfigError(f"{options.config}: env_settings.env_path is required for `stepstream train` (or pass --env)")
+    if not run_options.env_settings.env_paths and (options.inference or not offline_behaviors(run_options)):
+        raise ConfigError(
+            f"{options.config}: env_settings.env_path is required for `stepstream train` (or pass --env)"
+            + ("" if options.inference else "; only a bc behavior with a demo_path trains without one")
+        )
     run_dir = prepare_run_dir(options, run_options)
     from trainer.loop import configure_tf_threads
 
@@ -144,6 +161,7 @@ class EmbeddedRun:
         self.started_at = started_at
         self.seed = resolve_seed(run_options.env_settings.seed)
         self.envs: dict[str, VectorEnv] = {}
+        self.offline = [] if options.inference else offline_behaviors(run_options)
         self.loops: dict[str, Any] = {}
         self.threads: dict[str, asyncio.Future[Any]] = {}
         self.trainer_stop = threading.Event()
@@ -166,6 +184,10 @@ class EmbeddedRun:
 
         settings = self._settings(name)
         learner = make_learner(params, settings, self.seed)
+        if settings.trainer_type is TrainerType.BC:
+            from trainer.offline import load_demonstrations
+
+            load_demonstrations(learner, name, settings)
         loop = TrainerLoop(
             name,
             learner,
@@ -179,6 +201,18 @@ class EmbeddedRun:
         )
         self.loops[name] = loop
         self.threads[name] = asyncio.ensure_future(asyncio.to_thread(loop.run, self.trainer_stop))
+
+    def _start_offline(self, name: str) -> None:
+        """Offline BC for ``name`` (no env hosts it) in a thread of its own."""
+        from trainer.offline import OfflineTrainer, make_offline_learner
+
+        settings = self._settings(name)
+        learner = make_offline_learner(name, settings, self.seed)
+        trainer = OfflineTrainer(
+            name, learner, settings, results_dir=self.run_dir, run_started_at=self.started_at, resume=self.options.resume
+        )
+        self.loops[name] = trainer
+        self.threads[name] = asyncio.ensure_future(asyncio.to_thread(trainer.run, self.trainer_stop))
 
     def _publish_checkpoint_policy(self, name: str, params: BrainParameters, topics: TopicRegistry) -> None:
         """--inference: the newest checkpoint's policy, published once; no trainer runs."""
@@ -205,28 +239,40 @@ class EmbeddedRun:
         interrupted = asyncio.Event()
         server: ProcessorServer | None = None
         clients: list[asyncio.Future[Any]] = []
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, interrupted.set)
         try:
             self._make_envs()
-            processor_settings = ProcessorSettings.from_run_options(
-                self.run_options, seed=self.seed, declared_subscribers=() if self.options.inference else (TRAINER_SUBSCRIBER,)
-            )
-            server = ProcessorServer(processor_settings, ServerOptions(host="127.0.0.1", port=0))
-            port = await server.start()
+            for name in self.offline:
+                self._start_offline(name)
+            if self.envs:  # else only offline BC: no processor
+                server, clients = await self._start_online()
+            await self._wait(server, clients, interrupted)
+        finally:
+            await self._shutdown(server, clients)
+        return 130 if interrupted.is_set() else 0
+
+    async def _start_online(self) -> tuple[ProcessorServer, list[asyncio.Future[Any]]]:
+        """The processor, a trainer (or, with --inference, a checkpoint's policy) per env, and the env clients."""
+        processor_settings = ProcessorSettings.from_run_options(
+            self.run_options, seed=self.seed, declared_subscribers=() if self.options.inference else (TRAINER_SUBSCRIBER,)
+        )
+        server = ProcessorServer(processor_settings, ServerOptions(host="127.0.0.1", port=0))
+        port = await server.start()
+        try:
             for name, env in self.envs.items():
                 if self.options.inference:
                     self._publish_checkpoint_policy(name, env.brain_parameters, server.topics)
                 else:
                     self._start_trainer(name, env.brain_parameters, server.topics)
-            loop = asyncio.get_running_loop()
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                loop.add_signal_handler(sig, interrupted.set)
-            clients = [
-                asyncio.ensure_future(self._env_client(f"127.0.0.1:{port}", name, env)) for name, env in self.envs.items()
-            ]
-            await self._wait(server, clients, interrupted)
-        finally:
-            await self._shutdown(server, clients)
-        return 130 if interrupted.is_set() else 0
+        except BaseException:
+            await server.stop(STOP_GRACE_S)
+            raise
+        clients: list[asyncio.Future[Any]] = [
+            asyncio.ensure_future(self._env_client(f"127.0.0.1:{port}", name, env)) for name, env in self.envs.items()
+        ]
+        return server, clients
 
     async def _env_client(self, address: str, name: str, env: VectorEnv) -> Any:
         async with EnvSession(address, f"embedded-{name}", [env.brain_parameters]) as session:
@@ -235,7 +281,9 @@ class EmbeddedRun:
                 max_env_steps = math.ceil(self._settings(name).max_steps / env.num_agents)
             return await run_env(session, env, name, max_env_steps=max_env_steps, stop=self.env_stop)
 
-    async def _wait(self, server: ProcessorServer, clients: list[asyncio.Future[Any]], interrupted: asyncio.Event) -> None:
+    async def _wait(
+        self, server: ProcessorServer | None, clients: list[asyncio.Future[Any]], interrupted: asyncio.Event
+    ) -> None:
         """Until every trainer finished (or, with --inference, every env client), or a signal."""
         watched = list(self.threads.values()) if self.threads else clients
         progress = _Progress(self, server) if self.options.progress else None
@@ -272,6 +320,10 @@ class EmbeddedRun:
         for task in pending:
             task.cancel()
         await asyncio.gather(*clients, return_exceptions=True)
+        if self.options.inference:
+            for name, task in zip(self.envs, clients, strict=False):
+                if task.done() and not task.cancelled() and task.exception() is None:
+                    _log_inference_returns(name, task.result())
         if server is not None:
             await server.stop(STOP_GRACE_S)
         for env in self.envs.values():
@@ -290,10 +342,19 @@ class EmbeddedRun:
             )
 
 
-class _Progress:
-    """A live bar per behavior toward max_steps: agent-steps/s, mean reward, policy version."""
+def _log_inference_returns(name: str, stats: RunStats) -> None:
+    returns = stats.episode_returns
+    means = ", ".join(
+        f"{sum(returns[-k:]) / len(returns[-k:]):.3f} (last {min(k, len(returns))})" for k in INFERENCE_WINDOWS if returns
+    )
+    log.info("%s: inference ran %d episodes; mean return %s", name, len(returns), means or "n/a")
 
-    def __init__(self, run: EmbeddedRun, server: ProcessorServer) -> None:
+
+class _Progress:
+    """A live bar per behavior toward max_steps: agent-steps/s (offline BC: demonstration steps/s), mean reward,
+    policy version. ``server`` is None when only offline BC runs."""
+
+    def __init__(self, run: EmbeddedRun, server: ProcessorServer | None) -> None:
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
         self.run = run
@@ -308,9 +369,9 @@ class _Progress:
         )
         self.tasks = {
             name: self.progress.add_task(name, total=run._settings(name).max_steps, rate=0.0, reward=math.nan, version=-1)
-            for name in run.envs
+            for name in [*run.envs, *run.offline]
         }
-        self._last = {name: (time.monotonic(), 0) for name in run.envs}
+        self._last = {name: (time.monotonic(), 0) for name in self.tasks}
         self.progress.start()
 
     def update(self) -> None:
@@ -322,11 +383,14 @@ class _Progress:
             then, before = self._last[name]
             rate = (steps - before) / max(now - then, 1e-9)
             self._last[name] = (now, steps)
-            version = self.server.topics.policies(name).highest_version
+            if loop is not None:
+                version = loop.result.policy_version
+            else:
+                version = -1 if self.server is None else self.server.topics.policies(name).highest_version
             self.progress.update(task, completed=steps, rate=rate, reward=reward, version=version)
 
     def _processed(self, name: str) -> int:
-        behavior = self.server.behaviors.get(name)
+        behavior = None if self.server is None else self.server.behaviors.get(name)
         return 0 if behavior is None else behavior.counters.published_experiences
 
     def close(self) -> None:

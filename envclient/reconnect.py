@@ -2,7 +2,9 @@
 
 Use ``ReconnectingEnvClient`` for a long-running simulator: after a retryable status
 (``RETRYABLE_STATUSES``; a refused connection gives UNAVAILABLE) it opens a new session and starts
-new episodes; any other status is raised as a clear ``StepstreamError``.
+new episodes; any other status is raised as a clear ``StepstreamError`` (UNAUTHENTICATED for a missing
+or wrong token among them: retrying cannot fix it). Its counters (``retries``, ``sessions``,
+``connected``, and the env's ``steps`` and ``episodes``) are what ``envclient.metrics`` exports.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ import grpc
 import numpy as np
 
 from common.errors import StepstreamError
+from common.logs import log_context
+from common.security import PLAINTEXT, ClientSecurity
 from envclient.runner import VectorEnv, VectorEnvWrapper, run_env
 from envclient.session import EnvSession, StepRejectedError
 
@@ -91,6 +95,7 @@ class ReconnectingEnvClient:
         *,
         max_env_steps: int | None = None,
         backoff: Backoff | None = None,
+        security: ClientSecurity = PLAINTEXT,
     ) -> None:
         self.address = address
         self.client_id = client_id
@@ -99,8 +104,13 @@ class ReconnectingEnvClient:
         self.stop = stop
         self.max_env_steps = max_env_steps
         self.backoff = backoff or Backoff()
+        self.security = security
         self.retries = 0
-        """Sessions that failed to open or ended by a retryable status."""
+        """Sessions that failed to open or ended by a retryable status (reconnects)."""
+        self.sessions = 0
+        """Sessions opened (Hellos accepted)."""
+        self.connected = False
+        """A session is open right now."""
 
     def _finished(self) -> bool:
         return self.stop.is_set() or (self.max_env_steps is not None and self.env.steps >= self.max_env_steps)
@@ -111,6 +121,10 @@ class ReconnectingEnvClient:
         Raises:
             StepstreamError: the processor ended a session with a status outside ``RETRYABLE_STATUSES``.
         """
+        with log_context(client_id=self.client_id, behavior=self.behavior_name):
+            return await self._run()
+
+    async def _run(self) -> int:
         while not self._finished():
             steps_before = self.env.steps
             lost = await self._session()
@@ -127,9 +141,17 @@ class ReconnectingEnvClient:
 
     async def _session(self) -> StepRejectedError | None:
         """One session, stepped until finished (None) or ended by a retryable status (returned)."""
-        session = EnvSession(self.address, self.client_id, [self.env.brain_parameters], channel_options=KEEPALIVE_OPTIONS)
+        session = EnvSession(
+            self.address,
+            self.client_id,
+            [self.env.brain_parameters],
+            channel_options=KEEPALIVE_OPTIONS,
+            security=self.security,
+        )
         try:
             await session.open()
+            self.sessions += 1
+            self.connected = True
             remaining = None if self.max_env_steps is None else self.max_env_steps - self.env.steps
             await run_env(session, self.env, self.behavior_name, max_env_steps=remaining, stop=self.stop)
             return None
@@ -139,6 +161,7 @@ class ReconnectingEnvClient:
                 raise StepstreamError(f"{where}: {err} (not retryable; exiting)") from err
             return err
         finally:
+            self.connected = False
             try:
                 await session.close(SESSION_CLOSE_TIMEOUT_S)
             except Exception as err:  # a broken stream has nothing left to flush

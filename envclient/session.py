@@ -8,6 +8,10 @@ Usage (asyncio)::
         env.apply(result.continuous_actions)
 
 Shapes: ``N`` agent rows in one step, ``C`` continuous action size, ``B`` discrete branches.
+
+Security: pass ``security=ClientSecurity(...)`` (``common.security``) for TLS and the shared token;
+the stream then carries the token, and the client id and behaviors for the processor's logs, as
+metadata. Messages either way are limited to ``MAX_MESSAGE_BYTES``, the processor's default limit.
 """
 
 from __future__ import annotations
@@ -21,11 +25,20 @@ import grpc
 import numpy as np
 
 from common.errors import StepstreamError
+from common.logs import identity_metadata
+from common.security import PLAINTEXT, ClientSecurity
 from common.specs import BrainParameters
+from common.topics.grpc_transport import MAX_MESSAGE_BYTES
 from protos import PROTOCOL_VERSION, from_tensor, pb, to_tensor
 from protos import stepstream_pb2_grpc as pb_grpc
 
 log = logging.getLogger(__name__)
+
+MESSAGE_SIZE_OPTIONS = (
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+)
+"""The default channel limits; the processor refuses larger messages with RESOURCE_EXHAUSTED in any case."""
 
 
 class StepRejectedError(StepstreamError):
@@ -71,7 +84,11 @@ def brain_info_message(
 
 
 class EnvSession:
-    """One Step stream. Not safe for concurrent ``step`` calls: one step in flight at a time."""
+    """One Step stream. Not safe for concurrent ``step`` calls: one step in flight at a time.
+
+    ``channel_options`` add to (or, by key, replace) ``MESSAGE_SIZE_OPTIONS``; ``security`` gives TLS
+    and the token (plaintext, none by default).
+    """
 
     def __init__(
         self,
@@ -81,12 +98,14 @@ class EnvSession:
         *,
         channel_options: Sequence[tuple[str, int]] = (),
         protocol_version: int = PROTOCOL_VERSION,
+        security: ClientSecurity = PLAINTEXT,
     ) -> None:
         self.address = address
         self.client_id = client_id
         self.brain_parameters = list(brain_parameters)
         self.session_id: str | None = None
-        self._options = list(channel_options)
+        self.security = security
+        self._options = list({**dict(MESSAGE_SIZE_OPTIONS), **dict(channel_options)}.items())
         self._protocol_version = protocol_version
         self._channel: grpc.aio.Channel | None = None
         self._call: grpc.aio.StreamStreamCall | None = None
@@ -104,8 +123,10 @@ class EnvSession:
         Raises:
             StepRejectedError: the processor refused the Hello.
         """
-        self._channel = grpc.aio.insecure_channel(self.address, options=self._options)
-        self._call = pb_grpc.AgentProcessorStub(self._channel).Step()
+        self._channel = self.security.aio_channel(self.address, self._options)
+        behaviors = [p.behavior_name for p in self.brain_parameters]
+        metadata = (*self.security.metadata(), *identity_metadata(self.client_id, behaviors))
+        self._call = pb_grpc.AgentProcessorStub(self._channel).Step(metadata=metadata)
         hello = pb.Hello(protocol_version=self._protocol_version, client_id=self.client_id)
         hello.brain_parameters.extend(p.to_proto() for p in self.brain_parameters)
         reply = await self._exchange(pb.StepRequest(hello=hello))

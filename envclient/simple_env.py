@@ -22,6 +22,8 @@ Shapes: ``N`` copies, ``C`` = 1 continuous dimension, ``B`` = 1 discrete branch.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from common.specs import ActionSpec, BrainParameters, ObservationSpec
@@ -61,6 +63,19 @@ def expert_actions(obs: np.ndarray, continuous: bool) -> tuple[np.ndarray, np.nd
     if continuous:
         return np.sign(goal).astype(np.float32), np.zeros((n, 0), np.int32)
     return np.zeros((n, 0), np.float32), (goal > 0).astype(np.int32)
+
+
+def scripted_expert(observations: Sequence[np.ndarray], action_spec: ActionSpec) -> tuple[np.ndarray, np.ndarray]:
+    """``expert_actions`` as a ``stepstream record --policy scripted:envclient.simple_env:scripted_expert`` function.
+
+    Args:
+        observations: ``[goal float32 [N, 1]]``.
+        action_spec: C = 1 (continuous) or one branch of 2.
+
+    Returns:
+        ``(continuous [N, C], discrete [N, B])`` env actions toward each copy's goal.
+    """
+    return expert_actions(observations[0], continuous=action_spec.continuous_size > 0)
 
 
 class SimpleEnv:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 import math
 from collections.abc import Mapping
@@ -18,6 +19,7 @@ import numpy as np
 
 from common.config import BehaviorSettings, RunOptions, TrainerType
 from common.errors import ProtocolError, StepstreamError, UnknownBehaviorError
+from common.logs import set_log_context
 from common.specs import BrainParameters
 from common.topics import FullPolicy, TopicRegistry
 from common.trajectory import Trajectory
@@ -163,7 +165,12 @@ class Behavior:
 
     def start(self) -> None:
         """Start following the policy topic (call from the event loop)."""
-        self._follower = asyncio.get_running_loop().create_task(self._follow_policies(), name=f"policies/{self.name}")
+        # In a log context of its own (this behavior, no client): it would otherwise inherit the context of
+        # the session whose Hello declared the behavior, and log that client id for as long as it runs.
+        context = contextvars.Context()
+        context.run(set_log_context, behavior=self.name)
+        loop = asyncio.get_running_loop()
+        self._follower = context.run(loop.create_task, self._follow_policies(), name=f"policies/{self.name}")
 
     async def stop(self) -> None:
         if self._follower is not None:

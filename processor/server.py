@@ -4,6 +4,12 @@
 drains: new streams are refused, in-flight steps are answered, every session's partial
 trajectories are flushed to the topics, and only then do the topics close. ``serve()`` runs it
 until SIGTERM or SIGINT.
+
+Security (``ServerOptions.security``, built by ``common.security``): TLS when given a certificate and
+key (mutual TLS when also given a CA for clients), and a shared token checked on every call by
+``processor.interceptors.TokenAuthInterceptor``; plaintext and no token by default, on loopback.
+Metrics (``ServerOptions.metrics_port``): a Prometheus endpoint of ``processor.metrics``, started and
+stopped with the server; off by default.
 """
 
 from __future__ import annotations
@@ -11,13 +17,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
+from common.metrics import DEFAULT_METRICS_HOST, MetricsServer, new_registry
+from common.security import ServerSecurity
 from common.topics import TopicRegistry
 from processor.behaviors import BehaviorTable, ProcessorSettings
+from processor.interceptors import LogContextInterceptor, TokenAuthInterceptor
+from processor.metrics import ProcessorCollector
 from processor.servicer import AgentProcessorServicer
 from processor.sessions import SessionTable
 from protos import stepstream_pb2_grpc as pb_grpc
@@ -41,6 +51,12 @@ class ServerOptions:
     """Ping an idle connection this often, so a vanished client is noticed."""
     keepalive_timeout_ms: int = 5_000
     """A ping unanswered this long closes the connection (its sessions are flushed)."""
+    security: ServerSecurity = field(default_factory=ServerSecurity)
+    """TLS (optionally mutual) and the shared token; none of them by default."""
+    metrics_host: str = DEFAULT_METRICS_HOST
+    """Interface of the Prometheus endpoint; loopback unless asked otherwise."""
+    metrics_port: int | None = None
+    """Port of the Prometheus endpoint; None serves none, 0 picks a free one (``ProcessorServer.metrics_port``)."""
 
     def grpc_options(self) -> list[tuple[str, int]]:
         return [
@@ -71,21 +87,54 @@ class ProcessorServer:
         self.servicer = AgentProcessorServicer(self.behaviors, self.sessions)
         self.health = health.aio.HealthServicer() if hasattr(health, "aio") else health.HealthServicer()
         self._server: grpc.aio.Server | None = None
+        self._metrics: MetricsServer | None = None
+        security = self.options.security
+        self._auth = TokenAuthInterceptor(security.token) if security.token else None
         self.port: int | None = None
 
+    @property
+    def refused_calls(self) -> int:
+        """Calls refused for a missing or wrong token."""
+        return 0 if self._auth is None else self._auth.refused
+
+    @property
+    def metrics_port(self) -> int | None:
+        """The bound port of the Prometheus endpoint; None while it is not serving."""
+        return None if self._metrics is None else self._metrics.port
+
     async def start(self) -> int:
-        """Bind and start serving; returns the bound port."""
-        server = grpc.aio.server(options=self.options.grpc_options())
+        """Bind and start serving (and the metrics endpoint, if asked for); returns the bound port.
+
+        Raises:
+            OSError: the address (or the metrics address) cannot be bound.
+        """
+        interceptors: list[grpc.aio.ServerInterceptor] = [LogContextInterceptor()]
+        if self._auth is not None:
+            interceptors.append(self._auth)
+        server = grpc.aio.server(options=self.options.grpc_options(), interceptors=interceptors)
         pb_grpc.add_AgentProcessorServicer_to_server(self.servicer, server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
         address = f"{self.options.host}:{self.options.port}"
-        port = server.add_insecure_port(address)
+        credentials = self.options.security.credentials()
+        port = server.add_insecure_port(address) if credentials is None else server.add_secure_port(address, credentials)
         if port == 0:
             raise OSError(f"cannot bind {address}")
-        await server.start()
+        if self.options.metrics_port is not None:
+            metrics = MetricsServer(
+                new_registry(ProcessorCollector(self)), self.options.metrics_host, self.options.metrics_port
+            )
+            metrics.start()
+            self._metrics = metrics
+        try:
+            await server.start()
+        except BaseException:  # the metrics port must not outlive a server that never started
+            if self._metrics is not None:
+                self._metrics.stop()
+                self._metrics = None
+            raise
         await self._set_health(health_pb2.HealthCheckResponse.SERVING)
         self._server, self.port = server, port
-        log.info("processor serving on %s:%d", self.options.host, port)
+        log.info("processor serving on %s:%d (%s)", self.options.host, port, self.options.security.describe())
         return port
 
     async def _set_health(self, status: int) -> None:
@@ -110,6 +159,9 @@ class ProcessorServer:
         await self.behaviors.stop()
         self.topics.close()
         self._server = None
+        if self._metrics is not None:  # last: a final scrape still sees the drained counters
+            self._metrics.stop()
+            self._metrics = None
         log.info("processor stopped")
 
     async def wait(self) -> None:

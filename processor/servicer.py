@@ -19,6 +19,7 @@ from common.errors import (
     IncompatibleVersionError,
     NotSupportedYetError,
     ProtocolError,
+    SessionReplacedError,
     StepstreamError,
     TopicClosedError,
     TopicFullError,
@@ -50,6 +51,7 @@ STATUS_TABLE: tuple[tuple[type[StepstreamError], grpc.StatusCode], ...] = (
     (ConfigError, grpc.StatusCode.FAILED_PRECONDITION),
     (TopicFullError, grpc.StatusCode.RESOURCE_EXHAUSTED),
     (DeadlineExceededError, grpc.StatusCode.DEADLINE_EXCEEDED),
+    (SessionReplacedError, grpc.StatusCode.ABORTED),
     (TopicClosedError, grpc.StatusCode.UNAVAILABLE),
 )
 
@@ -81,7 +83,7 @@ class AgentProcessorServicer(pb_grpc.AgentProcessorServicer):
         try:
             async for request in request_iterator:
                 if session is None:
-                    session = self._open(request)
+                    session = await self._open(request)
                     yield pb.StepResponse(
                         hello_reply=pb.HelloReply(protocol_version=PROTOCOL_VERSION, session_id=session.session_id)
                     )
@@ -93,35 +95,40 @@ class AgentProcessorServicer(pb_grpc.AgentProcessorServicer):
         except asyncio.CancelledError:
             if session is None:
                 raise
-            # Cancelled by a newer Hello with this client id, by the client going away, or by the
-            # server stopping: end with a clear status and flush (below) instead of re-raising.
-            if session.replaced:
-                context.set_code(grpc.StatusCode.ABORTED)
-                context.set_details(
-                    f"session {session.session_id} was replaced by a newer session of client '{session.client_id}'"
-                )
-            else:
-                context.set_code(grpc.StatusCode.UNAVAILABLE)
-                context.set_details(f"session {session.session_id} was cancelled (client gone or processor stopping)")
+            # The client went away or the server is stopping: end with a clear status and flush
+            # (below) instead of re-raising.
+            context.set_code(grpc.StatusCode.UNAVAILABLE)
+            context.set_details(f"session {session.session_id} was cancelled (client gone or processor stopping)")
         finally:
-            if session is not None:
+            if session is not None and not session.closed:
                 await self._close(session)
 
-    def _open(self, request: pb.StepRequest) -> Session:
+    async def _open(self, request: pb.StepRequest) -> Session:
         if request.WhichOneof("payload") != "hello":
             raise ProtocolError("the first message of a Step stream must be a Hello", precondition=True)
         hello = decode_hello(request.hello)
         behaviors = [self.behaviors.declare(params) for params in hello.brain_parameters]
-        session = self.sessions.open(hello.client_id, behaviors, asyncio.current_task())
+        session, replaced = self.sessions.open(hello.client_id, behaviors, asyncio.current_task())
         log.info("session %s opened by client '%s' for %s", session.session_id, hello.client_id, [b.name for b in behaviors])
+        if replaced is not None:
+            await self._close(replaced)  # its agents are handled as at disconnect, now
         return session
 
+    @staticmethod
+    def _check_live(session: Session) -> None:
+        if session.replaced:
+            raise SessionReplacedError(
+                f"session {session.session_id} was replaced by a newer session of client '{session.client_id}'"
+            )
+
     async def _step(self, session: Session, request: pb.StepRequest) -> pb.ActionInfo:
+        self._check_live(session)
         if request.WhichOneof("payload") != "brain_info":
             raise ProtocolError(f"session {session.session_id}: a second Hello on one stream", precondition=True)
         behavior, assembler = session.behavior(request.brain_info.behavior_name)
         info = decode_brain_info(request.brain_info, behavior.params, session.session_id)
         out = await behavior.batcher.act(info.observations, info.action_mask)
+        self._check_live(session)  # replaced while waiting: its agents were flushed, this row is not theirs any more
         actions = StepActions(
             out.continuous_actions, out.discrete_actions, out.continuous_log_probs, out.discrete_log_probs, out.policy_version
         )

@@ -24,8 +24,9 @@ class Session:
     assemblers: dict[str, TrajectoryAssembler]
     behaviors: dict[str, Behavior]
     task: asyncio.Task | None
-    """The stream handler's task, cancelled when a newer Hello with this client id arrives."""
+    """The stream handler's task (a stopping server waits for it to flush)."""
     replaced: bool = False
+    """A newer Hello with this client id took over; the old stream ends ABORTED at its next message."""
     closed: bool = False
     steps: int = field(default=0)
 
@@ -61,8 +62,13 @@ class SessionTable:
     def __len__(self) -> int:
         return len(self._by_client)
 
-    def open(self, client_id: str, behaviors: list[Behavior], task: asyncio.Task | None) -> Session:
-        """Register a new session, cancelling the task of a live one with the same client id."""
+    def open(self, client_id: str, behaviors: list[Behavior], task: asyncio.Task | None) -> tuple[Session, Session | None]:
+        """Register a new session; returns it and the live session with the same client id it replaces.
+
+        The replaced session is only marked: the caller flushes it (``Session.flush``), and its own
+        stream handler ends with ABORTED when that stream next speaks. Its task is not cancelled:
+        a cancel that lands inside grpc.aio's own read or write ends the stream with INTERNAL.
+        """
         session_id = f"{client_id}-{uuid.uuid4().hex[:12]}"
         session = Session(
             client_id=client_id,
@@ -76,13 +82,13 @@ class SessionTable:
             old.replaced = True
             self.replaced += 1
             log.warning("client '%s': session %s replaced by %s", client_id, old.session_id, session_id)
-            if old.task is not None:
-                old.task.cancel()
+        else:
+            old = None
         self._by_client[client_id] = session
         self.opened += 1
         for behavior in behaviors:
             behavior.session_started()
-        return session
+        return session, old
 
     def handler_tasks(self) -> list[asyncio.Task]:
         """The stream-handler tasks of the live sessions (a server waits for them when stopping)."""

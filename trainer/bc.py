@@ -20,16 +20,25 @@ teach nothing): ``add_trajectories`` counts them for the step budget, the learni
 and the update cadence. ``ready_to_update``: demonstrations exist and either no update ran yet or
 ``batch_size`` new env experiences arrived since the last one.
 
+Demonstrations from ``demo_path`` (``load_demonstrations``): ``common.demo.demo_to_buffer`` rows,
+checked against the behavior's spec; a random ``HOLDOUT_FRACTION`` of them (fixed seed
+``HOLDOUT_SEED``) is kept out of training and scores the policy in ``report``: the held-out action
+accuracy (discrete; argmax of the masked logits, per branch) or R^2 (continuous; the clipped mean,
+what the env receives at zero noise, against the clipped demonstrated action). ``offline_update``
+trains without an env (``trainer.offline``): its steps are the demonstration experiences trained on.
+
 Shapes: ``B`` rows of a minibatch, ``C`` continuous action size, ``nB`` discrete branches,
 ``M = sum(branches)``.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import keras
 import numpy as np
@@ -37,9 +46,11 @@ import tensorflow as tf
 
 from common.buffer import AgentBuffer
 from common.config import BCHyperparameters, BehaviorSettings, ScheduleType
+from common.demo import demo_to_buffer
 from common.specs import BrainParameters
 from common.trajectory import ACTION_MASK, CONTINUOUS_ACTIONS, DISCRETE_ACTIONS, Trajectory, obs_key
 from protos import pb
+from trainer.bc_metrics import BC_METRICS_FILE, HOLDOUT_FRACTION, HOLDOUT_SEED, branch_accuracy, r_squared, split_rows
 from trainer.export import TFLiteExporter, make_policy_update, normalizer_state
 from trainer.networks import Normalizer, PolicyNetwork, masked_log_softmax
 from trainer.summaries import CLONING_LOSS, LEARNING_RATE
@@ -52,6 +63,7 @@ ACTING_STD = 0.05
 """Fixed standard deviation of the exported Gaussian, in env-action units."""
 MIN_LEARNING_RATE = 1e-10
 """Floor of the linear learning-rate schedule (ML-Agents' ``DecayedValue`` minimum)."""
+_EVAL_CHUNK = 4096
 
 
 # -- losses: pure functions of tensors ---------------------------------------------------------
@@ -129,6 +141,11 @@ class BCLearner:
         self._keys = [obs_key(i) for i in range(len(sizes))]
         self._rng = np.random.default_rng(seed)
         self._since_update = 0
+        self.demo_path: str | None = None
+        self.held_out: dict[str, np.ndarray] = {}
+        """Demonstration rows kept out of training (``load_demonstrations``), same keys as ``demonstrations``."""
+        self.last_loss = math.nan
+        """Mean cloning loss of the newest update."""
         # The log_std variable is PPO's; BC acts with a fixed one, so it is not trained.
         self._variables = [v for v in self.policy.trainable_variables if v is not self.policy.log_std]
         self.optimizer.build(self._variables)  # slots now: one trace, and a checkpoint restores them at once
@@ -154,6 +171,27 @@ class BCLearner:
         Raises:
             ValueError: a needed key is missing, or a field has the wrong width or row count.
         """
+        return self._add_rows(self._rows_from(buffer))
+
+    def load_demonstrations(self, path: str | Path, holdout_fraction: float = HOLDOUT_FRACTION) -> int:
+        """Read ``path`` (a .demo file or folder) with ``demo_to_buffer``, hold out a random
+        ``holdout_fraction`` of its rows (seed ``HOLDOUT_SEED``) and train on the rest.
+
+        Returns:
+            The training rows added.
+
+        Raises:
+            DemoSpecMismatchError: the demonstration's spec differs from this behavior's.
+            DemoError: a missing path, a wrong extension, an unsupported or malformed file.
+        """
+        _, buffer = demo_to_buffer(path, 1, expected_spec=self.brain_parameters)
+        train, held = split_rows(self._rows_from(buffer), holdout_fraction, HOLDOUT_SEED)
+        self.demo_path = str(path)
+        self.held_out = held
+        logger.info("BC: %s: %d rows held out to score the policy", path, len(held[CONTINUOUS_ACTIONS]))
+        return self._add_rows(train)
+
+    def _rows_from(self, buffer: AgentBuffer) -> dict[str, np.ndarray]:
         spec = self.brain_parameters.action_spec
         rows: dict[str, np.ndarray] = {}
         k = buffer.num_experiences
@@ -166,6 +204,10 @@ class BCLearner:
                 rows[ACTION_MASK] = self._field(buffer, ACTION_MASK, (k, spec.mask_width), np.float32)
             else:
                 rows[ACTION_MASK] = np.ones((k, spec.mask_width), np.float32)
+        return rows
+
+    def _add_rows(self, rows: dict[str, np.ndarray]) -> int:
+        k = len(rows[CONTINUOUS_ACTIONS])
         self.demonstrations.extend_rows(rows)
         for i, normalizer in enumerate(self.state.normalizers):
             normalizer.update(rows[obs_key(i)].reshape(k, -1))
@@ -249,7 +291,69 @@ class BCLearner:
                 losses.append(float(loss))
         self.state.updates.assign_add(1)
         self._since_update = 0
-        return {CLONING_LOSS: float(np.mean(losses)), LEARNING_RATE: lr}
+        self.last_loss = float(np.mean(losses)) if losses else math.nan
+        return {CLONING_LOSS: self.last_loss, LEARNING_RATE: lr}
+
+    def offline_update(self) -> tuple[Mapping[str, float], int]:
+        """``update`` without an env: returns its metrics and the steps it counts, the demonstration
+        experiences trained on (``num_epoch`` x rows), which also drive the learning-rate schedule."""
+        metrics = self.update()
+        steps = self.demonstrations.num_experiences * self.hyperparameters.num_epoch
+        self.state.env_steps.assign_add(steps)
+        return metrics, steps
+
+    # -- scoring -----------------------------------------------------------------------------
+
+    def evaluate(self, rows: Mapping[str, np.ndarray]) -> dict[str, Any]:
+        """The cloning loss, and accuracy (discrete) or R^2 (continuous), of the greedy policy on ``rows``."""
+        k = len(rows[CONTINUOUS_ACTIONS])
+        if k == 0:
+            return {}
+        outputs: dict[str, list[np.ndarray]] = {}
+        for start in range(0, k, _EVAL_CHUNK):
+            obs = [tf.constant(rows[key][start : start + _EVAL_CHUNK]) for key in self._keys]
+            for name, value in self.policy(*self._normalized(obs)).items():
+                outputs.setdefault(name, []).append(np.asarray(value))
+        out = {name: np.concatenate(parts) for name, parts in outputs.items()}
+        metrics: dict[str, Any] = {}
+        loss = 0.0
+        if "mean" in out:
+            target = np.clip(rows[CONTINUOUS_ACTIONS], -1.0, 1.0)
+            loss += float(continuous_cloning_loss(tf.constant(out["mean"]), tf.constant(target)))
+            metrics["r2"] = r_squared(np.clip(out["mean"], -1.0, 1.0), target)
+        if "logits" in out:
+            mask, expert = rows[ACTION_MASK], rows[DISCRETE_ACTIONS]
+            loss += float(
+                discrete_cloning_loss(tf.constant(out["logits"]), tf.constant(mask), tf.constant(expert), self._branches)
+            )
+            metrics.update(branch_accuracy(out["logits"], mask, expert, self._branches))
+        metrics["cloning_loss"] = loss
+        return metrics
+
+    def report(self) -> dict[str, Any]:
+        """What ``bc_metrics.json`` holds: the final cloning loss and the held-out scores (module docstring)."""
+        held = self.evaluate(self.held_out) if self.held_out else {}
+        report: dict[str, Any] = {
+            "behavior": self.brain_parameters.behavior_name,
+            "demo_path": self.demo_path,
+            "train_rows": self.demonstrations.num_experiences,
+            "held_out_rows": len(self.held_out.get(CONTINUOUS_ACTIONS, ())),
+            "held_out_fraction": HOLDOUT_FRACTION,
+            "held_out_seed": HOLDOUT_SEED,
+            "updates": int(self.state.updates.numpy()),
+            "cloning_loss": self.last_loss,
+        }
+        report.update({f"held_out_{key}": value for key, value in held.items()})
+        return report
+
+    def write_report(self, directory: Path) -> Path:
+        """Write ``report()`` to ``directory / bc_metrics.json`` (NaN as null); returns the path."""
+        directory.mkdir(parents=True, exist_ok=True)
+        path = directory / BC_METRICS_FILE
+        clean = {k: None if isinstance(v, float) and math.isnan(v) else v for k, v in self.report().items()}
+        path.write_text(json.dumps(clean, indent=2) + "\n", encoding="utf-8")
+        logger.info("BC: wrote %s", path)
+        return path
 
     # -- export and checkpoints ----------------------------------------------------------------
 

@@ -23,7 +23,7 @@ One iteration:
 
 It stops at ``max_steps``, when ``stop`` is set, when ``should_stop(result)`` holds, when the topic
 closes, or on Ctrl-C (KeyboardInterrupt in the thread running it), and then writes a final
-summary and checkpoint.
+summary and checkpoint, and a ``ReportingLearner``'s report (BC's ``bc_metrics.json``).
 
 Versions (ARCHITECTURE.md, "Staleness and versions"): at start the loop publishes a first policy
 at ``max(policy_sink.highest_version, resumed version) + 1``, so the processor can act at once and
@@ -44,7 +44,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from common.config import BehaviorSettings
 from common.errors import TopicClosedError
@@ -82,6 +82,15 @@ STOPPED = "stop"
 CONDITION = "condition"
 TOPIC_CLOSED = "topic_closed"
 INTERRUPTED = "interrupted"
+
+
+@runtime_checkable
+class ReportingLearner(Protocol):
+    """A learner with a final report file (BC's ``bc_metrics.json``), written when the loop finishes."""
+
+    def write_report(self, directory: Path) -> Path:
+        """Write the report into the behavior's results folder ``directory``; returns its path."""
+        ...
 
 
 def configure_tf_threads(intra_op: int = TF_INTRA_OP_THREADS, inter_op: int = TF_INTER_OP_THREADS) -> bool:
@@ -216,6 +225,7 @@ class TrainerLoop:
             checkpointer = Checkpointer(results_dir / behavior_name / CHECKPOINTS_DIR, learner, settings.keep_checkpoints)
         self.checkpointer = checkpointer
         self.summaries = Summaries(behavior_name, results_dir, run_started_at, writers)
+        self._behavior_dir = None if results_dir is None else results_dir / behavior_name
         self.result = TrainerResult(behavior_name)
         """Live while running (read it from another thread only for monitoring)."""
         self._dedup: Deduplicator[Any] = Deduplicator(_dedup_capacity(subscription))
@@ -296,8 +306,8 @@ class TrainerLoop:
                 self.result.resumed_from = self._checkpointed_step = restored[0]
         steps = self.result.steps
         self._period = PeriodStats(steps)
-        self._next_summary = _next_multiple(steps, self.settings.summary_freq)
-        self._next_checkpoint = _next_multiple(steps, self.settings.checkpoint_interval)
+        self._next_summary = next_multiple(steps, self.settings.summary_freq)
+        self._next_checkpoint = next_multiple(steps, self.settings.checkpoint_interval)
         self._version = max(self._sink.highest_version, resumed_version)
         self._publish()
         logger.info(
@@ -316,6 +326,8 @@ class TrainerLoop:
             self._summarize()
         if self.checkpointer is not None and self._checkpointed_step != result.steps:
             self._checkpoint()
+        if self._behavior_dir is not None and isinstance(self.learner, ReportingLearner):
+            self.learner.write_report(self._behavior_dir)
         logger.info(
             "%s: trainer stopped (%s) at step %d, policy version %d, %d updates, %d episodes; "
             "%d stale and %d duplicate trajectories dropped",
@@ -416,7 +428,7 @@ class TrainerLoop:
         self._summarized_step = result.steps
         self._write_status()
         self._period = PeriodStats(result.steps)
-        self._next_summary = _next_multiple(result.steps, self.settings.summary_freq)
+        self._next_summary = next_multiple(result.steps, self.settings.summary_freq)
 
     def _checkpoint(self) -> None:
         if self.checkpointer is not None:
@@ -424,7 +436,7 @@ class TrainerLoop:
             self.result.checkpoints.append(self.result.steps)
             self._checkpointed_step = self.result.steps
             self._write_status()
-        self._next_checkpoint = _next_multiple(self.result.steps, self.settings.checkpoint_interval)
+        self._next_checkpoint = next_multiple(self.result.steps, self.settings.checkpoint_interval)
 
     def _write_status(self) -> None:
         result = self.result
@@ -446,7 +458,7 @@ class TrainerLoop:
         )
 
 
-def _next_multiple(step: int, interval: int) -> int:
+def next_multiple(step: int, interval: int) -> int:
     """The first multiple of ``interval`` above ``step``."""
     return (step // interval + 1) * interval
 

@@ -19,33 +19,31 @@ lost connection, a server stop) is requeued by the server for the next subscribe
 items buffered here but not yet taken are then discarded, as the server owns them again. The wire
 ``Delivery`` carries no redelivered flag, so ``Delivery.redelivered`` is always False here: drop
 duplicates by ``Trajectory.id`` with a ``Deduplicator``.
+
+Security: each class takes a ``ClientSecurity`` (TLS, token; none by default); every call carries the
+token and, for the processor's logs, the behavior as metadata (a channel passed in brings its own TLS).
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
+import contextvars
 import logging
 import queue
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
-from typing import Any, cast
+from collections.abc import Iterable, Iterator
+from typing import Any
 
 import grpc
 
-from common.errors import (
-    DeadlineExceededError,
-    NotSupportedYetError,
-    ProtocolError,
-    StepstreamError,
-    TopicClosedError,
-    TopicFullError,
-    UnknownBehaviorError,
-)
+from common.errors import DeadlineExceededError, StepstreamError, TopicClosedError
+from common.logs import identity_metadata
+from common.security import PLAINTEXT, ClientSecurity
 from common.specs import BrainParameters
 from common.topics.base import Delivery, FullPolicy, PolicySink, SubscriptionStats, TrajectorySubscription
+from common.topics.grpc_status import GrpcStatusError, error_from_rpc
 from common.topics.memory import DEFAULT_MAX_ITEMS, DEFAULT_MAX_SIZE
 from common.topics.registry import TopicRegistry
 from common.topics.waiting import (
@@ -61,6 +59,16 @@ from protos import pb
 from protos import stepstream_pb2_grpc as pb_grpc
 
 logger = logging.getLogger(__name__)
+
+__all__ = [
+    "GrpcPolicyPublisher",
+    "GrpcStatusError",
+    "GrpcTrajectorySubscription",
+    "connect_policies",
+    "connect_trajectories",
+    "error_from_rpc",
+    "open_channel",
+]
 
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 """Largest message either way; the processor's default limit."""
@@ -79,42 +87,16 @@ _CHANNEL_OPTIONS = [
 ]
 
 
-class GrpcStatusError(StepstreamError):
-    """The processor ended a call with a status that no more specific error type covers."""
-
-    def __init__(self, message: str, code: grpc.StatusCode) -> None:
-        super().__init__(message)
-        self.code = code
-
-
-#: Status code -> the error the processor's status table started from (its inverse mapping).
-#: UNAVAILABLE (processor gone or stopping) and CANCELLED end a stream: ``TopicClosedError``.
-_ERROR_FOR_STATUS: dict[grpc.StatusCode, Callable[[str], StepstreamError]] = {
-    grpc.StatusCode.UNAVAILABLE: TopicClosedError,
-    grpc.StatusCode.CANCELLED: TopicClosedError,
-    grpc.StatusCode.NOT_FOUND: UnknownBehaviorError,
-    grpc.StatusCode.INVALID_ARGUMENT: ProtocolError,
-    grpc.StatusCode.FAILED_PRECONDITION: functools.partial(ProtocolError, precondition=True),
-    grpc.StatusCode.UNIMPLEMENTED: NotSupportedYetError,
-    grpc.StatusCode.RESOURCE_EXHAUSTED: TopicFullError,
-    grpc.StatusCode.DEADLINE_EXCEEDED: DeadlineExceededError,
-}
-
-
-def error_from_rpc(error: grpc.RpcError, what: str) -> StepstreamError:
-    """The ``StepstreamError`` for a failed call; ``GrpcStatusError`` for a status without a better type."""
-    call = cast(grpc.Call, error)
-    code = call.code()
-    message = f"{what}: {code.name}: {call.details()}"
-    make = _ERROR_FOR_STATUS.get(code)
-    return make(message) if make is not None else GrpcStatusError(message, code)
-
-
-def open_channel(target: str | grpc.Channel) -> tuple[grpc.Channel, bool]:
-    """``(channel, owned)``: a new insecure channel to ``host:port`` (owned), or the one given."""
+def open_channel(target: str | grpc.Channel, security: ClientSecurity = PLAINTEXT) -> tuple[grpc.Channel, bool]:
+    """``(channel, owned)``: a new channel to ``host:port`` with ``security``'s credentials (owned), or the one given."""
     if isinstance(target, str):
-        return grpc.insecure_channel(target, options=_CHANNEL_OPTIONS), True
+        return security.channel(target, _CHANNEL_OPTIONS), True
     return target, False
+
+
+def call_metadata(security: ClientSecurity, behavior_name: str) -> tuple[tuple[str, str], ...]:
+    """The metadata of every call of a trainer-side client: the token, and the behavior for the server's logs."""
+    return (*security.metadata(), *identity_metadata(behaviors=[behavior_name]))
 
 
 class GrpcTrajectorySubscription:
@@ -132,6 +114,7 @@ class GrpcTrajectorySubscription:
         subscriber_name: the durable queue name; the processor declares ``"trainer"`` at start.
         max_buffered: local buffer capacity in trajectories, >= 1.
         detach_grace_s: how long ``detach`` lets the server end the stream before cancelling it.
+        security: TLS credentials and the shared token (plaintext, none by default).
 
     Raises:
         ValueError: an empty name, or ``max_buffered`` < 1.
@@ -145,6 +128,7 @@ class GrpcTrajectorySubscription:
         *,
         max_buffered: int = DEFAULT_MAX_SIZE,
         detach_grace_s: float = DETACH_GRACE_S,
+        security: ClientSecurity = PLAINTEXT,
     ) -> None:
         if not behavior_name or not subscriber_name:
             raise ValueError(f"empty behavior_name or subscriber_name: {behavior_name!r}, {subscriber_name!r}")
@@ -169,10 +153,13 @@ class GrpcTrajectorySubscription:
         self._blocked_seconds = 0.0
         self._cancel_timer: threading.Timer | None = None
         self._outbox: queue.SimpleQueue[pb.SubscriberMessage | None] = queue.SimpleQueue()
-        self._channel, self._owns_channel = open_channel(target)
+        self._channel, self._owns_channel = open_channel(target, security)
         stub = pb_grpc.AgentProcessorStub(self._channel)
-        self._call: Any = stub.Subscribe(self._requests(), wait_for_ready=True)
-        self._reader = threading.Thread(target=self._read, name=f"subscribe/{behavior_name}/{subscriber_name}", daemon=True)
+        self._call: Any = stub.Subscribe(
+            self._requests(), metadata=call_metadata(security, behavior_name), wait_for_ready=True
+        )
+        name = f"subscribe/{behavior_name}/{subscriber_name}"  # runs in the creator's log context (common.logs)
+        self._reader = threading.Thread(target=contextvars.copy_context().run, args=(self._read,), name=name, daemon=True)
         self._reader.start()
 
     # -- the stream ------------------------------------------------------------------------------
@@ -371,14 +358,23 @@ class GrpcPolicyPublisher:
         target: ``host:port`` of the processor, or a channel to share (it is then not closed here).
         behavior_name: the behavior whose policies this publishes.
         timeout_s: the deadline of each call.
+        security: TLS credentials and the shared token (plaintext, none by default).
     """
 
-    def __init__(self, target: str | grpc.Channel, behavior_name: str, *, timeout_s: float = CALL_TIMEOUT_S) -> None:
+    def __init__(
+        self,
+        target: str | grpc.Channel,
+        behavior_name: str,
+        *,
+        timeout_s: float = CALL_TIMEOUT_S,
+        security: ClientSecurity = PLAINTEXT,
+    ) -> None:
         if not behavior_name:
             raise ValueError("behavior_name must not be empty")
         self.behavior_name = behavior_name
         self.timeout_s = timeout_s
-        self._channel, self._owns_channel = open_channel(target)
+        self._metadata = call_metadata(security, behavior_name)
+        self._channel, self._owns_channel = open_channel(target, security)
         self._stub = pb_grpc.AgentProcessorStub(self._channel)
 
     def status(self, behavior_name: str | None = None, timeout_s: float | None = None) -> pb.PolicyStatus:
@@ -391,7 +387,9 @@ class GrpcPolicyPublisher:
         name = behavior_name or self.behavior_name
         query = pb.PolicyQuery(behavior_name=name)
         try:
-            return self._stub.GetPolicyStatus(query, timeout=timeout_s or self.timeout_s, wait_for_ready=True)
+            return self._stub.GetPolicyStatus(
+                query, timeout=timeout_s or self.timeout_s, metadata=self._metadata, wait_for_ready=True
+            )
         except grpc.RpcError as err:
             raise error_from_rpc(err, f"GetPolicyStatus({name!r})") from err
 
@@ -420,7 +418,7 @@ class GrpcPolicyPublisher:
             stamped.version = version
             item = stamped
         try:
-            reply = self._stub.PublishPolicy(item, timeout=self.timeout_s, wait_for_ready=True)
+            reply = self._stub.PublishPolicy(item, timeout=self.timeout_s, metadata=self._metadata, wait_for_ready=True)
         except grpc.RpcError as err:
             raise error_from_rpc(err, f"PublishPolicy({self.behavior_name!r}, version {version})") from err
         if not reply.accepted:
@@ -470,7 +468,10 @@ class GrpcPolicyPublisher:
 
 
 def connect_trajectories(
-    source: str | grpc.Channel | TopicRegistry[Any], behavior_name: str, subscriber_name: str
+    source: str | grpc.Channel | TopicRegistry[Any],
+    behavior_name: str,
+    subscriber_name: str,
+    security: ClientSecurity = PLAINTEXT,
 ) -> TrajectorySubscription[Trajectory]:
     """Subscribe to ``trajectories/<behavior_name>`` in process (a ``TopicRegistry``) or at ``host:port``.
 
@@ -480,13 +481,13 @@ def connect_trajectories(
     """
     if isinstance(source, TopicRegistry):
         return source.trajectories(behavior_name).subscribe(subscriber_name)
-    return GrpcTrajectorySubscription(source, behavior_name, subscriber_name)
+    return GrpcTrajectorySubscription(source, behavior_name, subscriber_name, security=security)
 
 
 def connect_policies(
-    source: str | grpc.Channel | TopicRegistry[pb.PolicyUpdate], behavior_name: str
+    source: str | grpc.Channel | TopicRegistry[pb.PolicyUpdate], behavior_name: str, security: ClientSecurity = PLAINTEXT
 ) -> PolicySink[pb.PolicyUpdate]:
     """The ``policies/<behavior_name>`` sink, in process (a ``TopicRegistry``) or at ``host:port``."""
     if isinstance(source, TopicRegistry):
         return source.policies(behavior_name)
-    return GrpcPolicyPublisher(source, behavior_name)
+    return GrpcPolicyPublisher(source, behavior_name, security=security)

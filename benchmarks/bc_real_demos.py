@@ -1,0 +1,204 @@
+"""BC on real ML-Agents demonstrations, and a CartPole expert recorded, cloned and run (issue 6's proof; not CI).
+
+Part 1, real files (``STEPSTREAM_DEMO_DIR``, default ``../shared/data/mlagents-demos``): offline BC
+(``trainer.offline``, the code ``stepstream train`` runs for a bc behavior without an env) on
+ExpertPyramid, ExpertHallway, test.demo (3DBall, continuous) and ExpertBasic, each scored on its
+held-out 10% (``bc_metrics.json``). Targets: discrete held-out accuracy >= 2x chance, where chance
+is a uniform random choice among the allowed options (1/5 for Pyramid's and Hallway's one branch
+of 5: 0.2); test.demo held-out R^2 >= 0.5. The majority-class accuracy is reported beside it.
+
+Part 2, CartPole, every step through the ``stepstream`` command in subprocesses:
+
+1. ``stepstream train configs/cartpole_ppo.yaml`` (PPO, 100k steps);
+2. ``stepstream record ... --checkpoint RUN --deterministic --episodes E --out expert.demo``;
+3. ``stepstream train bc.yaml`` (trainer_type bc, demo_path = that file, no env: offline BC);
+4. ``stepstream train bc_act.yaml --inference --env gym:CartPole-v1`` (the same behavior, a smaller
+   max_steps as the acting budget); target: mean return of the last 20 episodes >= 475, read from
+   the run's "inference ran N episodes; mean return X (last 20)" line.
+
+    .venv/bin/python benchmarks/bc_real_demos.py [--seeds 0] [--skip-cartpole] [--skip-real]
+
+Prints progress lines and, last, one JSON line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+DEMO_DIR = Path(os.environ.get("STEPSTREAM_DEMO_DIR", REPO.parent / "shared" / "data" / "mlagents-demos"))
+REAL_DEMOS = {
+    # name: (metric, whether a target applies)
+    "ExpertPyramid.demo": ("accuracy", True),
+    "ExpertHallway.demo": ("accuracy", True),
+    "test.demo": ("r2", True),
+    "ExpertBasic.demo": ("accuracy", False),  # 73 records, 7 held out: reported only
+}
+REAL_EPOCHS = 40
+"""Passes over each real demo's training rows (max_steps = epochs x rows)."""
+CARTPOLE_EXPERT_EPISODES = 20
+CARTPOLE_BC_EPOCHS = 30
+CARTPOLE_ACT_STEPS = 24_000
+"""Agent steps the BC policy acts for under --inference (at least 48 episodes of at most 500)."""
+SOLVED = 475.0
+INFERENCE_LINE = re.compile(r"inference ran (\d+) episodes; mean return ([-\d.]+) \(last (\d+)\)")
+
+
+def bc_settings(demo_path: Path, rows: int, epochs: int, hidden: int = 128) -> Any:
+    from common.config import BCHyperparameters, BehaviorSettings, NetworkSettings, TrainerType
+
+    return BehaviorSettings(
+        trainer_type=TrainerType.BC,
+        hyperparameters=BCHyperparameters(demo_path=str(demo_path), batch_size=64, num_epoch=1, learning_rate=1e-3),
+        network_settings=NetworkSettings(hidden_units=hidden, num_layers=2, normalize=True),
+        max_steps=max(1, epochs * rows),
+        summary_freq=10**9,
+        checkpoint_interval=10**9,
+    )
+
+
+def real_demo(name: str, metric: str, required: bool, seed: int, results: Path) -> dict[str, Any]:
+    """Offline BC on one real file; its bc_metrics.json plus the verdict."""
+    from common.demo import load_demonstration
+    from trainer.offline import OfflineTrainer, make_offline_learner
+
+    path = DEMO_DIR / name
+    rows = load_demonstration(path).records - 1
+    behavior = Path(name).stem
+    settings = bc_settings(path, round(rows * 0.9), REAL_EPOCHS)
+    started = time.monotonic()
+    learner = make_offline_learner(behavior, settings, seed)
+    OfflineTrainer(behavior, learner, settings, results_dir=results, run_started_at=time.time()).run()
+    metrics = json.loads((results / behavior / "bc_metrics.json").read_text())
+    out: dict[str, Any] = {k: metrics.get(k) for k in ("train_rows", "held_out_rows", "cloning_loss", "updates")}
+    out["wall_s"] = round(time.monotonic() - started, 2)
+    if metric == "accuracy":
+        accuracy, chance = metrics["held_out_accuracy"], metrics["held_out_chance_accuracy"]
+        out |= {
+            "held_out_accuracy": accuracy,
+            "chance_accuracy": chance,
+            "majority_accuracy": metrics["held_out_majority_accuracy"],
+            "accuracy_over_chance": accuracy / chance,
+            "pass": accuracy >= 2 * chance if required else None,
+        }
+    else:
+        out |= {"held_out_r2": metrics["held_out_r2"], "pass": metrics["held_out_r2"] >= 0.5 if required else None}
+    print(f"{name}: {json.dumps(out)}", flush=True)
+    return out
+
+
+def stepstream(*args: Any, timeout_s: float = 600.0) -> str:
+    """Run ``stepstream ARGS``; its output; raises on a non-zero exit."""
+    command = [str(Path(sys.executable).with_name("stepstream")), *map(str, args)]
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1"}
+    print("$ stepstream " + " ".join(map(str, args)), flush=True)
+    proc = subprocess.run(
+        command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout_s, check=False
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"stepstream {args[0]} exited {proc.returncode}:\n" + "\n".join(proc.stdout.splitlines()[-30:]))
+    return proc.stdout
+
+
+def cartpole(seed: int, work: Path) -> dict[str, Any]:
+    """PPO -> record an expert -> offline BC -> act with --inference (module docstring)."""
+    from common.demo import load_demonstration
+
+    results = work / "results"
+    started = time.monotonic()
+    stepstream(
+        "train", "configs/cartpole_ppo.yaml", "--results-dir", results, "--run-id", "ppo", "--seed", seed, "--no-progress"
+    )
+    ppo_status = json.loads((results / "ppo" / "run_logs" / "training_status.json").read_text())["CartPole"]
+    ppo_s = time.monotonic() - started
+
+    expert = work / "cartpole_expert.demo"
+    stepstream(
+        "record", "configs/cartpole_ppo.yaml", "--checkpoint", results / "ppo", "--deterministic",
+        "--episodes", CARTPOLE_EXPERT_EPISODES, "--num-envs", 4, "--seed", seed, "--out", expert,
+    )  # fmt: skip
+    header = load_demonstration(expert).files[0]
+
+    rows = header.number_steps - 1
+    behavior = {
+        "trainer_type": "bc",
+        "hyperparameters": {"demo_path": str(expert), "batch_size": 64, "num_epoch": 1, "learning_rate": 1e-3},
+        "network_settings": {"hidden_units": 64, "num_layers": 2, "normalize": True},
+        "max_steps": CARTPOLE_BC_EPOCHS * round(rows * 0.9),
+        "summary_freq": 50_000,
+        "checkpoint_interval": 10**9,
+    }
+    bc_config = work / "bc.yaml"
+    bc_config.write_text(yaml.safe_dump({"behaviors": {"CartPole": behavior}, "env_settings": {"seed": seed}}))
+    bc_started = time.monotonic()
+    stepstream("train", bc_config, "--results-dir", results, "--run-id", "bc", "--no-progress")
+    bc_s = time.monotonic() - bc_started
+    metrics = json.loads((results / "bc" / "CartPole" / "bc_metrics.json").read_text())
+
+    act_config = work / "bc_act.yaml"  # the same behavior; max_steps is the acting budget under --inference
+    act_config.write_text(yaml.safe_dump({"behaviors": {"CartPole": {**behavior, "max_steps": CARTPOLE_ACT_STEPS}}}))
+    output = stepstream(
+        "train", act_config, "--results-dir", results, "--run-id", "bc", "--inference", "--env", "gym:CartPole-v1",
+        "--num-envs", 4, "--seed", seed, "--no-progress",
+    )  # fmt: skip
+    match = INFERENCE_LINE.search(output)
+    if match is None:
+        raise RuntimeError("no inference summary line in:\n" + output[-3000:])
+    episodes, last20 = int(match.group(1)), float(match.group(2))
+    out = {
+        "ppo_mean_reward_last100": ppo_status["mean_reward"],
+        "ppo_wall_s": round(ppo_s, 1),
+        "expert_records": header.number_steps,
+        "expert_episodes": header.number_episodes,
+        "expert_mean_return": round(header.mean_reward, 2),
+        "bc_train_rows": metrics["train_rows"],
+        "bc_held_out_accuracy": metrics["held_out_accuracy"],
+        "bc_wall_s": round(bc_s, 1),
+        "inference_episodes": episodes,
+        "inference_mean_return_last20": last20,
+        "pass": last20 >= SOLVED,
+    }
+    print(f"CartPole: {json.dumps(out)}", flush=True)
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0], help="seeds (default: 0)")
+    parser.add_argument("--skip-real", action="store_true", help="skip part 1 (the real ML-Agents files)")
+    parser.add_argument("--skip-cartpole", action="store_true", help="skip part 2 (CartPole)")
+    args = parser.parse_args()
+    from trainer.loop import configure_tf_threads
+
+    configure_tf_threads()
+    summary: dict[str, Any] = {"demo_dir": str(DEMO_DIR), "chance": "uniform over allowed options; 0.2 for 1 branch of 5"}
+    with tempfile.TemporaryDirectory() as tmp:
+        for seed in args.seeds:
+            per_seed: dict[str, Any] = {}
+            if not args.skip_real:
+                for name, (metric, required) in REAL_DEMOS.items():
+                    per_seed[name] = real_demo(name, metric, required, seed, Path(tmp) / f"real-{seed}")
+            if not args.skip_cartpole:
+                per_seed["CartPole"] = cartpole(seed, Path(tmp) / f"cartpole-{seed}")
+            summary[f"seed_{seed}"] = per_seed
+    summary["all_pass"] = all(r["pass"] is not False for k, v in summary.items() if k.startswith("seed_") for r in v.values())
+    print(json.dumps(summary, default=lambda v: None if isinstance(v, float) and math.isnan(v) else v))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,96 @@
+"""Server interceptors of the processor: the shared-token check and the log context.
+
+Both run once per RPC, when the call arrives and before its handler: a Step stream pays them once
+per session, never per step.
+
+* ``TokenAuthInterceptor`` refuses a call without ``authorization: Bearer <token>`` (or with another
+  token) with UNAUTHENTICATED. The refusal replaces the handler, so the servicer never sees the call:
+  no session is opened, no subscription attached, no policy published. The gRPC health service is
+  exempt (``EXEMPT_METHOD_PREFIXES``): it creates no state and reveals only SERVING / NOT_SERVING, and
+  orchestrators' probes cannot always send metadata. ``stepstream health`` sends the token anyway.
+* ``LogContextInterceptor`` sets the client id and behavior the client named in its metadata
+  (``common.logs.identity_metadata``) as the log context of the call; grpc.aio runs interceptors and
+  the handler in one ``contextvars.Context``, so every line the handler logs carries them.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import grpc
+
+from common.logs import BEHAVIOR_METADATA, CLIENT_ID_METADATA, set_log_context
+from common.security import token_matches
+
+log = logging.getLogger(__name__)
+
+EXEMPT_METHOD_PREFIXES = ("/grpc.health.v1.Health/",)
+"""Methods callable without the token: the standard health service."""
+
+Continuation = Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler | None]]
+
+
+def _metadata_value(details: grpc.HandlerCallDetails, key: str) -> str | None:
+    for item_key, value in details.invocation_metadata or ():  # type: ignore[attr-defined]
+        if item_key == key:
+            return value if isinstance(value, str) else value.decode("ascii", errors="replace")
+    return None
+
+
+def _refusal(handler: grpc.RpcMethodHandler, code: grpc.StatusCode, details: str) -> grpc.RpcMethodHandler:
+    """A handler of the same kind (streaming or not, same codecs) as ``handler`` that only aborts."""
+
+    async def abort(unused_request: Any, context: grpc.aio.ServicerContext) -> None:
+        await context.abort(code, details)
+
+    codecs = {"request_deserializer": handler.request_deserializer, "response_serializer": handler.response_serializer}
+    if handler.request_streaming and handler.response_streaming:
+        return grpc.stream_stream_rpc_method_handler(abort, **codecs)
+    if handler.request_streaming:
+        return grpc.stream_unary_rpc_method_handler(abort, **codecs)
+    if handler.response_streaming:
+        return grpc.unary_stream_rpc_method_handler(abort, **codecs)
+    return grpc.unary_unary_rpc_method_handler(abort, **codecs)
+
+
+class TokenAuthInterceptor(grpc.aio.ServerInterceptor):
+    """Refuse every call (health checks excepted) that does not carry the shared ``token``.
+
+    Attributes:
+        refused: calls refused so far (the metrics endpoint reports it).
+    """
+
+    def __init__(self, token: str, exempt_prefixes: tuple[str, ...] = EXEMPT_METHOD_PREFIXES) -> None:
+        if not token:
+            raise ValueError("an empty token would admit every call")
+        self._token = token
+        self._exempt = exempt_prefixes
+        self.refused = 0
+
+    async def intercept_service(
+        self, continuation: Continuation, handler_call_details: grpc.HandlerCallDetails
+    ) -> grpc.RpcMethodHandler | None:
+        method: str = handler_call_details.method  # type: ignore[attr-defined]
+        handler = await continuation(handler_call_details)  # a lookup only: nothing runs yet
+        if handler is None or method.startswith(self._exempt):
+            return handler
+        if token_matches(handler_call_details.invocation_metadata, self._token):  # type: ignore[attr-defined]
+            return handler
+        self.refused += 1
+        log.warning("%s refused: missing or wrong token", method)
+        return _refusal(handler, grpc.StatusCode.UNAUTHENTICATED, "missing or wrong token (authorization: Bearer <token>)")
+
+
+class LogContextInterceptor(grpc.aio.ServerInterceptor):
+    """Set the caller's client id and behavior, from its metadata, as the log context of the call."""
+
+    async def intercept_service(
+        self, continuation: Continuation, handler_call_details: grpc.HandlerCallDetails
+    ) -> grpc.RpcMethodHandler | None:
+        set_log_context(
+            client_id=_metadata_value(handler_call_details, CLIENT_ID_METADATA),
+            behavior=_metadata_value(handler_call_details, BEHAVIOR_METADATA),
+        )
+        return await continuation(handler_call_details)
