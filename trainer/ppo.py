@@ -8,13 +8,20 @@ one Adam step on the policy and value networks together; then the buffer is clea
 Three details follow SB3 instead of ML-Agents (unclipped value loss, gradient norm clipping, tanh bodies
 with orthogonal init): see ``CLIP_VALUE_LOSS`` and its neighbours.
 
+Reward signals (``trainer.reward_signals``: extrinsic, gail, curiosity): the value network has one output, a
+value head, per signal, in ``reward_signals`` order. Each signal's strength-scaled reward gets its own GAE with
+its own gamma and returns (the value targets of its head); the policy's advantage is their sum (ML-Agents takes
+the mean: the same after the per-minibatch normalisation). After the PPO steps, each signal with networks of
+its own takes one step on each of the update's minibatches, and ``behavioral_cloning`` (``trainer.bc_component``)
+runs its cloning steps. None of it reaches the exported policy.
+
 Speed: the whole update is one call of one graph (every epoch's shuffled minibatches stacked, looped with
 ``tf.while_loop``), traced without autograph. On the 2-core machine, CartPole's update (256 rows,
 20 epochs, 2x64) takes ~12 ms instead of ~53 ms for one call per epoch plus an ``AgentBuffer.shuffle``
 each, and the warm-up trace ~0.3 s instead of ~0.9 s.
 
 Shapes: ``T`` experiences of one trajectory, ``N`` of many, ``B`` rows of a minibatch, ``C``
-continuous action dimensions, ``nB`` discrete branches, ``M = sum(branches)``.
+continuous action dimensions, ``nB`` discrete branches, ``M = sum(branches)``, ``K`` reward signals.
 """
 
 from __future__ import annotations
@@ -30,18 +37,21 @@ import tensorflow as tf
 
 from common import trajectory as tr
 from common.buffer import AgentBuffer
-from common.config import BehaviorSettings, PPOHyperparameters, RewardSignalType, ScheduleType
-from common.errors import ConfigError, NotSupportedYetError
+from common.config import BehaviorSettings, PPOHyperparameters, ScheduleType
+from common.errors import ConfigError
 from common.specs import BrainParameters
 from protos import pb
 from trainer import networks
+from trainer.bc_component import BCComponent
 from trainer.export import TFLiteExporter, make_policy_update, normalizer_state
 from trainer.networks import Normalizer, PolicyNetwork, ValueNetwork
+from trainer.reward_signals import SignalBatch, make_reward_signals, update_signals
 
 logger = logging.getLogger(__name__)
 
-#: Update-buffer keys PPO adds to the trajectory's own (``common.trajectory``), one float32 per row.
-ADVANTAGES, RETURNS, VALUE_ESTIMATES = "advantages", "returns", "value_estimates"
+#: Update-buffer keys PPO adds to the trajectory's own (``common.trajectory``): float32 [N] advantages (summed over
+#: signals), and [N, K] returns, value estimates and strength-scaled rewards, a column per reward signal.
+ADVANTAGES, RETURNS, VALUE_ESTIMATES, SIGNAL_REWARDS = "advantages", "returns", "value_estimates", "signal_rewards"
 #: ML-Agents' TensorBoard tags for what ``update`` returns.
 POLICY_LOSS, VALUE_LOSS, ENTROPY = "Losses/Policy Loss", "Losses/Value Loss", "Policy/Entropy"
 LEARNING_RATE, EPSILON, BETA = "Policy/Learning Rate", "Policy/Epsilon", "Policy/Beta"
@@ -115,8 +125,9 @@ class MiniBatch(NamedTuple):
     ``obs``: one float32 [B, size_i] per observation, raw (normalised inside the step);
     ``continuous_actions`` float32 [B, C]; ``discrete_actions`` int32 [B, nB]; ``action_mask``
     float32 [B, M], 1 = allowed ([B, 0] with no branches); ``old_log_probs`` float32 [B], the
-    processor's log-probs summed over dimensions and branches; ``advantages``, ``returns`` (value
-    targets: advantages + old values) and ``old_values`` (V when the trajectory was added) float32 [B].
+    processor's log-probs summed over dimensions and branches; ``advantages`` float32 [B] (summed over the
+    signals); ``returns`` (value targets: each signal's advantages + old values) and ``old_values`` (V when
+    the trajectory was added) float32 [B, K], a column per reward signal.
     """
 
     obs: tuple[tf.Tensor, ...]
@@ -171,8 +182,9 @@ def ppo_losses(
 ) -> PPOLosses:
     """``L = -L^CLIP + 0.5 * L_value - beta * mean(entropy)`` (eq. 9, signs for minimisation) of one minibatch.
 
-    ``log_probs``, ``entropy`` and ``values`` [B] come from the current networks; ``batch`` gives
-    the old log-probs, old values, returns and advantages, which are normalised per minibatch here.
+    ``log_probs``, ``entropy`` [B] and ``values`` [B, K] come from the current networks; ``batch`` gives
+    the old log-probs, old values, returns and advantages, which are normalised per minibatch here. The value
+    loss averages over rows and value heads (ML-Agents averages the heads' losses).
     """
     advantages = normalized_advantages(batch.advantages)
     policy = clipped_surrogate_loss(log_probs, batch.old_log_probs, advantages, epsilon)
@@ -224,16 +236,13 @@ class PPOLearner:
 
         Raises:
             ConfigError: ``settings`` are not PPO's.
-            NotSupportedYetError: a reward signal other than extrinsic.
+            NotSupportedKeyError: a reward signal option not supported (``trainer.reward_signals``).
+            DemoError: a ``demo_path`` (gail, behavioral_cloning) that cannot be read for this behavior.
         """
         if not isinstance(settings.hyperparameters, PPOHyperparameters):
             raise ConfigError(f"PPOLearner needs PPO hyperparameters, got {type(settings.hyperparameters).__name__}")
-        others = sorted(s.value for s in settings.reward_signals if s != RewardSignalType.EXTRINSIC)
-        if others or RewardSignalType.EXTRINSIC not in settings.reward_signals:
-            raise NotSupportedYetError(f"reward_signals: PPO supports only 'extrinsic' yet, got {others}")
         self.brain_parameters, self.settings = brain_parameters, settings
         self.hyperparameters: PPOHyperparameters = settings.hyperparameters
-        self.extrinsic = settings.reward_signals[RewardSignalType.EXTRINSIC]
         self.normalize = settings.network_settings.normalize
         action_spec = brain_parameters.action_spec
         self.branches = tuple(action_spec.discrete_branches)
@@ -247,12 +256,28 @@ class PPOLearner:
         self.normalizers = [Normalizer(size, name=f"normalizer_{i}") for i, size in enumerate(sizes)]
         body = {"activation": ACTIVATION, "orthogonal_init": ORTHOGONAL_INIT}
         self.policy = PolicyNetwork(sizes, action_spec, net.hidden_units, net.num_layers, state_dependent_std=False, **body)
-        self.value = ValueNetwork(net.hidden_units, net.num_layers, sum(sizes), **body)
+        self.signals = make_reward_signals(brain_parameters, settings.reward_signals, seed)
+        self._transitions = any(s.checkpoint_objects() for s in self.signals)  # a signal with networks of its own
+        self.value = ValueNetwork(net.hidden_units, net.num_layers, sum(sizes), len(self.signals), **body)
         self._variables = (*self.policy.trainable_variables, *self.value.trainable_variables)
         self.optimizer = keras.optimizers.Adam(learning_rate=self.hyperparameters.learning_rate, epsilon=ADAM_EPSILON)
         self.optimizer.build(self._variables)  # slot variables now, so a checkpoint restores them at once
         self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")
         self.update_buffer = AgentBuffer()
+        self.bc: BCComponent | None = None
+        if (cloning := settings.behavioral_cloning) is not None:
+            hp = self.hyperparameters
+            self.bc = BCComponent(
+                cloning,
+                brain_parameters,
+                self.policy,
+                self._normalized,
+                hp.learning_rate,
+                hp.batch_size,
+                hp.num_epoch,
+                False,
+                seed,
+            )
 
         # Fixed signatures with dynamic leading axes: each function traces once for the learner's life.
         # ``_train_epoch`` runs every epoch of an update (the name predates that; tests read its tracing count).
@@ -260,8 +285,8 @@ class PPOLearner:
         self._value_estimates = tf.function(self._values, input_signature=[obs_specs], autograph=False)
         rows, scalar = tf.TensorSpec([None], tf.float32), tf.TensorSpec([], tf.float32)
         continuous, mask = tf.TensorSpec([None, action_spec.continuous_size]), tf.TensorSpec([None, action_spec.mask_width])
-        discrete = tf.TensorSpec([None, len(self.branches)], tf.int32)
-        batch_spec = MiniBatch(obs_specs, continuous, discrete, mask, rows, rows, rows, rows)
+        discrete, heads = tf.TensorSpec([None, len(self.branches)], tf.int32), tf.TensorSpec([None, len(self.signals)])
+        batch_spec = MiniBatch(obs_specs, continuous, discrete, mask, rows, rows, heads, heads)
         stacked = tf.nest.map_structure(lambda spec: tf.TensorSpec([None, *spec.shape], spec.dtype), batch_spec)
         self._train_epoch = tf.function(self._epochs, input_signature=[stacked, scalar, scalar], autograph=False)
         if warm_up:  # no rows: nothing trains, but the graphs are built and optimised
@@ -276,9 +301,9 @@ class PPOLearner:
         return [normalizer.normalize(o) for normalizer, o in zip(self.normalizers, obs, strict=True)]
 
     def _values(self, obs: tuple[tf.Tensor, ...]) -> tf.Tensor:
-        """V(s) [N] of raw observations (one [N, size_i] each)."""
+        """V(s) [N, K], one column per reward signal, of raw observations (one [N, size_i] each)."""
         normalized = self._normalized(obs)
-        return self.value(normalized[0] if len(normalized) == 1 else tf.concat(normalized, axis=-1))[:, 0]
+        return self.value(normalized[0] if len(normalized) == 1 else tf.concat(normalized, axis=-1))
 
     def _gradient_step(self, batch: MiniBatch, epsilon: tf.Tensor, beta: tf.Tensor) -> PPOLosses:
         """One Adam step on one minibatch; returns its losses."""
@@ -319,8 +344,29 @@ class PPOLearner:
             decayed_value(hp.effective_beta_schedule, hp.beta, MIN_BETA, max_steps, step),
         )
 
+    def _advantages(
+        self, trajectories: Sequence[tr.Trajectory], rewards: np.ndarray, values: np.ndarray, next_values: np.ndarray
+    ) -> np.ndarray:
+        """GAE per trajectory and per signal (rewards, values [N, K], next_values [len(trajectories), K]); returns
+        the advantages [N, K], column k with signal k's gamma."""
+        advantages = np.empty_like(values)
+        for k, signal in enumerate(self.signals):
+            start = 0
+            for j, trajectory in enumerate(trajectories):
+                end = start + trajectory.length
+                # Only a true terminal has no future. A time-limit end (interrupted: max_reached or a
+                # session flush) and a time_horizon cut stop the *segment*, not the MDP, so both bootstrap
+                # from V(next_obs) (Pardo et al. 2018, "Time Limits in Reinforcement Learning"). A signal
+                # that ignores done (curiosity) bootstraps after a terminal too.
+                terminal = trajectory.done_reached and not trajectory.interrupted and not signal.ignore_done
+                bootstrap = 0.0 if terminal else float(next_values[j, k])
+                lambd = self.hyperparameters.lambd
+                advantages[start:end, k] = gae(rewards[start:end, k], values[start:end, k], bootstrap, signal.gamma, lambd)
+                start = end
+        return advantages
+
     def add_trajectories(self, trajectories: Sequence[tr.Trajectory]) -> int:
-        """Estimates values, computes GAE per trajectory and appends the rows to the update buffer.
+        """Estimates values, computes GAE per trajectory and signal, and appends the rows to the update buffer.
 
         Returns:
             The experiences added (the sum of the trajectories' lengths).
@@ -336,24 +382,20 @@ class PPOLearner:
         n = len(obs[0])  # one value-network call below for every obs and every next_obs
         all_values = self._value_estimates(tuple(np.concatenate(pair) for pair in zip(obs, next_obs, strict=True))).numpy()
         values, next_values = all_values[:n], all_values[n:]
-        advantages = np.empty(n, dtype=np.float32)
-        gamma, strength, start = self.extrinsic.gamma, self.extrinsic.strength, 0
-        for k, trajectory in enumerate(trajectories):
-            end = start + trajectory.length
-            # Only a true terminal has no future. A time-limit end (interrupted: max_reached or a
-            # session flush) and a time_horizon cut stop the *segment*, not the MDP, so both bootstrap
-            # from V(next_obs) (Pardo et al. 2018, "Time Limits in Reinforcement Learning").
-            terminal = trajectory.done_reached and not trajectory.interrupted
-            bootstrap = 0.0 if terminal else float(next_values[k])
-            rewards = trajectory.rewards.astype(np.float32) * np.float32(strength)
-            advantages[start:end] = gae(rewards, values[start:end], bootstrap, gamma, self.hyperparameters.lambd)
-            start = end
+        # Signals with networks read whole transitions; extrinsic alone needs only the rewards.
+        batch = SignalBatch.from_trajectories(trajectories, n_obs, transitions=self._transitions)
+        rewards = np.stack([signal.rewards(batch) for signal in self.signals], axis=1)
+        advantages = self._advantages(trajectories, rewards, values, next_values)
         rows = {tr.obs_key(i): o for i, o in enumerate(obs)}
         for key in (tr.CONTINUOUS_ACTIONS, tr.DISCRETE_ACTIONS, tr.CONTINUOUS_LOG_PROBS, tr.DISCRETE_LOG_PROBS):
             rows[key] = np.concatenate([getattr(t, key) for t in trajectories])
         if self.branches:  # the processor always sends a mask with branches (all True when the env gave none)
             rows[tr.ACTION_MASK] = np.concatenate([t.action_mask for t in trajectories]).astype(np.float32)
-        rows.update({ADVANTAGES: advantages, RETURNS: advantages + values, VALUE_ESTIMATES: values})
+        rows.update({ADVANTAGES: advantages.sum(axis=1), RETURNS: advantages + values, VALUE_ESTIMATES: values})
+        rows[SIGNAL_REWARDS] = rewards
+        if self._transitions:  # what the signals' own updates read (SignalBatch.from_rows)
+            rows.update({tr.next_obs_key(i): o for i, o in enumerate(batch.next_obs)})
+            rows.update({tr.DONE: batch.done, tr.REWARDS: batch.rewards})
         self.update_buffer.extend_rows(rows)
         self.step.assign_add(n)
         return n
@@ -374,7 +416,8 @@ class PPOLearner:
 
         Returns:
             ML-Agents' tags: losses and entropy averaged over the minibatches (the policy loss as its absolute
-            value, as ML-Agents reports it), the scheduled values used, the buffer's mean value estimate.
+            value, as ML-Agents reports it), the scheduled values used, each signal's mean value estimate and
+            reward per step in the buffer, the signals' own losses, and behavioral_cloning's.
         """
         n = self.update_buffer.num_experiences
         if n == 0:
@@ -383,7 +426,7 @@ class PPOLearner:
         batch_size = min(self.hyperparameters.batch_size, n)
         learning_rate, epsilon, beta = self.schedules()
         self.optimizer.learning_rate.assign(learning_rate)
-        value_estimate = float(np.mean(self.update_buffer[VALUE_ESTIMATES].data))
+        signal_stats = self._signal_summaries()
         epochs, per_epoch = self.hyperparameters.num_epoch, n // batch_size
         steps = epochs * per_epoch
         # One shuffle per epoch, composed as AgentBuffer.shuffle would compose them in place; each epoch keeps
@@ -396,10 +439,13 @@ class PPOLearner:
         rows = self._rows(self.update_buffer)
         batches = tf.nest.map_structure(lambda x: x[take].reshape(steps, batch_size, *x.shape[1:]), rows)
         sums = self._train_epoch(batches, epsilon, beta).numpy()
+        signal_stats.update(self._update_signals(take.reshape(steps, batch_size)))
         self.update_buffer.reset_agent()
         policy, value, entropy = sums / steps
         traces = self._train_epoch.experimental_get_tracing_count()  # 1, unless something forces a retrace
         logger.debug("PPO update: %d experiences, %d gradient steps, %d trace(s)", n, steps, traces)
+        if self.bc is not None:
+            signal_stats.update(self.bc.update(int(self.step.numpy())))
         return {
             POLICY_LOSS: abs(float(policy)),
             VALUE_LOSS: float(value),
@@ -407,8 +453,23 @@ class PPOLearner:
             LEARNING_RATE: learning_rate,
             EPSILON: epsilon,
             BETA: beta,
-            VALUE_ESTIMATE: value_estimate,
+            **signal_stats,
         }
+
+    def _signal_summaries(self) -> dict[str, float]:
+        """Each signal's mean value estimate and mean reward per step over the update buffer."""
+        values, rewards = self.update_buffer[VALUE_ESTIMATES].data, self.update_buffer[SIGNAL_REWARDS].data
+        out = {signal.value_tag: float(np.mean(values[:, k])) for k, signal in enumerate(self.signals)}
+        out.update({signal.reward_tag: float(np.mean(rewards[:, k])) for k, signal in enumerate(self.signals)})
+        return out
+
+    def _update_signals(self, minibatches: np.ndarray) -> dict[str, float]:
+        """One step of every signal with networks on each of the update's minibatches (row indices [S, B]), as
+        ML-Agents updates its reward signals on the policy's minibatches; returns their mean summaries."""
+        if not self._transitions:
+            return {}
+        rows = SignalBatch.from_rows({key: field.data for key, field in self.update_buffer.items()}, len(self.normalizers))
+        return update_signals(self.signals, (rows.take(index) for index in minibatches))
 
     def export_policy(self, version: int, trainer_step: int) -> pb.PolicyUpdate:
         """The policy network as TFLite, with the normaliser state when ``normalize`` is on."""
@@ -418,10 +479,15 @@ class PPOLearner:
         return make_policy_update(name, version, trainer_step, model, spec, normalizers, tanh_squash=False, clip=ACTION_CLIP)
 
     def checkpoint_objects(self) -> dict[str, object]:
-        """Networks, optimiser (its step count and moments), normalisers and the trainer step."""
+        """Networks, optimiser (its step count and moments), normalisers, the trainer step, and the reward signals'
+        and behavioral_cloning's networks and optimisers."""
         objects: dict[str, object] = {"policy": self.policy, "value": self.value, "optimizer": self.optimizer}
         objects["trainer_step"] = self.step  # not "step": trainer.checkpoint reserves that name
         objects.update({f"normalizer_{i}": normalizer for i, normalizer in enumerate(self.normalizers)})
+        for signal in self.signals:  # the reward signals' networks and optimisers, e.g. gail_discriminator
+            objects.update({f"{signal.name}_{key}": value for key, value in signal.checkpoint_objects().items()})
+        if self.bc is not None:
+            objects["bc_optimizer"] = self.bc.optimizer
         return objects
 
     def save_extra(self, directory: Path) -> None:

@@ -17,6 +17,15 @@ continuous-only is one branch (nB' = 1) of one option of probability 1, so each 
 
 The replay buffer (an AgentBuffer) holds one row per experience under the keys ``obs_i``, ``next_obs_i``
 (observation i) and the other field names of ``SACBatch``.
+
+Reward signals (``trainer.reward_signals``): the critics learn one combined reward, ``r = strength_ext * r_ext +
+sum_k r_k``, each ``r_k`` (gail, curiosity; already times its strength) computed when a minibatch is sampled,
+by the signal's current networks, as ML-Agents evaluates them (a reward stored at collection time would go
+stale as the discriminator learns). One critic pair, so one gamma: extrinsic's, else the first signal's
+(ML-Agents gives each signal a Q head of its own; a per-signal gamma is the only thing that adds). After
+the policy steps, each signal takes ``due * steps_per_update / reward_signal_steps_per_update`` steps
+(at least one) on fresh replay minibatches, and ``behavioral_cloning`` (``trainer.bc_component``, tanh of the
+mean against the demonstrated action, num_epoch 1 by default) runs once per update.
 """
 
 from __future__ import annotations
@@ -38,8 +47,10 @@ from common import trajectory as tr
 from common.buffer import AgentBuffer
 from common.specs import BrainParameters
 from protos import pb
+from trainer.bc_component import BCComponent
 from trainer.export import TFLiteExporter, make_policy_update, normalizer_state
 from trainer.networks import Normalizer, PolicyNetwork, ValueNetwork, gaussian_log_prob, masked_log_softmax
+from trainer.reward_signals import ExtrinsicSignal, RewardSignal, SignalBatch, make_reward_signals, update_signals
 
 logger = logging.getLogger(__name__)
 Tensor: TypeAlias = tf.Tensor
@@ -61,29 +72,25 @@ class SACSettings:
 
     hyperparameters: config.SACHyperparameters
     network: config.NetworkSettings
-    gamma: float  # discount per agent step, from reward_signals.extrinsic
-    reward_strength: float  # multiplier of the extrinsic reward
+    gamma: float  # discount per agent step, from reward_signals.extrinsic (else the first signal's)
+    reward_strength: float  # multiplier of the extrinsic reward (0 without an extrinsic signal)
     max_steps: int  # agent steps over which a linear learning-rate schedule decays
 
     @classmethod
     def from_behavior(cls, settings: config.BehaviorSettings) -> SACSettings:
-        """Raises ConfigKeyError (no SAC hyperparameters or extrinsic signal, a buffer too small) or
-        NotSupportedKeyError (another reward signal, behavioral_cloning)."""
+        """Raises ConfigKeyError (no SAC hyperparameters, no reward signal, a buffer too small)."""
         hyper = settings.hyperparameters
         if not isinstance(hyper, config.SACHyperparameters):
             raise config.ConfigKeyError("hyperparameters", f"{type(hyper).__name__} given to the SAC learner")
-        others = [s.value for s in settings.reward_signals if s is not config.RewardSignalType.EXTRINSIC]
-        if others:
-            raise config.NotSupportedKeyError(f"reward_signals.{others[0]}", "not supported yet by the SAC learner")
-        if settings.behavioral_cloning is not None:
-            raise config.NotSupportedKeyError("behavioral_cloning", "not supported yet by the SAC learner")
+        if not settings.reward_signals:
+            raise config.ConfigKeyError("reward_signals", "the SAC learner needs at least one reward signal")
         extrinsic = settings.reward_signals.get(config.RewardSignalType.EXTRINSIC)
-        if extrinsic is None:
-            raise config.ConfigKeyError("reward_signals", "the SAC learner needs reward_signals.extrinsic")
+        first = extrinsic or next(iter(settings.reward_signals.values()))
         if hyper.buffer_size < (warm_up := max(hyper.batch_size, hyper.buffer_init_steps)):
             detail = f"{hyper.buffer_size} < max(batch_size, buffer_init_steps) = {warm_up}: SAC would never update"
             raise config.ConfigKeyError("hyperparameters.buffer_size", detail)
-        return cls(hyper, settings.network_settings, extrinsic.gamma, extrinsic.strength, settings.max_steps)
+        strength = extrinsic.strength if extrinsic is not None else 0.0
+        return cls(hyper, settings.network_settings, first.gamma, strength, settings.max_steps)
 
 
 class SACBatch(NamedTuple):
@@ -179,7 +186,8 @@ class SACLearner:
     def __init__(
         self, brain_parameters: BrainParameters, settings: config.BehaviorSettings, seed: int = 0, jit_compile: bool = True
     ):
-        """Raises ConfigKeyError or NotSupportedKeyError: see ``SACSettings.from_behavior``."""
+        """Raises ConfigKeyError (see ``SACSettings.from_behavior``), NotSupportedKeyError (a reward signal option,
+        ``trainer.reward_signals``) or DemoError (an unreadable ``demo_path``)."""
         self.brain_parameters = brain_parameters
         self.settings = SACSettings.from_behavior(settings)
         hyper, net, spec = self.settings.hyperparameters, self.settings.network, brain_parameters.action_spec
@@ -192,6 +200,13 @@ class SACLearner:
         q_shape = (net.hidden_units, net.num_layers, sum(self._obs_sizes) + self._c, self._m or 1)
         names = ("q1", "q2", "target_q1", "target_q2")
         self.q1, self.q2, self.target_q1, self.target_q2 = [ValueNetwork(*q_shape, name=n) for n in names]
+        # Extrinsic rewards are stored (times strength) with the replay rows; the others are computed at sampling.
+        signals = make_reward_signals(brain_parameters, settings.reward_signals, seed)
+        self.signals: list[RewardSignal] = [s for s in signals if not isinstance(s, ExtrinsicSignal)]
+        self.bc: BCComponent | None = None
+        if (cloning := settings.behavioral_cloning) is not None:
+            lr, rows = hyper.learning_rate, hyper.batch_size
+            self.bc = BCComponent(cloning, brain_parameters, self.policy, self._features, lr, rows, 1, squash=True, seed=seed)
         random.setstate(random_state)
         self.normalizers = [Normalizer(size, name=f"normalizer_{i}") for i, size in enumerate(self._obs_sizes)]
         self._q_vars = [*self.q1.trainable_variables, *self.q2.trainable_variables]
@@ -271,14 +286,40 @@ class SACLearner:
             learning_rate -= (learning_rate - MIN_LEARNING_RATE) * progress
         for optimizer in (self.policy_optimizer, self.q_optimizer, self.entropy_optimizer):
             optimizer.learning_rate.assign(learning_rate)
-        stats: list[Mapping[str, Tensor]] = []
+        stats: list[Mapping[str, Any]] = []
         for first in range(0, due, SAMPLE_CHUNK_STEPS):
             steps = min(SAMPLE_CHUNK_STEPS, due - first)
             sampled = self.replay.sample_mini_batch(steps * b, rng=self._np_rng)  # with replacement, as ML-Agents
             columns = {key: field.data for key, field in sampled.items()}
+            stats.append(self._add_signal_rewards(columns))
             stats.extend(self._gradient_step(self._minibatch(columns, slice(i * b, (i + 1) * b))) for i in range(steps))
-        means = {key: float(np.mean([s[key].numpy() for s in stats])) for key in stats[0]}
+        stats.append(self._update_signals(due))
+        if self.bc is not None:
+            stats.append(self.bc.update(int(self.steps.numpy())))
+        keys = {key for s in stats for key in s}
+        means = {key: float(np.mean([np.asarray(s[key]) for s in stats if key in s])) for key in keys}
         return {**means, "Policy/Learning Rate": learning_rate}
+
+    def _add_signal_rewards(self, columns: dict[str, np.ndarray]) -> dict[str, float]:
+        """Adds each non-extrinsic signal's reward (times strength) to the sampled rows' ``rewards``, by the
+        signals' current networks (module docstring); returns each signal's mean reward."""
+        if not self.signals:
+            return {}
+        batch, means = SignalBatch.from_rows(columns, len(self._obs_sizes)), {}
+        for signal in self.signals:
+            rewards = signal.rewards(batch)
+            columns[tr.REWARDS] = columns[tr.REWARDS] + rewards
+            means[signal.reward_tag] = float(np.mean(rewards))
+        return means
+
+    def _update_signals(self, due: int) -> dict[str, float]:
+        """The signals' own steps after ``due`` gradient steps, each on a fresh replay minibatch (module docstring)."""
+        if not self.signals:
+            return {}
+        hyper, n_obs = self.settings.hyperparameters, len(self._obs_sizes)
+        steps = max(1, round(due * hyper.steps_per_update / hyper.effective_reward_signal_steps_per_update))
+        sampled = (self.replay.sample_mini_batch(hyper.batch_size, rng=self._np_rng) for _ in range(steps))
+        return update_signals(self.signals, (SignalBatch.from_rows({k: f.data for k, f in s.items()}, n_obs) for s in sampled))
 
     def _minibatch(self, columns: Mapping[str, np.ndarray], rows: slice) -> SACBatch:
         n_obs = range(len(self._obs_sizes))
@@ -368,12 +409,18 @@ class SACLearner:
         return make_policy_update(name, version, trainer_step, model, spec, normalizers, tanh_squash=True)
 
     def checkpoint_objects(self) -> dict[str, object]:
-        """Networks, targets, optimisers, entropy coefficients, normalisers, counters and the TF RNG."""
+        """Networks, targets, optimisers, entropy coefficients, normalisers, counters, the TF RNG, and the reward
+        signals' and behavioral_cloning's networks and optimisers."""
         nets = {"policy": self.policy, "q1": self.q1, "q2": self.q2, "target_q1": self.target_q1, "target_q2": self.target_q2}
         optimizers = {"policy_optimizer": self.policy_optimizer, "q_optimizer": self.q_optimizer}
         optimizers["entropy_optimizer"] = self.entropy_optimizer
         counters = {"log_alpha": self.log_alpha, "steps": self.steps, "update_credit": self.update_credit, "rng": self._tf_rng}
-        return {**nets, **optimizers, **counters, **{f"normalizer_{i}": n for i, n in enumerate(self.normalizers)}}
+        objects = {**nets, **optimizers, **counters, **{f"normalizer_{i}": n for i, n in enumerate(self.normalizers)}}
+        for signal in self.signals:  # the reward signals' networks and optimisers, e.g. gail_discriminator
+            objects.update({f"{signal.name}_{key}": value for key, value in signal.checkpoint_objects().items()})
+        if self.bc is not None:
+            objects["bc_optimizer"] = self.bc.optimizer
+        return objects
 
     def save_extra(self, directory: Path) -> None:
         """With save_replay_buffer, writes the replay buffer to ``directory / replay_buffer.hdf5``."""

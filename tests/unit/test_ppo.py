@@ -15,6 +15,7 @@ import tensorflow as tf
 
 from common.config import (
     BehaviorSettings,
+    GAILSettings,
     NetworkSettings,
     PPOHyperparameters,
     RewardSignalSettings,
@@ -47,6 +48,7 @@ from trainer.ppo import (
     decayed_value,
     gae,
 )
+from trainer.summaries import EXTRINSIC_REWARD
 
 OBS = 3
 CONTINUOUS = ActionSpec(2)
@@ -133,14 +135,14 @@ def test_add_trajectories_bootstraps_all_but_true_terminals(done_reached: bool, 
     learner = PPOLearner(brain(CONTINUOUS), settings(), warm_up=False)
     traj = trajectory(CONTINUOUS, 5, done_reached=done_reached, interrupted=interrupted)
     assert learner.add_trajectories([traj]) == 5
-    values = learner._value_estimates((traj.obs[0],)).numpy()
-    next_value = float(learner._value_estimates((traj.next_obs[0][None],)).numpy()[0])
+    values = learner._value_estimates((traj.obs[0],)).numpy()[:, 0]  # [T, K = 1]: extrinsic is the only head
+    next_value = float(learner._value_estimates((traj.next_obs[0][None],)).numpy()[0, 0])
     assert abs(next_value) > 1e-4  # so a wrong choice would show
     expected = gae(traj.rewards * 0.5, values, next_value if bootstraps else 0.0, gamma=0.9, lambd=0.8)  # strength 0.5
     buffer = learner.update_buffer
     np.testing.assert_allclose(buffer[ADVANTAGES].data, expected, rtol=1e-4, atol=1e-6)
-    np.testing.assert_allclose(buffer[VALUE_ESTIMATES].data, values, rtol=1e-5)
-    np.testing.assert_allclose(buffer[RETURNS].data, expected + values, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(buffer[VALUE_ESTIMATES].data[:, 0], values, rtol=1e-5)
+    np.testing.assert_allclose(buffer[RETURNS].data[:, 0], expected + values, rtol=1e-4, atol=1e-6)
 
 
 # -- losses --------------------------------------------------------------------------------------
@@ -242,7 +244,7 @@ def test_update_trains_both_networks_and_reports_ml_agents_tags(spec: ActionSpec
     learner.add_trajectories([trajectory(spec, 16, seed=s, done_reached=s == 1) for s in range(3)])  # 48 rows
     assert learner.ready_to_update()
     metrics = learner.update()
-    assert set(metrics) == {POLICY_LOSS, VALUE_LOSS, ENTROPY, LEARNING_RATE, EPSILON, BETA, VALUE_ESTIMATE}
+    assert set(metrics) == {POLICY_LOSS, VALUE_LOSS, ENTROPY, LEARNING_RATE, EPSILON, BETA, VALUE_ESTIMATE, EXTRINSIC_REWARD}
     assert all(math.isfinite(v) for v in metrics.values())
     # The schedules are read at the step the buffer was filled to (48 of max_steps 96: half way).
     assert metrics[LEARNING_RATE] == pytest.approx(0.5e-2 + 0.5e-10) == float(learner.optimizer.learning_rate.numpy())
@@ -321,5 +323,8 @@ def test_rejects_what_it_cannot_train() -> None:
     with pytest.raises(ConfigError, match="PPO hyperparameters"):
         PPOLearner(brain(CONTINUOUS), sac)
     curious = {RewardSignalType.EXTRINSIC: RewardSignalSettings(), RewardSignalType.CURIOSITY: RewardSignalSettings()}
-    with pytest.raises(NotSupportedYetError, match="curiosity"):
+    with pytest.raises(NotSupportedYetError, match=r"reward_signals\.curiosity"):  # curiosity needs CuriositySettings
         PPOLearner(brain(CONTINUOUS), BehaviorSettings(reward_signals=curious))
+    vail = {RewardSignalType.GAIL: GAILSettings(demo_path="unused.demo", use_vail=True)}
+    with pytest.raises(NotSupportedYetError, match=r"reward_signals\.gail\.use_vail"):
+        PPOLearner(brain(CONTINUOUS), BehaviorSettings(reward_signals=vail))

@@ -271,9 +271,14 @@ def test_linear_learning_rate_decays_over_max_steps() -> None:
 
 def test_settings_the_sac_learner_cannot_honour_are_refused() -> None:
     base = sac_settings()
-    gail = {RewardSignalType.GAIL: GAILSettings(demo_path="demo"), RewardSignalType.EXTRINSIC: RewardSignalSettings()}
-    with pytest.raises(NotSupportedKeyError, match=r"reward_signals\.gail"):
-        make_learner(CONTINUOUS, dataclasses.replace(base, reward_signals=gail))
+    vail = {
+        RewardSignalType.GAIL: GAILSettings(demo_path="demo", use_vail=True),
+        RewardSignalType.EXTRINSIC: RewardSignalSettings(),
+    }
+    with pytest.raises(NotSupportedKeyError, match=r"reward_signals\.gail\.use_vail"):
+        make_learner(CONTINUOUS, dataclasses.replace(base, reward_signals=vail))
+    with pytest.raises(ConfigKeyError, match="reward_signals"):
+        make_learner(CONTINUOUS, dataclasses.replace(base, reward_signals={}))
     with pytest.raises(ConfigKeyError, match=r"hyperparameters\.buffer_size"):
         make_learner(CONTINUOUS, sac_settings(batch_size=64, buffer_size=32))
 

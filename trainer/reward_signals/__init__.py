@@ -1,0 +1,53 @@
+"""Reward signals (``reward_signals`` in the trainer YAML): extrinsic, GAIL and curiosity; see README.md here."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from common.config import (
+    ConfigKeyError,
+    CuriositySettings,
+    GAILSettings,
+    NotSupportedKeyError,
+    RewardSignalSettings,
+    RewardSignalType,
+)
+from common.specs import BrainParameters
+from trainer.reward_signals.base import ExtrinsicSignal, RewardSignal, SignalBatch, update_signals
+from trainer.reward_signals.curiosity import CuriositySignal
+from trainer.reward_signals.gail import GAILSignal
+
+__all__ = [
+    "CuriositySignal",
+    "ExtrinsicSignal",
+    "GAILSignal",
+    "RewardSignal",
+    "SignalBatch",
+    "make_reward_signals",
+    "update_signals",
+]
+
+
+def make_reward_signals(
+    brain_parameters: BrainParameters, settings: Mapping[RewardSignalType, RewardSignalSettings], seed: int = 0
+) -> list[RewardSignal]:
+    """One signal per ``reward_signals`` entry, in the order given (a learner's value heads follow it).
+
+    Raises:
+        NotSupportedKeyError: an entry whose settings class or options are not supported (e.g. ``use_vail``).
+        ConfigKeyError: no signal at all.
+        DemoError: GAIL's ``demo_path`` cannot be read for this behavior.
+    """
+    signals: list[RewardSignal] = []
+    for kind, entry in settings.items():
+        if kind is RewardSignalType.GAIL and isinstance(entry, GAILSettings):
+            signals.append(GAILSignal(entry, brain_parameters, seed))
+        elif kind is RewardSignalType.CURIOSITY and isinstance(entry, CuriositySettings):
+            signals.append(CuriositySignal(entry, brain_parameters, seed))
+        elif kind is RewardSignalType.EXTRINSIC:
+            signals.append(ExtrinsicSignal(entry))
+        else:
+            raise NotSupportedKeyError(f"reward_signals.{kind.value}", f"{type(entry).__name__} is not supported here")
+    if not signals:
+        raise ConfigKeyError("reward_signals", "at least one reward signal is needed")
+    return signals
