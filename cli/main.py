@@ -82,6 +82,7 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--num-envs", type=int, help="override env_settings.num_envs (copies per env)")
     parser.add_argument("--seed", type=int, help="override env_settings.seed")
     parser.add_argument("--no-progress", action="store_true", help="no live progress bar (log lines only)")
+    add_metrics_flags(parser)
     parser.set_defaults(func=_run_train)
 
 

@@ -66,6 +66,9 @@ class TrainOptions:
     num_envs: int | None = None
     seed: int | None = None
     progress: bool = True
+    metrics_host: str = "127.0.0.1"
+    metrics_port: int | None = None
+    """Port of the run's one Prometheus endpoint (processor and trainers); None serves none, 0 picks one."""
 
 
 def process_start_time() -> float:
@@ -164,6 +167,10 @@ class EmbeddedRun:
         self.offline = [] if options.inference else offline_behaviors(run_options)
         self.loops: dict[str, Any] = {}
         self.threads: dict[str, asyncio.Future[Any]] = {}
+        self.collectors: list[Any] = []
+        """The trainers' ``TrainerCollector``s, served beside the processor's (``--metrics-port``)."""
+        self.metrics: Any = None
+        """The run's ``MetricsServer``, while one serves."""
         self.trainer_stop = threading.Event()
         self.env_stop = asyncio.Event()
 
@@ -188,10 +195,11 @@ class EmbeddedRun:
             from trainer.offline import load_demonstrations
 
             load_demonstrations(learner, name, settings)
+        subscription = topics.trajectories(name).subscribe(TRAINER_SUBSCRIBER)
         loop = TrainerLoop(
             name,
             learner,
-            topics.trajectories(name).subscribe(TRAINER_SUBSCRIBER),
+            subscription,
             topics.policies(name),
             settings,
             results_dir=self.run_dir,
@@ -200,6 +208,12 @@ class EmbeddedRun:
             resume=self.options.resume,
         )
         self.loops[name] = loop
+        if self.options.metrics_port is not None:
+            from trainer.metrics import TrainerCollector
+
+            collector = TrainerCollector(name)
+            collector.attach(loop, subscription)
+            self.collectors.append(collector)
         self.threads[name] = asyncio.ensure_future(asyncio.to_thread(loop.run, self.trainer_stop))
 
     def _start_offline(self, name: str) -> None:
@@ -266,6 +280,15 @@ class EmbeddedRun:
                     self._publish_checkpoint_policy(name, env.brain_parameters, server.topics)
                 else:
                     self._start_trainer(name, env.brain_parameters, server.topics)
+            if self.options.metrics_port is not None:
+                from common.metrics import serve_metrics
+                from processor.metrics import ProcessorCollector
+
+                self.metrics = serve_metrics(
+                    self.options.metrics_host, self.options.metrics_port, ProcessorCollector(server), *self.collectors
+                )
+                if self.metrics is not None:
+                    log.info("metrics at http://%s:%d/metrics", self.options.metrics_host, self.metrics.port)
         except BaseException:
             await server.stop(STOP_GRACE_S)
             raise
@@ -326,6 +349,8 @@ class EmbeddedRun:
                     _log_inference_returns(name, task.result())
         if server is not None:
             await server.stop(STOP_GRACE_S)
+        if self.metrics is not None:
+            self.metrics.stop()
         for env in self.envs.values():
             close = getattr(env, "close", None)  # Gymnasium envs hold resources; the 1-D task none
             if close is not None:
@@ -410,4 +435,6 @@ def options_from_args(args: Any) -> TrainOptions:
         num_envs=args.num_envs,
         seed=args.seed,
         progress=not args.no_progress,
+        metrics_host=args.metrics_host,
+        metrics_port=args.metrics_port,
     )

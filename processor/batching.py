@@ -22,8 +22,10 @@ Measured round trips: ``benchmarks/inference_formats.py`` (``batcher_*`` keys).
 from __future__ import annotations
 
 import asyncio
+import bisect
 import collections
 import logging
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -32,6 +34,9 @@ from common.errors import DeadlineExceededError
 from processor.inference import ActionOutput, Policy
 
 logger = logging.getLogger(__name__)
+
+PASS_SECONDS_BUCKETS: tuple[float, ...] = (25e-6, 50e-6, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 0.1)
+"""Upper bounds (seconds) of the forward-pass duration histogram; a last slot counts the rest (+Inf)."""
 
 
 @dataclass
@@ -52,6 +57,12 @@ class BatcherCounters:
     """Rows in a pass -> number of passes with that many."""
     requests_per_pass: collections.Counter[int] = field(default_factory=collections.Counter)
     """Requests in a pass -> number of passes with that many."""
+    pass_seconds_buckets: tuple[float, ...] = PASS_SECONDS_BUCKETS
+    """Upper bounds of ``pass_seconds_counts``, seconds."""
+    pass_seconds_counts: list[int] = field(default_factory=lambda: [0] * (len(PASS_SECONDS_BUCKETS) + 1))
+    """Successful passes per duration bucket (policy call, sampling included); the last is +Inf."""
+    pass_seconds_sum: float = 0.0
+    """Seconds spent in successful passes."""
 
 
 @dataclass
@@ -213,6 +224,7 @@ class InferenceBatcher:
             return
         policy = self._policy
         assert policy is not None  # requests are only queued once a policy exists
+        started = time.perf_counter()
         try:
             output = policy.act(*self._concatenate(batch), self._rng, check=False)
         except Exception as err:  # the pass failed: every request in it gets the error
@@ -221,8 +233,11 @@ class InferenceBatcher:
             for request in batch:
                 request.future.set_exception(err)
             return
+        seconds = time.perf_counter() - started
         rows = sum(r.rows for r in batch)
         counters = self.counters
+        counters.pass_seconds_counts[bisect.bisect_left(counters.pass_seconds_buckets, seconds)] += 1
+        counters.pass_seconds_sum += seconds
         counters.forward_passes += 1
         counters.rows += rows
         counters.requests += len(batch)

@@ -6,11 +6,6 @@ rows-per-pass and requests-per-pass histograms), the policy topic (versions) and
 topic's subscriber queues (depth, in flight, capacity, drops, blocked time); and the session table.
 It never touches the per-step path (``common.metrics``). Every name is listed in the README's
 "Metrics" section.
-
-Inference latency: exported as ``stepstream_processor_inference_seconds`` once ``BatcherCounters``
-keeps a fixed-bucket histogram of pass durations (``pass_seconds_buckets``: upper bounds,
-``pass_seconds_counts``: int [len(buckets) + 1], the last for +Inf, ``pass_seconds_sum``); until then
-the family is absent.
 """
 
 from __future__ import annotations
@@ -96,7 +91,6 @@ class ProcessorCollector(Collector):
         failed = _counter("inference_failed_passes", "Forward passes whose policy call raised.")
         timeouts = _counter("first_policy_timeouts", "BrainInfos that gave up waiting for the behavior's first policy.")
         latency = HistogramMetricFamily(P + "inference_seconds", "Duration of one forward pass.", labels=["behavior"])
-        has_latency = False
         for behavior in behaviors:
             name, c = [behavior.name], behavior.batcher.counters
             steps.add_metric(name, c.rows)
@@ -104,13 +98,10 @@ class ProcessorCollector(Collector):
             passes.add_metric(name, c.forward_passes)
             failed.add_metric(name, c.failed_passes)
             timeouts.add_metric(name, c.first_policy_timeouts)
-            bounds = getattr(c, "pass_seconds_buckets", None)
-            if bounds is not None:  # see the module docstring
-                counts = [int(x) for x in c.pass_seconds_counts]  # type: ignore[attr-defined]
-                cumulative = [sum(counts[: i + 1]) for i in range(len(counts))]
-                labels = [*(repr(float(b)) for b in bounds), "+Inf"]
-                latency.add_metric(name, list(zip(labels, cumulative, strict=True)), float(c.pass_seconds_sum))  # type: ignore[attr-defined]
-                has_latency = True
+            counts = list(c.pass_seconds_counts)
+            cumulative = [sum(counts[: i + 1]) for i in range(len(counts))]
+            labels = [*(repr(float(b)) for b in c.pass_seconds_buckets), "+Inf"]
+            latency.add_metric(name, list(zip(labels, cumulative, strict=True)), c.pass_seconds_sum)
         yield from (steps, requests, passes, failed, timeouts)
         yield histogram_from_counts(
             P + "inference_batch_rows",
@@ -124,8 +115,7 @@ class ProcessorCollector(Collector):
             ["behavior"],
             (([b.name], b.batcher.counters.requests_per_pass) for b in behaviors),
         )
-        if has_latency:
-            yield latency
+        yield latency
 
     def _queue_metrics(self, behavior_names: list[str]) -> Iterator[Metric]:
         """The trajectory topics of the configured and the declared behaviors (their topics exist already)."""

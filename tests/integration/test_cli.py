@@ -23,6 +23,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -35,6 +36,7 @@ import pytest
 import yaml
 
 from common.config import parse_config
+from tests.scrape import Scrapes
 
 REPO = Path(__file__).resolve().parents[2]
 BASE_CONFIG = REPO / "configs" / "cartpole_ppo.yaml"
@@ -453,3 +455,38 @@ def test_sigint_saves_a_checkpoint_and_resume_continues(tmp_path: Path, popen_cl
     assert resumed.returncode == 0, tail(resumed.stdout)
     assert f"restored {run_dir / BEHAVIOR / 'checkpoints'}/ckpt-{status['steps']}" in resumed.stdout, tail(resumed.stdout)
     assert_continued(run_dir, status, len(rows), more)
+
+
+def test_train_serves_processor_and_trainer_metrics(tmp_path: Path, popen_cleanup: list[subprocess.Popen[bytes]]) -> None:
+    with socket.socket() as probe:  # a free port now; the run binds it a moment later
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    long_run = 50 * MAX_STEPS
+    config = write_config(tmp_path / "long.yaml", max_steps=long_run, summary_freq=SUMMARY_FREQ, checkpoint_interval=long_run)
+    results, run_id = tmp_path / "results", "metrics"
+    log = tmp_path / "metrics.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [*stepstream_command(), *map(str, train_args(config, results, run_id, "--metrics-port", str(port)))],
+            cwd=REPO,
+            env=subprocess_env(),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    popen_cleanup.append(proc)
+    wait_for_steps(results / run_id, proc, INTERRUPT_AFTER_STEPS, log)
+    scrapes = Scrapes(f"http://127.0.0.1:{port}/metrics")
+    scrapes.take()
+    wait_for_steps(results / run_id, proc, 2 * INTERRUPT_AFTER_STEPS, log)
+    scrapes.take()
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=RUN_TIMEOUT_S) == INTERRUPTED_EXIT_CODE, tail(log.read_text())
+
+    for metric, kind in {
+        "stepstream_processor_agent_steps_total": "counter",
+        "stepstream_processor_inference_seconds": "histogram",
+        "stepstream_trainer_step": "gauge",
+        "stepstream_trainer_experiences_total": "counter",
+    }.items():
+        assert scrapes.moved(metric, kind), f"{metric} did not move between two scrapes of the embedded run"
+    assert scrapes.value("stepstream_trainer_step", behavior=BEHAVIOR) is not None

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable
+from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -18,12 +19,14 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import trainer.export as export
+import trainer.weight_template as weight_template
 from common.specs import ActionSpec
 from processor.inference import Policy
 from protos import pb
-from trainer.export import NotPatchableError, TFLiteExporter, constant_buffers, make_policy_update
+from trainer.export import TFLiteExporter, make_policy_update
 from trainer.networks import LOG_STD_MAX, PolicyNetwork
+from trainer.probe_cache import PROBE_CACHE_ENV
+from trainer.weight_template import NotPatchableError, constant_buffers
 
 ATOL = 1e-5
 Shapes = list[tuple[int, ...]]
@@ -176,7 +179,7 @@ def test_offset_buffer_layout_falls_back(monkeypatch: pytest.MonkeyPatch, caplog
     def offset_layout(model: bytes) -> list[tuple[int, int]]:
         raise NotPatchableError("buffer 1 is stored outside the flatbuffer (offset-buffer layout)")
 
-    monkeypatch.setattr(export, "constant_buffers", offset_layout)
+    monkeypatch.setattr(weight_template, "constant_buffers", offset_layout)
     net = PolicyNetwork([4], ActionSpec(0, (2,)), hidden_units=16, num_layers=2)
     exporter = TFLiteExporter(net, [(4,)])
     with caplog.at_level(logging.WARNING, logger="trainer.export"):
@@ -204,3 +207,42 @@ def test_verification_mismatch_falls_back_to_a_correct_export(caplog: pytest.Log
     assert len(_fallback_warnings(caplog)) == 1
     assert "differs from the TF forward" in _fallback_warnings(caplog)[0].getMessage()
     assert_same_as_full_conversion(net, [(4,)], model, pb.ActionSpec(continuous_size=2))
+
+
+def test_probe_conversions_are_cached_and_a_damaged_entry_is_converted_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A second exporter of the same graph reads the probe conversions instead of converting; the
+    export is the same bytes. A damaged entry is noticed, converted again and rewritten. (A fresh
+    conversion of a later trace differs in bytes only by the layer names Keras numbers per process.)"""
+    monkeypatch.setenv(PROBE_CACHE_ENV, str(tmp_path))
+    conversions: list[int] = []
+    convert = TFLiteExporter._convert
+
+    def counting_convert(self: TFLiteExporter, concrete: object) -> bytes:
+        conversions.append(1)
+        return convert(self, concrete)
+
+    monkeypatch.setattr(TFLiteExporter, "_convert", counting_convert)
+
+    def fresh_export() -> bytes:
+        tf.keras.utils.set_random_seed(4)  # the same weights and, traced the same way, the same graph
+        net = PolicyNetwork([4], ActionSpec(2), hidden_units=16, num_layers=2)
+        return TFLiteExporter(net, [(4,)]).export()
+
+    first = fresh_export()
+    entries = list((tmp_path / "tflite-probes").glob("*.npz"))
+    assert len(conversions) == 3 and len(entries) == 1
+    second = fresh_export()
+    assert len(conversions) == 3, "the second exporter read the cached probe conversions"
+    assert second == first
+
+    entries[0].write_bytes(b"not an npz file")
+    with caplog.at_level(logging.WARNING, logger="trainer.probe_cache"):
+        third = fresh_export()
+    assert len(conversions) == 6
+    assert any("unreadable probe cache" in r.getMessage() for r in caplog.records)
+    spec, observations = pb.ActionSpec(continuous_size=2), random_observations([(4,)])
+    for name, value in policy_outputs(third, spec, observations).items():
+        np.testing.assert_allclose(value, policy_outputs(first, spec, observations)[name], atol=ATOL, rtol=0, err_msg=name)
+    assert fresh_export() == third and len(conversions) == 6, "the rewritten entry serves again"
