@@ -12,7 +12,11 @@ the processor and the subscriber share the main process. Each agent's episode la
 Compare with ``grpc_echo_floor.py 4096 8 2000`` run in the same Python environment:
 ratio = agent_steps_per_s / (floor round-trips/s * 32).
 
-usage: grpc_g1.py [--clients 8] [--agents 32] [--steps 1500] [--warmup 100]
+``--server echo`` swaps the processor for a servicer that answers every BrainInfo with one fixed
+ActionInfo (no decoding, inference, assembly or topics): the same clients, the same messages, the
+same two processes. Its agent-steps/s is the ceiling the SDK client and gRPC leave the processor.
+
+usage: grpc_g1.py [--clients 8] [--agents 32] [--steps 1500] [--warmup 100] [--server processor|echo]
 """
 
 from __future__ import annotations
@@ -90,6 +94,68 @@ def _policy_update():  # type: ignore[no-untyped-def]
     return make_policy_update(BEHAVIOR, 1, 0, model, ActionSpec(ACTION_SIZE).to_proto())
 
 
+async def _echo_server(agents: int):  # type: ignore[no-untyped-def]
+    """A Step servicer that decodes nothing and answers each BrainInfo with the same ActionInfo."""
+    import grpc
+
+    from protos import PROTOCOL_VERSION, pb, to_tensor
+    from protos import stepstream_pb2_grpc as pb_grpc
+
+    answer = pb.StepResponse(action_info=pb.ActionInfo(behavior_name=BEHAVIOR, policy_version=1))
+    to_tensor(np.zeros((agents, ACTION_SIZE), np.float32), answer.action_info.continuous_actions)
+    to_tensor(np.zeros((agents, 0), np.int32), answer.action_info.discrete_actions)
+
+    class Echo(pb_grpc.AgentProcessorServicer):
+        async def Step(self, requests, context):  # type: ignore[no-untyped-def]
+            replied = False
+            async for _ in requests:
+                if not replied:
+                    replied = True
+                    yield pb.StepResponse(hello_reply=pb.HelloReply(protocol_version=PROTOCOL_VERSION, session_id="echo"))
+                else:
+                    yield answer
+
+    server = grpc.aio.server()
+    pb_grpc.add_AgentProcessorServicer_to_server(Echo(), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    return server, port
+
+
+async def _measure_echo(args: argparse.Namespace) -> dict[str, float]:
+    server, port = await _echo_server(args.agents)
+    try:
+        per_client = await _run_clients(args, port)
+    finally:
+        await server.stop(None)
+    return {**_figures(args, per_client), "experiences_published": 0, "mean_rows_per_forward_pass": 0.0}
+
+
+async def _run_clients(args: argparse.Namespace, port: int) -> list[tuple[list[float], float, float]]:
+    """The client process's per-client timings (``_client``), once it has finished."""
+    ctx = mp.get_context("spawn")
+    out: mp.Queue = ctx.Queue()
+    start_at = time.time() + 4.0  # let the child import and connect before the clock starts
+    child = ctx.Process(
+        target=_client_process, args=(f"127.0.0.1:{port}", args.clients, args.agents, args.steps, args.warmup, start_at, out)
+    )
+    child.start()
+    per_client: list[tuple[list[float], float, float]] = await asyncio.to_thread(out.get)
+    await asyncio.to_thread(child.join)
+    return per_client
+
+
+def _figures(args: argparse.Namespace, per_client: list[tuple[list[float], float, float]]) -> dict[str, float]:
+    all_timings = np.concatenate([np.asarray(t) for t, _, _ in per_client])
+    # The timed window runs from the first client's first timed step to the last client's end.
+    wall = max(end for _, _, end in per_client) - min(start for _, start, _ in per_client)
+    return {
+        "agent_steps_per_s": args.clients * args.agents * args.steps / wall,
+        "p50_ms": float(np.percentile(all_timings, 50) * 1e3),
+        "p99_ms": float(np.percentile(all_timings, 99) * 1e3),
+    }
+
+
 async def _serve_and_measure(args: argparse.Namespace) -> dict[str, float]:
     from processor.behaviors import BehaviorRuntime, ProcessorSettings
     from processor.server import ProcessorServer
@@ -114,26 +180,12 @@ async def _serve_and_measure(args: argparse.Namespace) -> dict[str, float]:
             subscription.ack([d.tag for d in deliveries])
 
     counter = asyncio.get_running_loop().create_task(count())
-    ctx = mp.get_context("spawn")
-    out: mp.Queue = ctx.Queue()
-    start_at = time.time() + 4.0  # let the child import and connect before the clock starts
-    child = ctx.Process(
-        target=_client_process, args=(f"127.0.0.1:{port}", args.clients, args.agents, args.steps, args.warmup, start_at, out)
-    )
-    child.start()
-    per_client = await asyncio.to_thread(out.get)
-    await asyncio.to_thread(child.join)
+    per_client = await _run_clients(args, port)
     batcher = server.behaviors[BEHAVIOR].batcher.counters
     counter.cancel()
     await server.stop(1.0)
-    all_timings = np.concatenate([np.asarray(t) for t, _, _ in per_client])
-    # The timed window runs from the first client's first timed step to the last client's end.
-    wall = max(end for _, _, end in per_client) - min(start for _, start, _ in per_client)
-    agent_steps = args.clients * args.agents * args.steps
     return {
-        "agent_steps_per_s": agent_steps / wall,
-        "p50_ms": float(np.percentile(all_timings, 50) * 1e3),
-        "p99_ms": float(np.percentile(all_timings, 99) * 1e3),
+        **_figures(args, per_client),
         "experiences_published": experiences,
         "mean_rows_per_forward_pass": batcher.rows / max(batcher.forward_passes, 1),
     }
@@ -146,10 +198,13 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=1500, help="timed steps per client")
     parser.add_argument("--warmup", type=int, default=100, help="untimed steps per client first")
     parser.add_argument("--deadline-ms", type=float, default=None, help="override ProcessorSettings.batch_deadline_ms")
+    parser.add_argument(
+        "--server", choices=("processor", "echo"), default="processor", help="echo: a fixed answer, the clients' ceiling"
+    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    figures = asyncio.run(_serve_and_measure(args))
+    figures = asyncio.run(_serve_and_measure(args) if args.server == "processor" else _measure_echo(args))
     logging.getLogger().setLevel(logging.INFO)
     log.info(
         "G1 K=%d A=%d: %.0f agent-steps/s, p50 %.2f ms, p99 %.2f ms, %.1f rows per forward pass",
@@ -164,6 +219,7 @@ def main() -> None:
         json.dumps(
             {
                 "workload": "G1",
+                "server": args.server,
                 "clients": args.clients,
                 "agents": args.agents,
                 "agent_steps_per_s": round(figures["agent_steps_per_s"]),

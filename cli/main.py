@@ -49,6 +49,13 @@ def _add_processor(sub: argparse._SubParsersAction) -> None:
         help="port (default 50051) [env STEPSTREAM_PORT]",
     )
     parser.add_argument("--grace-s", type=float, default=10.0, help="drain time on SIGTERM/SIGINT, seconds (default 10)")
+    parser.add_argument(
+        "--full-policy",
+        choices=("block", "drop_oldest"),
+        default="block",
+        help="what a publish does when a trainer's trajectory queue is full: block (backpressure env clients; default) "
+        "or drop_oldest (drop and count the oldest unacknowledged trajectory)",
+    )
     add_server_security_flags(parser)
     add_metrics_flags(parser)
     parser.set_defaults(func=_run_processor)
@@ -201,10 +208,15 @@ def _build_parser() -> argparse.ArgumentParser:
 
 def _run_processor(args: argparse.Namespace) -> int:
     from common.config import load_config
+    from common.topics import FullPolicy
     from processor.behaviors import ProcessorSettings
     from processor.server import ProcessorServer, ServerOptions
 
-    settings = ProcessorSettings.from_run_options(load_config(args.config)) if args.config else ProcessorSettings()
+    full_policy = FullPolicy(args.full_policy)
+    if args.config:
+        settings = ProcessorSettings.from_run_options(load_config(args.config), full_policy=full_policy)
+    else:
+        settings = ProcessorSettings(full_policy=full_policy)
     security = server_security_from_args(args)
     options = ServerOptions(
         host=args.host, port=args.port, security=security, metrics_host=args.metrics_host, metrics_port=args.metrics_port

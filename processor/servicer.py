@@ -141,12 +141,14 @@ class AgentProcessorServicer(pb_grpc.AgentProcessorServicer):
     async def _close(self, session: Session) -> None:
         """Flush the session's partial trajectories (as interrupted) and forget it."""
         self.sessions.close(session)
-        for name, trajectories in session.flush().items():
-            try:
-                await session.behaviors[name].publish(trajectories, flushed=True)
-            except StepstreamError as err:
-                log.warning("session %s: flushed trajectories of '%s' not published: %s", session.session_id, name, err)
-        log.info("session %s closed after %d steps", session.session_id, session.steps)
+        try:
+            for name, trajectories in session.flush().items():
+                try:
+                    await session.behaviors[name].publish(trajectories, flushed=True)
+                except StepstreamError as err:
+                    log.warning("session %s: flushed trajectories of '%s' not published: %s", session.session_id, name, err)
+        finally:  # also when a publish blocked on a full queue is cancelled (the client gave up closing)
+            log.info("session %s closed after %d steps", session.session_id, session.steps)
 
     # -- trainers --------------------------------------------------------------------------------
 
