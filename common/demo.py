@@ -72,6 +72,9 @@ __all__ = [
 SUPPORTED_API_VERSIONS = frozenset({0, 1})
 BRAIN_PARAMETERS_OFFSET = 33
 DEMO_SUFFIX = ".demo"
+MAX_ACTION_WIDTH = 1 << 16
+"""The most continuous actions, and action-mask columns (sum of branches), a file may declare: the
+reader allocates ``records x width`` arrays from the declaration alone."""
 
 
 class DemoPathError(DemoError):
@@ -245,6 +248,22 @@ def spec_from_protos(brain: demo_pb.BrainParametersProto, first: demo_pb.AgentIn
     return BrainParameters(brain.brain_name, observations, actions)
 
 
+def _check_spec(spec: BrainParameters, path: Path) -> None:
+    """Refuse sizes no array can have: negative dimensions, branches of < 1 option, widths over ``MAX_ACTION_WIDTH``."""
+    for k, obs in enumerate(spec.observation_specs):
+        if any(d < 0 for d in obs.shape):
+            raise DemoFormatError(f"{path}: observation {k} has the shape {list(obs.shape)}")
+    action = spec.action_spec
+    if not 0 <= action.continuous_size <= MAX_ACTION_WIDTH or any(b < 1 for b in action.discrete_branches):
+        raise DemoFormatError(
+            f"{path}: action spec of {action.continuous_size} continuous actions and branches {list(action.discrete_branches)}"
+        )
+    if action.mask_width > MAX_ACTION_WIDTH:
+        raise DemoFormatError(
+            f"{path}: discrete branches {list(action.discrete_branches)} have over {MAX_ACTION_WIDTH} options"
+        )
+
+
 def _same_spec(a: BrainParameters, b: BrainParameters) -> bool:
     return a.action_spec == b.action_spec and [o.shape for o in a.observation_specs] == [o.shape for o in b.observation_specs]
 
@@ -262,6 +281,7 @@ def load_demonstration(path: str | Path) -> Demonstration:
     for p in demo_files(path):
         info, brain = _read_file(p)
         file_spec = spec_from_protos(brain, info.pairs[0].agent_info)
+        _check_spec(file_spec, p)
         if spec is None:
             spec = file_spec
         elif not _same_spec(spec, file_spec):
@@ -305,7 +325,10 @@ def _observations(pairs: Sequence[demo_pb.AgentInfoActionPairProto], spec: Brain
     out = []
     for k, obs_spec in enumerate(spec.observation_specs):
         shape = obs_spec.shape
-        values = np.empty((len(pairs), *shape), dtype=np.float32)
+        try:
+            values = np.empty((len(pairs), *shape), dtype=np.float32)
+        except (ValueError, MemoryError) as err:  # the declared shape alone sizes it: an absurd one is a format error
+            raise DemoFormatError(f"{path}: observation {k} of shape {list(shape)} does not fit in memory: {err}") from None
         for j, pair in enumerate(pairs):
             where = f"{path}: record {j} observation {k}"
             observations = pair.agent_info.observations

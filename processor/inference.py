@@ -193,7 +193,8 @@ class Policy:
         interpreter = _protocol_guard(
             "artifact.model is not a loadable TFLite model", lambda: Interpreter(model_content=artifact.model, num_threads=1)
         )
-        policy = cls(update, interpreter)
+        # Reading the model's tensors can fail too (a name that is not UTF-8): refuse it the same way.
+        policy: Policy = _protocol_guard("artifact.model", cls, update, interpreter)
         logger.debug("loaded policy %s v%d (%d bytes)", policy.behavior_name, policy.version, len(artifact.model))
         return policy
 

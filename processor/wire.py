@@ -15,6 +15,12 @@ from common.errors import IncompatibleVersionError, ProtocolError
 from common.specs import ActionSpec, BrainParameters
 from protos import PROTOCOL_VERSION, from_tensor, pb, to_tensor
 
+MAX_ROW_WIDTH = 1 << 16
+"""The most values one agent's row may declare: observation elements (all specs together), continuous
+action dimensions, action-mask columns (sum of branches). The processor sizes per-agent buffers by
+these widths at hello, so an absurd declaration must be refused there, not met by a failed allocation;
+a row this wide already fills a 4 MB message with 16 agents."""
+
 
 @dataclass(frozen=True)
 class Hello:
@@ -50,7 +56,8 @@ def decode_hello(msg: pb.Hello) -> Hello:
 
     Raises:
         IncompatibleVersionError: another protocol version.
-        ProtocolError: an empty client id, a duplicate or malformed behavior declaration.
+        ProtocolError: an empty client id, a duplicate or malformed behavior declaration, or one
+            wider than ``MAX_ROW_WIDTH``.
         NotSupportedYetError: image observations.
     """
     if msg.protocol_version != PROTOCOL_VERSION:
@@ -65,7 +72,22 @@ def decode_hello(msg: pb.Hello) -> Hello:
     names = [p.behavior_name for p in params]
     if len(set(names)) != len(names):
         raise ProtocolError(f"hello from '{msg.client_id}' declares a behavior twice: {names}")
+    for p in params:
+        _check_row_width(p)
     return Hello(msg.client_id, params)
+
+
+def _check_row_width(params: BrainParameters) -> None:
+    widths = {
+        "observation elements": sum(math.prod(spec.shape) for spec in params.observation_specs),
+        "continuous actions": params.action_spec.continuous_size,
+        "action mask columns (sum of branches)": params.action_spec.mask_width,
+    }
+    for what, width in widths.items():
+        if width > MAX_ROW_WIDTH:
+            raise ProtocolError(
+                f"behavior '{params.behavior_name}' declares {width} {what} per agent; at most {MAX_ROW_WIDTH}"
+            )
 
 
 def _tensor(msg: pb.BrainInfo, field: str, where: str) -> np.ndarray:

@@ -84,8 +84,8 @@ def from_tensor(msg: pb.Tensor, field: str = "tensor") -> np.ndarray:
         A read-only array of ``msg.shape`` viewing ``msg.data``.
 
     Raises:
-        ProtocolError: unknown dtype, a negative dimension, or a byte length that does not match
-            shape and dtype.
+        ProtocolError: unknown dtype, a negative dimension, a byte length that does not match
+            shape and dtype, or a shape numpy cannot hold (too many dimensions, too large).
     """
     try:
         dtype = dtype_from_wire(msg.dtype)
@@ -99,4 +99,7 @@ def from_tensor(msg: pb.Tensor, field: str = "tensor") -> np.ndarray:
         raise ProtocolError(
             f"{field}: {len(msg.data)} bytes do not match shape {list(shape)} of {dtype.name} ({expected} bytes expected)"
         )
-    return np.frombuffer(msg.data, dtype=dtype).reshape(shape)
+    try:
+        return np.frombuffer(msg.data, dtype=dtype).reshape(shape)
+    except ValueError as err:  # more than numpy's 64 dimensions, or an empty shape too big for numpy ([0, 2**62, 2**62])
+        raise ProtocolError(f"{field}: shape {list(shape)} is not a valid array shape: {err}") from None
