@@ -183,9 +183,15 @@ def watch(
         time.sleep(poll_s)
 
 
-def run(algo_env: str, seed: int, results_dir: Path, wall_limit_s: float, poll_s: float) -> tuple[Outcome, bool]:
-    """Train until solved or out of budget; ``(outcome, run_ok)``, run_ok False if the run failed."""
+def run(
+    algo_env: str, seed: int, results_dir: Path, wall_limit_s: float, poll_s: float, config: Path | None = None
+) -> tuple[Outcome, bool]:
+    """Train until solved or out of budget; ``(outcome, run_ok)``, run_ok False if the run failed.
+
+    ``config`` replaces the workload's own config (same task and threshold), for trying settings."""
     workload = WORKLOADS[algo_env]
+    if config is not None:
+        workload = Workload(config, workload.window, workload.threshold)
     options = load_config(workload.config)
     behavior = next(iter(options.env_settings.behavior_names))
     max_steps = options.settings_for(behavior).max_steps
@@ -248,14 +254,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--wall-limit-s", type=float, default=1800.0, help="stop unsolved after this (default 1800)")
     parser.add_argument("--results-dir", type=Path, help="keep the run here (default: a temporary folder, deleted)")
     parser.add_argument("--poll-s", type=float, default=0.1, help="how often episodes.csv is read (default 0.1)")
+    parser.add_argument("--config", type=Path, help="another config for the same task (default: the workload's own)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if args.results_dir is not None:
         args.results_dir.mkdir(parents=True, exist_ok=True)
-        outcome, run_ok = run(args.algo_env, args.seed, args.results_dir.resolve(), args.wall_limit_s, args.poll_s)
+        outcome, run_ok = run(
+            args.algo_env, args.seed, args.results_dir.resolve(), args.wall_limit_s, args.poll_s, args.config
+        )
     else:
         with tempfile.TemporaryDirectory(prefix="stepstream-tts-") as tmp:
-            outcome, run_ok = run(args.algo_env, args.seed, Path(tmp), args.wall_limit_s, args.poll_s)
+            outcome, run_ok = run(args.algo_env, args.seed, Path(tmp), args.wall_limit_s, args.poll_s, args.config)
     result = {"algo_env": args.algo_env, "solved": outcome.solved, "steps": outcome.steps, "wall_s": round(outcome.wall_s, 2)}
     print(json.dumps(result))
     return 0 if run_ok else 1
