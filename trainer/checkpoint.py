@@ -8,15 +8,19 @@ A checkpoint taken at ``step`` (agent steps) in ``directory`` is:
 * ``ckpt-<step>.json``: ``{"step", "version", "wall_time", "path"}`` (deleted with its checkpoint);
 * ``ckpt-<step>.policy.pb``: the serialized ``PolicyUpdate`` published at that point, when given
   (a self-contained inference artifact, for ``--inference``);
-* whatever ``learner.save_extra(directory)`` writes (SAC's replay buffer). Extra state is kept
-  once, for the newest checkpoint only, as ML-Agents keeps its replay buffer: copies per
-  checkpoint would multiply the largest file by ``keep_checkpoints``.
+* ``extra-<step>/``: whatever ``learner.save_extra`` writes there (SAC's replay buffer). Extra
+  state is kept for the newest checkpoint only, as ML-Agents keeps its replay buffer (copies per
+  checkpoint would multiply the largest file by ``keep_checkpoints``). It is written *before* the
+  TF checkpoint and the older ``extra-*`` folders are removed only after it, so a process killed
+  at any moment leaves the newest complete checkpoint with the extra state of its own step.
+  (Checkpoints of an earlier layout, with the extra state in ``directory`` itself, still restore.)
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -86,8 +90,11 @@ class Checkpointer:
         started = time.monotonic()
         self._step.assign(step)
         self._version.assign(version)
+        extra = self._extra_dir(step)
+        extra.mkdir(parents=True, exist_ok=True)
+        self._learner.save_extra(extra)
         path = self._manager.save(checkpoint_number=step)
-        self._learner.save_extra(self.directory)
+        self._prune_extras(keep=extra)
         info = CheckpointInfo(step=step, version=version, path=path, wall_time=time.time())
         Path(path + ".json").write_text(
             json.dumps({"step": step, "version": version, "wall_time": info.wall_time, "path": path}), encoding="utf-8"
@@ -99,6 +106,15 @@ class Checkpointer:
             "checkpoint %s saved (step %d, policy version %d) in %.2f s", path, step, version, time.monotonic() - started
         )
         return info
+
+    def _extra_dir(self, step: int) -> Path:
+        return self.directory / f"extra-{step}"
+
+    def _prune_extras(self, keep: Path) -> None:
+        """Delete every ``extra-*`` folder but ``keep`` (the newest checkpoint's)."""
+        for folder in self.directory.glob("extra-*"):
+            if folder != keep and folder.is_dir():
+                shutil.rmtree(folder, ignore_errors=True)
 
     def _prune_sidecars(self) -> None:
         """Delete the JSON and policy files of checkpoints the manager no longer keeps."""
@@ -125,8 +141,9 @@ class Checkpointer:
         # Every object that exists now must be in the checkpoint; optimizer slots created later
         # are restored when they are created (deferred restoration).
         status.assert_existing_objects_matched()
-        self._learner.load_extra(self.directory)
         step, version = int(self._step.numpy()), int(self._version.numpy())
+        extra = self._extra_dir(step)
+        self._learner.load_extra(extra if extra.is_dir() else self.directory)
         logger.info("restored %s (step %d, policy version %d)", path, step, version)
         return step, version
 

@@ -378,7 +378,7 @@ def test_env_client_killed_mid_episode_is_reclaimed_and_its_restart_starts_clean
 
 def newest_complete_checkpoint(checkpoints: Path) -> tuple[int, int] | None:
     """``(step, version)`` of the checkpoint the ``checkpoint`` state file names, if its JSON record is written
-    (the checkpointer writes the TF files, the replay buffer, then the JSON); None while one is being written."""
+    (the checkpointer writes the replay buffer, the TF files, then the JSON); None while one is being written."""
     state = checkpoints / "checkpoint"
     if not state.exists():
         return None
@@ -392,9 +392,10 @@ def newest_complete_checkpoint(checkpoints: Path) -> tuple[int, int] | None:
     return int(data["step"]), int(data["version"])
 
 
-def replay_size(checkpoints: Path) -> int:
+def replay_size(checkpoints: Path, step: int) -> int:
+    """Experiences in the replay buffer kept with the checkpoint of ``step`` (``extra-<step>/``)."""
     buffer = AgentBuffer()
-    buffer.load_from_file(str(checkpoints / "replay_buffer.hdf5"))
+    buffer.load_from_file(str(checkpoints / f"extra-{step}" / "replay_buffer.hdf5"))
     return buffer.num_experiences
 
 
@@ -412,7 +413,7 @@ def snapshot_and_kill(stack: FaultStack, checkpoints: Path) -> tuple[int, int, i
         with stack.paused("trainer"):
             newest = newest_complete_checkpoint(checkpoints)
             if newest is not None:
-                size = replay_size(checkpoints)
+                size = replay_size(checkpoints, newest[0])
                 return (*newest, size, stack.kill("trainer"))
         assert time.monotonic() < deadline, "no complete checkpoint to kill the trainer after"
         time.sleep(0.2)
@@ -526,7 +527,9 @@ def test_trainer_killed_resumes_and_processor_killed_restarts(tmp_path: Path) ->
     status = json.loads((results / "faults" / "run_logs" / "training_status.json").read_text(encoding="utf-8"))[
         SIMPLE_BEHAVIOR
     ]
-    assert replay_size(checkpoints) == status["steps"] > step, "the replay buffer did not come back whole at resume"
+    final = newest_complete_checkpoint(checkpoints)
+    assert final is not None and final[0] == status["steps"], "the trainer's last checkpoint is at its last step"
+    assert replay_size(checkpoints, final[0]) == status["steps"] > step, "the replay buffer did not come back whole at resume"
 
 
 # -- 3. a trainer paused ---------------------------------------------------------------------------

@@ -143,3 +143,24 @@ def test_bc_learner_round_trip(tmp_path: Path) -> None:
     np.testing.assert_allclose(fresh.policy(obs)["logits"].numpy(), learner.policy(obs)["logits"].numpy())
     assert int(fresh.optimizer.iterations.numpy()) == int(learner.optimizer.iterations.numpy()) > 0
     assert fresh.state.normalizers[0].state()[2] == learner.state.normalizers[0].state()[2] > 0
+
+
+def test_a_kill_between_extra_state_and_checkpoint_restores_a_matching_pair(tmp_path: Path) -> None:
+    """Extra state is written before the TF checkpoint: killed in between, the newest complete
+    checkpoint comes back with the extra state of its own step, not the newer one."""
+    learner = TinyLearner()
+    checkpointer = Checkpointer(tmp_path, learner, keep_checkpoints=2)
+    learner.extra = b"replay at 100"
+    checkpointer.save(step=100, version=1)
+    learner.extra = b"replay at 200"
+    checkpointer.save(step=200, version=2)
+    assert sorted(p.name for p in tmp_path.glob("extra-*")) == ["extra-200"], "only the newest extra state is kept"
+
+    # The next save is killed after writing its extra state, before its TF checkpoint.
+    learner.extra = b"replay at 300"
+    (tmp_path / "extra-300").mkdir()
+    learner.save_extra(tmp_path / "extra-300")
+
+    fresh = TinyLearner()
+    assert Checkpointer(tmp_path, fresh, keep_checkpoints=2).restore_latest() == (200, 2)
+    assert fresh.extra == b"replay at 200"
