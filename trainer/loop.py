@@ -73,6 +73,8 @@ DEFAULT_POLL_S = 0.1
 """Longest wait of one ``get``: how soon a stop request is noticed."""
 CHECKPOINTS_DIR = "checkpoints"
 """Folder of the default checkpointer under ``results/<run-id>/<behavior>/``."""
+EPISODE_HISTORY = 10 * MEAN_REWARD_WINDOW
+"""Finished episodes ``TrainerResult`` keeps at least (rewards, lengths, versions); older ones are dropped."""
 TF_INTRA_OP_THREADS = 1
 TF_INTER_OP_THREADS = 1
 
@@ -133,6 +135,12 @@ def configure_tf_threads(intra_op: int = TF_INTRA_OP_THREADS, inter_op: int = TF
     return True
 
 
+def _append_bounded(history: list[Any], value: Any) -> None:
+    history.append(value)
+    if len(history) > 2 * EPISODE_HISTORY:  # trimmed in bulk: a del per episode would cost O(history)
+        del history[:-EPISODE_HISTORY]
+
+
 @dataclass
 class TrainerResult:
     """What one ``TrainerLoop.run`` did. Steps are agent experiences taken in by the learner."""
@@ -150,11 +158,14 @@ class TrainerResult:
     stale_trajectories: int = 0
     """Trajectories dropped by max_policy_lag."""
     stale_experiences: int = 0
+    episodes: int = 0
+    """Episodes finished, read from the trajectories that end them."""
     episode_rewards: list[float] = field(default_factory=list)
-    """Cumulative reward of every finished episode, in the order taken in."""
+    """Cumulative reward of the newest finished episodes (at least ``EPISODE_HISTORY``), in the order
+    taken in; older ones are dropped, so a run of hours holds bounded memory (``episodes.csv`` has all)."""
     episode_lengths: list[int] = field(default_factory=list)
     episode_policy_versions: list[int] = field(default_factory=list)
-    """The version that acted on each episode's last step."""
+    """The version that acted on each of those episodes' last step."""
     checkpoints: list[int] = field(default_factory=list)
     """Steps at which checkpoints were saved by this run."""
     resumed_from: int | None = None
@@ -163,9 +174,11 @@ class TrainerResult:
     """MAX_STEPS, STOPPED, CONDITION, TOPIC_CLOSED or INTERRUPTED; empty while running."""
     wall_seconds: float = 0.0
 
-    @property
-    def episodes(self) -> int:
-        return len(self.episode_rewards)
+    def add_episode(self, reward: float, length: int, version: int) -> None:
+        self.episodes += 1
+        _append_bounded(self.episode_rewards, reward)
+        _append_bounded(self.episode_lengths, length)
+        _append_bounded(self.episode_policy_versions, version)
 
     def mean_reward(self, last: int = MEAN_REWARD_WINDOW) -> float:
         """Mean of the last ``last`` episode rewards; NaN with none."""
@@ -388,9 +401,7 @@ class TrainerLoop:
             reward, length = float(trajectory.episode_reward or 0.0), int(trajectory.episode_length or 0)
             version = int(trajectory.policy_versions[-1]) if trajectory.length else -1  # acted on the last step
             records.append(EpisodeRecord(result.steps, wall_seconds, reward, length, version))
-            result.episode_rewards.append(reward)
-            result.episode_lengths.append(length)
-            result.episode_policy_versions.append(version)
+            result.add_episode(reward, length, version)
             self._period.rewards.append(reward)
             self._period.lengths.append(length)
         self.summaries.record_episodes(records)

@@ -17,7 +17,7 @@ from common.config import BehaviorSettings, SACHyperparameters, TrainerType
 from common.topics import PolicyTopic, TrajectoryTopic
 from common.trajectory import Trajectory, TrajectoryId
 from protos import pb
-from trainer.loop import CONDITION, MAX_STEPS, STOPPED, TOPIC_CLOSED, TrainerLoop, TrainerResult
+from trainer.loop import CONDITION, EPISODE_HISTORY, MAX_STEPS, STOPPED, TOPIC_CLOSED, TrainerLoop, TrainerResult
 
 BEHAVIOR = "Walker"
 SUBSCRIBER = "trainer"
@@ -255,8 +255,24 @@ def test_checkpoints_summaries_and_resume(tmp_path: Path) -> None:
 
 
 def test_result_helpers() -> None:
-    result = TrainerResult("B", episode_rewards=[1.0, 2.0, 3.0])
+    result = TrainerResult("B")
+    for reward in (1.0, 2.0, 3.0):
+        result.add_episode(reward, length=5, version=0)
     assert result.episodes == 3 and result.mean_reward() == 2.0 and result.mean_reward(last=1) == 3.0
+
+
+def test_trainer_result_keeps_a_bounded_episode_history() -> None:
+    result = TrainerResult("B")
+    total = 5 * EPISODE_HISTORY
+    for i in range(total):
+        result.add_episode(float(i), length=i, version=i)
+    assert result.episodes == total
+    assert EPISODE_HISTORY <= len(result.episode_rewards) <= 2 * EPISODE_HISTORY
+    assert (
+        result.episode_rewards[-1] == total - 1
+        and result.episode_lengths[-1] == result.episode_policy_versions[-1] == total - 1
+    )
+    assert result.mean_reward(last=2) == total - 1.5
     assert np.isnan(TrainerResult("B").mean_reward())
 
 
