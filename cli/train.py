@@ -245,17 +245,24 @@ class EmbeddedRun:
         log.info("%s: acting with the checkpoint of step %d (policy version %d), not training", name, step, version)
 
     async def run(self) -> int:
-        """Run until done; 0, or 130 after a SIGINT/SIGTERM (checkpoints saved, as after max_steps).
+        """Run until done; 0, or 128 + the signal after a SIGINT (130) or SIGTERM (143), as a shell reports
+        it (checkpoints saved, as after max_steps).
 
         Whatever fails once the envs or the server exist (a missing checkpoint for --inference, a
         learner that cannot be built) still stops the server and closes the envs before it propagates.
         """
         interrupted = asyncio.Event()
+        received: list[int] = []
         server: ProcessorServer | None = None
         clients: list[asyncio.Future[Any]] = []
         loop = asyncio.get_running_loop()
+
+        def on_signal(sig: int) -> None:
+            received.append(sig)
+            interrupted.set()
+
         for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, interrupted.set)
+            loop.add_signal_handler(sig, on_signal, sig)
         try:
             self._make_envs()
             for name in self.offline:
@@ -265,7 +272,7 @@ class EmbeddedRun:
             await self._wait(server, clients, interrupted)
         finally:
             await self._shutdown(server, clients)
-        return 130 if interrupted.is_set() else 0
+        return 128 + received[0] if received else 0
 
     async def _start_online(self) -> tuple[ProcessorServer, list[asyncio.Future[Any]]]:
         """The processor, a trainer (or, with --inference, a checkpoint's policy) per env, and the env clients."""
