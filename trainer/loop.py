@@ -159,7 +159,9 @@ class TrainerResult:
     """Trajectories dropped by max_policy_lag."""
     stale_experiences: int = 0
     episodes: int = 0
-    """Episodes finished, read from the trajectories that end them."""
+    """Episodes finished in this run, read from the trajectories that end them."""
+    resumed_episodes: int = 0
+    """Episodes the run resumed from had finished (``episodes.csv`` up to its checkpoint's step)."""
     episode_rewards: list[float] = field(default_factory=list)
     """Cumulative reward of the newest finished episodes (at least ``EPISODE_HISTORY``), in the order
     taken in; older ones are dropped, so a run of hours holds bounded memory (``episodes.csv`` has all)."""
@@ -317,6 +319,7 @@ class TrainerLoop:
             if restored is not None:
                 self.result.steps, resumed_version = restored
                 self.result.resumed_from = self._checkpointed_step = restored[0]
+                self._resume_episodes(restored[0])
         steps = self.result.steps
         self._period = PeriodStats(steps)
         self._next_summary = next_multiple(steps, self.settings.summary_freq)
@@ -449,6 +452,15 @@ class TrainerLoop:
             self._write_status()
         self._next_checkpoint = next_multiple(self.result.steps, self.settings.checkpoint_interval)
 
+    def _resume_episodes(self, step: int) -> None:
+        """Carry the finished episodes up to ``step`` over: their count and the reward history behind
+        ``mean_reward``, so training_status.json and the summaries go on where the run left off."""
+        past = self.summaries.past_episodes(step)
+        self.result.resumed_episodes = len(past)
+        self.result.episode_rewards.extend(r.episode_reward for r in past[-EPISODE_HISTORY:])
+        self.result.episode_lengths.extend(r.episode_length for r in past[-EPISODE_HISTORY:])
+        self.result.episode_policy_versions.extend(r.policy_version for r in past[-EPISODE_HISTORY:])
+
     def _write_status(self) -> None:
         result = self.result
         mean_reward = result.mean_reward()
@@ -456,7 +468,7 @@ class TrainerLoop:
         self.summaries.update_status(
             {
                 "steps": result.steps,
-                "episodes": result.episodes,
+                "episodes": result.resumed_episodes + result.episodes,
                 "mean_reward": None if math.isnan(mean_reward) else mean_reward,
                 "wall_seconds": round(self.summaries.wall_seconds(), 3),
                 "policy_version": self._version,

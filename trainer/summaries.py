@@ -187,6 +187,20 @@ class EpisodeCsv:
             self._csv.writerow(EPISODES_CSV_HEADER)
             self._file.flush()
 
+    def read(self, up_to_step: int) -> list[EpisodeRecord]:
+        """The rows already in the file whose ``agent_steps`` is at most ``up_to_step`` (what a resume
+        from that step had finished; rows a killed process wrote after its last checkpoint are left out)."""
+        records = []
+        with self.path.open(newline="", encoding="utf-8") as f:
+            for row in csv.reader(f):
+                try:
+                    record = EpisodeRecord(int(row[0]), float(row[1]), float(row[2]), int(row[3]), int(row[4]))
+                except (ValueError, IndexError):  # the header, or a line cut by a crash
+                    continue
+                if record.agent_steps <= up_to_step:
+                    records.append(record)
+        return records
+
     def append(self, records: Iterable[EpisodeRecord]) -> None:
         """Write the rows and flush (a crash loses no finished episode)."""
         self._csv.writerows(
@@ -298,6 +312,10 @@ class Summaries:
             self.writers.append(TensorBoardWriter(behavior_dir))
             self._episodes = EpisodeCsv(behavior_dir / EPISODES_CSV)
             self._status_path = results_dir / RUN_LOGS / TRAINING_STATUS
+
+    def past_episodes(self, up_to_step: int) -> list[EpisodeRecord]:
+        """The episodes ``episodes.csv`` records up to ``up_to_step`` (none without results_dir)."""
+        return [] if self._episodes is None else self._episodes.read(up_to_step)
 
     def wall_seconds(self) -> float:
         return time.time() - self.run_started_at

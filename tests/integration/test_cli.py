@@ -350,6 +350,7 @@ def assert_continued(run_dir: Path, before: dict[str, Any], rows_before: int, ma
     assert new, "the resumed run finished no episode"
     assert all(r["policy_version"] > before["policy_version"] for r in new), "a resumed trainer acts above the old versions"
     assert all(r["agent_steps"] > before["steps"] for r in new), "resumed steps continue from the checkpoint"
+    assert after["episodes"] == len(rows), "training_status.json counts the episodes of both runs"
 
 
 # -- --inference -----------------------------------------------------------------------------------
