@@ -284,6 +284,7 @@ class EmbeddedRun:
         try:
             for name, env in self.envs.items():
                 if self.options.inference:
+                    server.topics.trajectories(name).expect_no_subscribers()  # acting only: nothing trains on them
                     self._publish_checkpoint_policy(name, env.brain_parameters, server.topics)
                 else:
                     self._start_trainer(name, env.brain_parameters, server.topics)

@@ -195,7 +195,12 @@ class TrajectoryTopic(Generic[T]):
         self._closed = False
         self._published = 0
         self._unrouted = 0
+        self._unrouted_expected = False
         self._blocked_seconds = 0.0
+
+    def expect_no_subscribers(self) -> None:
+        """Publishes with no subscriber queue are meant to be dropped (``--inference``): count, do not warn."""
+        self._unrouted_expected = True
 
     @property
     def name(self) -> str:
@@ -368,7 +373,7 @@ class TrajectoryTopic(Generic[T]):
             raise TopicClosedError(f"topic {self._name!r} is closed")
         queues = self._queue_list
         if not queues:
-            if not self._unrouted:
+            if not self._unrouted and not self._unrouted_expected:
                 logger.warning("topic %r has no subscriber queue: publishes are dropped (declare one first)", self._name)
             self._unrouted += 1
             return []
