@@ -1,9 +1,10 @@
 """``behavioral_cloning``: a cloning loss on demonstrations, in its own optimiser step, beside PPO or SAC.
 
 ML-Agents' ``BCModule`` (and Hester et al. 2018's idea of pre-training on demonstrations while learning).
-After each learner update, ``update`` runs ``num_epoch`` shuffled passes over the demonstration rows in
-minibatches of ``batch_size`` (both default to the trainer's: PPO's ``num_epoch``, 1 for SAC; with
-``samples_per_update`` > 0 at most that many rows per pass), each one Adam step on the policy alone:
+After each PPO update and after each SAC gradient step (where ML-Agents' trainers call it), ``update`` runs
+``num_epoch`` shuffled passes over the demonstration rows in minibatches of ``batch_size`` (both default to the
+trainer's: PPO's ``num_epoch``, 1 for SAC; with ``samples_per_update`` > 0 at most that many rows per pass),
+each one Adam step on the policy alone:
 
     continuous  L = mean((a_mean(s) - a_E)^2)                 (``trainer.bc.continuous_cloning_loss``)
     discrete    L = -mean(sum_b log pi_b(a_E,b | s))          (``trainer.bc.discrete_cloning_loss``)

@@ -24,8 +24,10 @@ by the signal's current networks, as ML-Agents evaluates them (a reward stored a
 stale as the discriminator learns). One critic pair, so one gamma: extrinsic's, else the first signal's
 (ML-Agents gives each signal a Q head of its own; a per-signal gamma is the only thing that adds). After
 the policy steps, each signal takes ``due * steps_per_update / reward_signal_steps_per_update`` steps
-(at least one) on fresh replay minibatches, and ``behavioral_cloning`` (``trainer.bc_component``, tanh of the
-mean against the demonstrated action, num_epoch 1 by default) runs once per update.
+(at least one) on fresh replay minibatches. ``behavioral_cloning`` (``trainer.bc_component``, tanh of the
+mean against the demonstrated action, num_epoch 1 by default) runs after every gradient step, as ML-Agents'
+off-policy trainer calls its ``BCModule`` inside its update loop. Run once per ``update`` call instead, the
+actor's steps would outnumber the cloning steps by the due steps of the call, a count set by the loop's timing.
 """
 
 from __future__ import annotations
@@ -292,10 +294,11 @@ class SACLearner:
             sampled = self.replay.sample_mini_batch(steps * b, rng=self._np_rng)  # with replacement, as ML-Agents
             columns = {key: field.data for key, field in sampled.items()}
             stats.append(self._add_signal_rewards(columns))
-            stats.extend(self._gradient_step(self._minibatch(columns, slice(i * b, (i + 1) * b))) for i in range(steps))
+            for i in range(steps):
+                stats.append(self._gradient_step(self._minibatch(columns, slice(i * b, (i + 1) * b))))
+                if self.bc is not None:  # after every gradient step, not every call (module docstring)
+                    stats.append(self.bc.update(int(self.steps.numpy())))
         stats.append(self._update_signals(due))
-        if self.bc is not None:
-            stats.append(self.bc.update(int(self.steps.numpy())))
         keys = {key for s in stats for key in s}
         means = {key: float(np.mean([np.asarray(s[key]) for s in stats if key in s])) for key in keys}
         return {**means, "Policy/Learning Rate": learning_rate}

@@ -235,6 +235,19 @@ def test_sac_reports_every_signal_and_cloning_tag(tmp_path: Path, continuous: bo
     assert all(math.isfinite(v) for v in metrics.values())
 
 
+def test_sac_runs_behavioral_cloning_after_every_gradient_step(tmp_path: Path, continuous: bool) -> None:
+    """As ML-Agents' off-policy trainer: one cloning pass per SAC gradient step, however many one update call runs."""
+    demo = write_expert_demo(tmp_path / "expert.demo", continuous)
+    learner = SACLearner(simple_brain_parameters(BEHAVIOR, continuous), sac_settings(demo), seed=0, jit_compile=False)
+    learner.add_trajectories([trajectory(continuous, 8, seed) for seed in range(4)])
+    assert learner.bc is not None and learner.ready_to_update()
+    learner.update()
+    gradient_steps = int(learner.policy_optimizer.iterations.numpy())
+    assert gradient_steps == 32 - 8  # the experiences after the first batch_size rows, at steps_per_update 1
+    cloning_steps_per_pass = learner.bc.num_demonstrations // learner.bc.batch_size
+    assert int(learner.bc.optimizer.iterations.numpy()) == gradient_steps * cloning_steps_per_pass
+
+
 @pytest.mark.parametrize("algorithm", ["ppo", "sac"])
 def test_checkpoints_round_trip_the_signal_networks_and_optimisers(tmp_path: Path, algorithm: str) -> None:
     demo = write_expert_demo(tmp_path / "expert.demo", continuous=False)
