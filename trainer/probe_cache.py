@@ -26,6 +26,8 @@ logger = logging.getLogger(__name__)
 PROBE_CACHE_ENV = "STEPSTREAM_CACHE_DIR"
 """Environment variable naming the cache folder; set to an empty string, no cache is used."""
 _PROBE_CACHE_FORMAT = b"stepstream-tflite-probes-1"  # part of every key: bump when the probes or the layout change
+MAX_ENTRIES = 64
+"""Entries kept (~15 KB each for a 2x64 MLP); storing one more removes the least recently used."""
 
 
 def probe_cache_dir() -> Path | None:
@@ -73,6 +75,7 @@ def load_probes(path: Path, count: int) -> list[bytes] | None:
     try:
         with np.load(path) as stored:
             models = [stored[f"arr_{i}"].tobytes() for i in range(count)]
+        path.touch()  # recently used: pruned last
     except (OSError, ValueError, KeyError) as err:
         if path.exists():
             logger.warning("ignoring the unreadable probe cache %s: %s", path, err)
@@ -89,5 +92,13 @@ def store_probes(path: Path, models: Sequence[bytes]) -> None:
         partial = path.with_suffix(f".{os.getpid()}.tmp")
         partial.write_bytes(buffer.getvalue())
         os.replace(partial, path)
+        _prune(path.parent, MAX_ENTRIES)
     except OSError as err:  # a read-only home only costs the next run its conversions
         logger.debug("probe cache not written to %s: %s", path, err)
+
+
+def _prune(folder: Path, keep: int) -> None:
+    """Remove all but the ``keep`` most recently used entries (a hit touches its file, see ``load_probes``)."""
+    entries = sorted(folder.glob("*.npz"), key=lambda entry: entry.stat().st_mtime, reverse=True)
+    for entry in entries[keep:]:
+        entry.unlink(missing_ok=True)

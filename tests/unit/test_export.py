@@ -23,6 +23,7 @@ import trainer.weight_template as weight_template
 from common.specs import ActionSpec
 from processor.inference import Policy
 from protos import pb
+from trainer import probe_cache
 from trainer.export import TFLiteExporter, make_policy_update
 from trainer.networks import LOG_STD_MAX, PolicyNetwork
 from trainer.probe_cache import PROBE_CACHE_ENV
@@ -246,3 +247,18 @@ def test_probe_conversions_are_cached_and_a_damaged_entry_is_converted_again(
     for name, value in policy_outputs(third, spec, observations).items():
         np.testing.assert_allclose(value, policy_outputs(first, spec, observations)[name], atol=ATOL, rtol=0, err_msg=name)
     assert fresh_export() == third and len(conversions) == 6, "the rewritten entry serves again"
+
+
+def test_the_probe_cache_keeps_the_most_recently_used_entries(tmp_path: Path) -> None:
+    for i in range(probe_cache.MAX_ENTRIES + 3):
+        entry = tmp_path / f"{i:03d}.npz"
+        probe_cache.store_probes(entry, [bytes([i])])
+        os.utime(entry, (i, i))  # stored one second apart, oldest first
+    first = tmp_path / "000.npz"
+    assert not first.exists(), "the oldest entries were removed"
+    kept = sorted(p.name for p in tmp_path.glob("*.npz"))
+    assert len(kept) == probe_cache.MAX_ENTRIES and kept[-1] == f"{probe_cache.MAX_ENTRIES + 2:03d}.npz"
+    oldest_kept = tmp_path / kept[0]
+    assert probe_cache.load_probes(oldest_kept, 1) is not None  # a hit makes it the most recent
+    probe_cache.store_probes(tmp_path / "new.npz", [b"x"])
+    assert oldest_kept.exists() and len(list(tmp_path.glob("*.npz"))) == probe_cache.MAX_ENTRIES
