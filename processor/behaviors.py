@@ -148,6 +148,7 @@ class Behavior:
             rng=np.random.default_rng(settings.seed),
         )
         self._follower: asyncio.Task[None] | None = None
+        self._loaded: dict[int, tuple[pb.PolicyUpdate, Policy]] = {}
         self.active_sessions = 0
 
     @property
@@ -162,6 +163,19 @@ class Behavior:
     def session_ended(self) -> None:
         self.active_sessions -= 1
         self.batcher.set_active_sessions(self.active_sessions)
+
+    def loaded(self, version: int, update: pb.PolicyUpdate, policy: Policy) -> None:
+        """``policy`` was already loaded from ``update`` (PublishPolicy loads it to validate it): when the
+        topic hands the follower that very update as ``version``, it acts with this instead of loading it again."""
+        self._loaded[version] = (update, policy)
+
+    def _policy_of(self, version: int, update: pb.PolicyUpdate) -> Policy:
+        loaded = self._loaded.pop(version, None)
+        for older in [v for v in self._loaded if v < version]:  # skipped by latest-wins: never asked for
+            del self._loaded[older]
+        if loaded is not None and loaded[0] is update:
+            return loaded[1]
+        return Policy.from_update(update)
 
     def start(self) -> None:
         """Start following the policy topic (call from the event loop)."""
@@ -187,7 +201,7 @@ class Behavior:
                 continue
             version, update = newer
             try:
-                self.batcher.set_policy(Policy.from_update(update))
+                self.batcher.set_policy(self._policy_of(version, update))
             except StepstreamError:
                 log.exception(
                     "behavior '%s': policy version %d cannot be loaded; keeping the previous one", self.name, version

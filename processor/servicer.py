@@ -222,6 +222,8 @@ class AgentProcessorServicer(pb_grpc.AgentProcessorServicer):
                         precondition=True,
                     )
             topic = self.topics.policies(name)
+            if behavior is not None:
+                behavior.loaded(request.version, request, policy)  # spares the behavior a second load
             accepted = topic.publish(request, request.version)
         except StepstreamError as err:
             await context.abort(status_for(err), str(err))

@@ -281,3 +281,34 @@ def test_delivery_batches_stay_under_their_byte_limit() -> None:
     assert [len(b.deliveries) for b in batches] == [2, 2, 1]
     assert [d.delivery_tag for b in batches for d in b.deliveries] == list(range(5))
     assert [len(b.deliveries) for b in delivery_batches(deliveries, max_bytes=1)] == [1] * 5  # a lone large one still goes
+
+
+async def test_a_published_policy_is_loaded_once(start_processor: StartProcessor, monkeypatch: pytest.MonkeyPatch) -> None:
+    """PublishPolicy loads the artifact to validate it; the behavior then acts with that very Policy."""
+    from processor.inference import Policy
+
+    loads: list[int] = []
+    load = Policy.from_update.__func__  # type: ignore[attr-defined]
+
+    def counting_load(cls: type[Policy], update: pb.PolicyUpdate) -> Policy:
+        loads.append(update.version)
+        return load(cls, update)  # type: ignore[no-any-return]
+
+    monkeypatch.setattr(Policy, "from_update", classmethod(counting_load))
+    server, address = await start_processor(settings())
+    params = BrainParameters(BEHAVIOR, (ObservationSpec((OBS_SIZE,), np.dtype(np.float32)),), ActionSpec(ACTION_SIZE))
+    async with grpc.aio.insecure_channel(address) as channel:
+        step = pb_grpc.AgentProcessorStub(channel).Step()
+        hello = pb.Hello(protocol_version=PROTOCOL_VERSION, client_id="env-0", brain_parameters=[params.to_proto()])
+        await step.write(pb.StepRequest(hello=hello))
+        assert (await step.read()).WhichOneof("payload") == "hello_reply"
+        with GrpcPolicyPublisher(address, BEHAVIOR) as publisher:
+            for version in (1, 2):
+                assert await asyncio.to_thread(publisher.publish, policy_update(version), version)
+                batcher = server.behaviors.get(BEHAVIOR).batcher  # type: ignore[union-attr]
+                deadline = time.monotonic() + LIVENESS_S
+                while (batcher.policy is None or batcher.policy.version != version) and time.monotonic() < deadline:
+                    await asyncio.sleep(0.01)
+                assert batcher.policy is not None and batcher.policy.version == version
+        await step.done_writing()
+    assert loads == [1, 2], "each version was loaded once, by PublishPolicy"
