@@ -457,9 +457,10 @@ class TrainerLoop:
         ``mean_reward``, so training_status.json and the summaries go on where the run left off."""
         past = self.summaries.past_episodes(step)
         self.result.resumed_episodes = len(past)
-        self.result.episode_rewards.extend(r.episode_reward for r in past[-EPISODE_HISTORY:])
-        self.result.episode_lengths.extend(r.episode_length for r in past[-EPISODE_HISTORY:])
-        self.result.episode_policy_versions.extend(r.policy_version for r in past[-EPISODE_HISTORY:])
+        kept = past[-EPISODE_HISTORY:]
+        self.result.episode_rewards.extend(r.episode_reward for r in kept)
+        self.result.episode_lengths.extend(r.episode_length for r in kept)
+        self.result.episode_policy_versions.extend(r.policy_version for r in kept)
 
     def _write_status(self) -> None:
         result = self.result

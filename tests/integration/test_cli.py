@@ -23,7 +23,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -36,6 +35,7 @@ import pytest
 import yaml
 
 from common.config import parse_config
+from tests.integration.test_stack import _free_port
 from tests.scrape import Scrapes
 
 REPO = Path(__file__).resolve().parents[2]
@@ -459,9 +459,7 @@ def test_sigint_saves_a_checkpoint_and_resume_continues(tmp_path: Path, popen_cl
 
 
 def test_train_serves_processor_and_trainer_metrics(tmp_path: Path, popen_cleanup: list[subprocess.Popen[bytes]]) -> None:
-    with socket.socket() as probe:  # a free port now; the run binds it a moment later
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = _free_port()  # free now; the run binds it a moment later
     long_run = 50 * MAX_STEPS
     config = write_config(tmp_path / "long.yaml", max_steps=long_run, summary_freq=SUMMARY_FREQ, checkpoint_interval=long_run)
     results, run_id = tmp_path / "results", "metrics"
