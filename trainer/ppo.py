@@ -1,12 +1,13 @@
 """Proximal Policy Optimization (Schulman et al. 2017, arXiv:1707.06347), as ML-Agents trains it.
 
-Top to bottom: ML-Agents' fixed constants, the schedules, GAE, the losses (pure: tensors in and out), then
-``PPOLearner``, the ``trainer.learner.Learner``. One update, as ML-Agents' ``PPOTrainer._update_policy``:
-learning rate, epsilon and beta are read off their schedules at the trainer step; ``num_epoch`` shuffled
+Top to bottom: ML-Agents' fixed constants, GAE, the losses (pure: tensors in and out), then ``PPOLearner``,
+the ``trainer.learner.Learner``. One update, as ML-Agents' ``PPOTrainer._update_policy``: learning rate,
+epsilon and beta are read off their schedules (``trainer.schedules``) at the trainer step; ``num_epoch`` shuffled
 passes over the update buffer in minibatches of ``batch_size`` (a last partial one is dropped) each take
 one Adam step on the policy and value networks together; then the buffer is cleared (PPO is on-policy).
 Three details follow SB3 instead of ML-Agents (unclipped value loss, gradient norm clipping, tanh bodies
-with orthogonal init): see ``CLIP_VALUE_LOSS`` and its neighbours.
+with orthogonal init): see ``CLIP_VALUE_LOSS`` and its neighbours. The whole update is one call of one graph
+(``trainer.ppo_buffer``: the update buffer's rows and minibatches, and why one graph).
 
 Reward signals (``trainer.reward_signals``: extrinsic, gail, curiosity): the value network has one output, a
 value head, per signal, in ``reward_signals`` order. Each signal's strength-scaled reward gets its own GAE with
@@ -14,11 +15,6 @@ its own gamma and returns (the value targets of its head); the policy's advantag
 the mean: the same after the per-minibatch normalisation). After the PPO steps, each signal with networks of
 its own takes one step on each of the update's minibatches, and ``behavioral_cloning`` (``trainer.bc_component``)
 runs its cloning steps. None of it reaches the exported policy.
-
-Speed: the whole update is one call of one graph (every epoch's shuffled minibatches stacked, looped with
-``tf.while_loop``), traced without autograph. On the 2-core machine, CartPole's update (256 rows,
-20 epochs, 2x64) takes ~12 ms instead of ~53 ms for one call per epoch plus an ``AgentBuffer.shuffle``
-each, and the warm-up trace ~0.3 s instead of ~0.9 s.
 
 Shapes: ``T`` experiences of one trajectory, ``N`` of many, ``B`` rows of a minibatch, ``C``
 continuous action dimensions, ``nB`` discrete branches, ``M = sum(branches)``, ``K`` reward signals.
@@ -37,21 +33,19 @@ import tensorflow as tf
 
 from common import trajectory as tr
 from common.buffer import AgentBuffer
-from common.config import BehaviorSettings, PPOHyperparameters, ScheduleType
+from common.config import BehaviorSettings, PPOHyperparameters
 from common.errors import ConfigError
 from common.specs import BrainParameters
 from protos import pb
-from trainer import networks
-from trainer.bc_component import BCComponent
+from trainer import auxiliary, networks, ppo_buffer
 from trainer.export import TFLiteExporter, make_policy_update, normalizer_state
 from trainer.networks import Normalizer, PolicyNetwork, ValueNetwork
-from trainer.reward_signals import SignalBatch, make_reward_signals, update_signals
+from trainer.ppo_buffer import ADVANTAGES, RETURNS, SIGNAL_REWARDS, VALUE_ESTIMATES, MiniBatch
+from trainer.reward_signals import SignalBatch, make_reward_signals
+from trainer.schedules import decayed_value
 
 logger = logging.getLogger(__name__)
 
-#: Update-buffer keys PPO adds to the trajectory's own (``common.trajectory``): float32 [N] advantages (summed over
-#: signals), and [N, K] returns, value estimates and strength-scaled rewards, a column per reward signal.
-ADVANTAGES, RETURNS, VALUE_ESTIMATES, SIGNAL_REWARDS = "advantages", "returns", "value_estimates", "signal_rewards"
 #: ML-Agents' TensorBoard tags for what ``update`` returns.
 POLICY_LOSS, VALUE_LOSS, ENTROPY = "Losses/Policy Loss", "Losses/Value Loss", "Policy/Entropy"
 LEARNING_RATE, EPSILON, BETA = "Policy/Learning Rate", "Policy/Epsilon", "Policy/Beta"
@@ -82,18 +76,6 @@ ACTIVATION = tf.tanh
 ORTHOGONAL_INIT = True
 
 
-def decayed_value(schedule: ScheduleType, initial: float, minimum: float, max_steps: int, step: int) -> float:
-    """ML-Agents' ``DecayedValue``: ``initial`` throughout, or linear from ``initial`` at step 0 to ``minimum``
-    at ``max_steps`` (agent steps) and held there: ``(initial - minimum) * (1 - min(step, max_steps) / max_steps) + minimum``.
-    """
-    if schedule == ScheduleType.CONSTANT:
-        return initial
-    if max_steps <= 0:
-        return minimum
-    progress = min(step, max_steps) / max_steps
-    return (initial - minimum) * (1.0 - progress) + minimum
-
-
 def gae(rewards: np.ndarray, values: np.ndarray, next_value: float, gamma: float, lambd: float) -> np.ndarray:
     """Generalized Advantage Estimation (Schulman et al. 2016, arXiv:1506.02438, eq. 16) over one trajectory.
 
@@ -117,27 +99,6 @@ def gae(rewards: np.ndarray, values: np.ndarray, next_value: float, gamma: float
         running = delta[t] + gamma * lambd * running
         advantages[t] = running
     return advantages
-
-
-class MiniBatch(NamedTuple):
-    """``B`` update-buffer rows: a whole shuffled buffer (one epoch) or one minibatch; numpy in, tensors inside.
-
-    ``obs``: one float32 [B, size_i] per observation, raw (normalised inside the step);
-    ``continuous_actions`` float32 [B, C]; ``discrete_actions`` int32 [B, nB]; ``action_mask``
-    float32 [B, M], 1 = allowed ([B, 0] with no branches); ``old_log_probs`` float32 [B], the
-    processor's log-probs summed over dimensions and branches; ``advantages`` float32 [B] (summed over the
-    signals); ``returns`` (value targets: each signal's advantages + old values) and ``old_values`` (V when
-    the trajectory was added) float32 [B, K], a column per reward signal.
-    """
-
-    obs: tuple[tf.Tensor, ...]
-    continuous_actions: tf.Tensor
-    discrete_actions: tf.Tensor
-    action_mask: tf.Tensor
-    old_log_probs: tf.Tensor
-    advantages: tf.Tensor
-    returns: tf.Tensor
-    old_values: tf.Tensor
 
 
 class PPOLosses(NamedTuple):
@@ -264,30 +225,13 @@ class PPOLearner:
         self.optimizer.build(self._variables)  # slot variables now, so a checkpoint restores them at once
         self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")
         self.update_buffer = AgentBuffer()
-        self.bc: BCComponent | None = None
-        if (cloning := settings.behavioral_cloning) is not None:
-            hp = self.hyperparameters
-            self.bc = BCComponent(
-                cloning,
-                brain_parameters,
-                self.policy,
-                self._normalized,
-                hp.learning_rate,
-                hp.batch_size,
-                hp.num_epoch,
-                False,
-                seed,
-            )
+        self.bc = auxiliary.behavioral_cloning(settings, brain_parameters, self.policy, self._normalized, seed)
 
         # Fixed signatures with dynamic leading axes: each function traces once for the learner's life.
         # ``_train_epoch`` runs every epoch of an update (the name predates that; tests read its tracing count).
         obs_specs = tuple(tf.TensorSpec([None, size], tf.float32) for size in sizes)
         self._value_estimates = tf.function(self._values, input_signature=[obs_specs], autograph=False)
-        rows, scalar = tf.TensorSpec([None], tf.float32), tf.TensorSpec([], tf.float32)
-        continuous, mask = tf.TensorSpec([None, action_spec.continuous_size]), tf.TensorSpec([None, action_spec.mask_width])
-        discrete, heads = tf.TensorSpec([None, len(self.branches)], tf.int32), tf.TensorSpec([None, len(self.signals)])
-        batch_spec = MiniBatch(obs_specs, continuous, discrete, mask, rows, rows, heads, heads)
-        stacked = tf.nest.map_structure(lambda spec: tf.TensorSpec([None, *spec.shape], spec.dtype), batch_spec)
+        stacked, scalar = MiniBatch.stacked_signature(obs_specs, action_spec, len(self.signals)), tf.TensorSpec([], tf.float32)
         self._train_epoch = tf.function(self._epochs, input_signature=[stacked, scalar, scalar], autograph=False)
         if warm_up:  # no rows: nothing trains, but the graphs are built and optimised
             empty = tf.nest.map_structure(lambda spec: tf.zeros([0, 0, *spec.shape[2:]], spec.dtype), stacked)
@@ -322,13 +266,11 @@ class PPOLearner:
         (``[S, B, ...]`` per field, epochs back to back), looped over inside the graph; returns the summed
         (policy, value, entropy) losses."""
 
-        def body(i: tf.Tensor, sums: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-            losses = self._gradient_step(tf.nest.map_structure(lambda x: x[i], batches), epsilon, beta)
-            return i + 1, sums + tf.stack([losses.policy, losses.value, losses.entropy])
+        def step(batch: MiniBatch) -> tf.Tensor:
+            losses = self._gradient_step(batch, epsilon, beta)
+            return tf.stack([losses.policy, losses.value, losses.entropy])
 
-        steps = tf.shape(batches.advantages)[0]
-        _, sums = tf.while_loop(lambda i, _: i < steps, body, (tf.constant(0), tf.zeros([3])))
-        return sums
+        return ppo_buffer.summed_over_minibatches(step, batches, 3)
 
     def set_step(self, step: int) -> None:
         """Overrules the trainer step the schedules read (agent experiences consumed)."""
@@ -374,11 +316,10 @@ class PPOLearner:
         if not trajectories:
             return 0
         n_obs = len(self.normalizers)
-        obs = [np.concatenate([t.obs[i] for t in trajectories]).astype(np.float32, copy=False) for i in range(n_obs)]
+        obs, next_obs = ppo_buffer.observations(trajectories, n_obs)
         if self.normalize:  # as ML-Agents: fold the new observations in before estimating values with them
             for normalizer, o in zip(self.normalizers, obs, strict=True):
                 normalizer.update(o)
-        next_obs = [np.stack([t.next_obs[i] for t in trajectories]).astype(np.float32, copy=False) for i in range(n_obs)]
         n = len(obs[0])  # one value-network call below for every obs and every next_obs
         all_values = self._value_estimates(tuple(np.concatenate(pair) for pair in zip(obs, next_obs, strict=True))).numpy()
         values, next_values = all_values[:n], all_values[n:]
@@ -386,30 +327,15 @@ class PPOLearner:
         batch = SignalBatch.from_trajectories(trajectories, n_obs, transitions=self._transitions)
         rewards = np.stack([signal.rewards(batch) for signal in self.signals], axis=1)
         advantages = self._advantages(trajectories, rewards, values, next_values)
-        rows = {tr.obs_key(i): o for i, o in enumerate(obs)}
-        for key in (tr.CONTINUOUS_ACTIONS, tr.DISCRETE_ACTIONS, tr.CONTINUOUS_LOG_PROBS, tr.DISCRETE_LOG_PROBS):
-            rows[key] = np.concatenate([getattr(t, key) for t in trajectories])
-        if self.branches:  # the processor always sends a mask with branches (all True when the env gave none)
-            rows[tr.ACTION_MASK] = np.concatenate([t.action_mask for t in trajectories]).astype(np.float32)
-        rows.update({ADVANTAGES: advantages.sum(axis=1), RETURNS: advantages + values, VALUE_ESTIMATES: values})
-        rows[SIGNAL_REWARDS] = rewards
-        if self._transitions:  # what the signals' own updates read (SignalBatch.from_rows)
-            rows.update({tr.next_obs_key(i): o for i, o in enumerate(batch.next_obs)})
-            rows.update({tr.DONE: batch.done, tr.REWARDS: batch.rewards})
-        self.update_buffer.extend_rows(rows)
+        computed = {ADVANTAGES: advantages.sum(axis=1), RETURNS: advantages + values, VALUE_ESTIMATES: values}
+        computed[SIGNAL_REWARDS] = rewards
+        transitions = batch if self._transitions else None
+        self.update_buffer.extend_rows(ppo_buffer.trajectory_rows(trajectories, obs, self.branches, computed, transitions))
         self.step.assign_add(n)
         return n
 
     def ready_to_update(self) -> bool:
         return self.update_buffer.num_experiences >= self.hyperparameters.buffer_size
-
-    def _rows(self, rows: AgentBuffer) -> MiniBatch:
-        obs = tuple(rows[tr.obs_key(i)].data for i in range(len(self.normalizers)))
-        actions = rows[tr.CONTINUOUS_ACTIONS].data, rows[tr.DISCRETE_ACTIONS].data
-        mask = rows[tr.ACTION_MASK].data if self.branches else np.zeros((rows.num_experiences, 0), np.float32)
-        old_log_probs = rows[tr.CONTINUOUS_LOG_PROBS].data.sum(axis=1) + rows[tr.DISCRETE_LOG_PROBS].data.sum(axis=1)
-        targets = rows[ADVANTAGES].data, rows[RETURNS].data, rows[VALUE_ESTIMATES].data
-        return MiniBatch(obs, *actions, mask, old_log_probs.astype(np.float32), *targets)
 
     def update(self) -> dict[str, float]:
         """``num_epoch`` shuffled passes over the update buffer, then clears it (module docstring).
@@ -426,20 +352,13 @@ class PPOLearner:
         batch_size = min(self.hyperparameters.batch_size, n)
         learning_rate, epsilon, beta = self.schedules()
         self.optimizer.learning_rate.assign(learning_rate)
-        signal_stats = self._signal_summaries()
-        epochs, per_epoch = self.hyperparameters.num_epoch, n // batch_size
-        steps = epochs * per_epoch
-        # One shuffle per epoch, composed as AgentBuffer.shuffle would compose them in place; each epoch keeps
-        # its first per_epoch * batch_size rows (a last partial minibatch is dropped).
-        order, index = np.arange(n), []
-        for _ in range(epochs):
-            order = order[self._rng.permutation(n)]
-            index.append(order[: per_epoch * batch_size])
-        take = np.concatenate(index)
-        rows = self._rows(self.update_buffer)
-        batches = tf.nest.map_structure(lambda x: x[take].reshape(steps, batch_size, *x.shape[1:]), rows)
+        signal_stats = ppo_buffer.signal_summaries(self.update_buffer, self.signals)
+        n_obs, epochs = len(self.normalizers), self.hyperparameters.num_epoch
+        batches, take = ppo_buffer.epoch_minibatches(self.update_buffer, n_obs, self.branches, epochs, batch_size, self._rng)
         sums = self._train_epoch(batches, epsilon, beta).numpy()
-        signal_stats.update(self._update_signals(take.reshape(steps, batch_size)))
+        steps = len(take)
+        if self._transitions:  # the signals with networks of their own take a step on each minibatch
+            signal_stats.update(ppo_buffer.train_signals(self.update_buffer, take, self.signals, n_obs))
         self.update_buffer.reset_agent()
         policy, value, entropy = sums / steps
         traces = self._train_epoch.experimental_get_tracing_count()  # 1, unless something forces a retrace
@@ -456,21 +375,6 @@ class PPOLearner:
             **signal_stats,
         }
 
-    def _signal_summaries(self) -> dict[str, float]:
-        """Each signal's mean value estimate and mean reward per step over the update buffer."""
-        values, rewards = self.update_buffer[VALUE_ESTIMATES].data, self.update_buffer[SIGNAL_REWARDS].data
-        out = {signal.value_tag: float(np.mean(values[:, k])) for k, signal in enumerate(self.signals)}
-        out.update({signal.reward_tag: float(np.mean(rewards[:, k])) for k, signal in enumerate(self.signals)})
-        return out
-
-    def _update_signals(self, minibatches: np.ndarray) -> dict[str, float]:
-        """One step of every signal with networks on each of the update's minibatches (row indices [S, B]), as
-        ML-Agents updates its reward signals on the policy's minibatches; returns their mean summaries."""
-        if not self._transitions:
-            return {}
-        rows = SignalBatch.from_rows({key: field.data for key, field in self.update_buffer.items()}, len(self.normalizers))
-        return update_signals(self.signals, (rows.take(index) for index in minibatches))
-
     def export_policy(self, version: int, trainer_step: int) -> pb.PolicyUpdate:
         """The policy network as TFLite, with the normaliser state when ``normalize`` is on."""
         normalizers = [normalizer_state(*n.state()) for n in self.normalizers] if self.normalize else []
@@ -484,11 +388,7 @@ class PPOLearner:
         objects: dict[str, object] = {"policy": self.policy, "value": self.value, "optimizer": self.optimizer}
         objects["trainer_step"] = self.step  # not "step": trainer.checkpoint reserves that name
         objects.update({f"normalizer_{i}": normalizer for i, normalizer in enumerate(self.normalizers)})
-        for signal in self.signals:  # the reward signals' networks and optimisers, e.g. gail_discriminator
-            objects.update({f"{signal.name}_{key}": value for key, value in signal.checkpoint_objects().items()})
-        if self.bc is not None:
-            objects["bc_optimizer"] = self.bc.optimizer
-        return objects
+        return {**objects, **auxiliary.checkpoint_objects(self.signals, self.bc)}
 
     def save_extra(self, directory: Path) -> None:
         """Nothing: the update buffer is cleared after every update, and the rest is in the TF checkpoint."""

@@ -16,7 +16,7 @@ continuous-only is one branch (nB' = 1) of one option of probability 1, so each 
     alpha       minimise E[alpha (H(s) - H_target)], through log alpha                            (eq. 18)
 
 The replay buffer (an AgentBuffer) holds one row per experience under the keys ``obs_i``, ``next_obs_i``
-(observation i) and the other field names of ``SACBatch``.
+(observation i) and the other field names of ``SACBatch`` (``trainer.sac_replay``: the rows, minibatches and file).
 
 Reward signals (``trainer.reward_signals``): the critics learn one combined reward, ``r = strength_ext * r_ext +
 sum_k r_k``, each ``r_k`` (gail, curiosity; already times its strength) computed when a minibatch is sampled,
@@ -32,14 +32,12 @@ actor's steps would outnumber the cloning steps by the due steps of the call, a 
 
 from __future__ import annotations
 
-import logging
 import math
-import os
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple, TypeAlias
+from typing import Any, TypeAlias
 
 import numpy as np
 import tensorflow as tf
@@ -49,12 +47,12 @@ from common import trajectory as tr
 from common.buffer import AgentBuffer
 from common.specs import BrainParameters
 from protos import pb
-from trainer.bc_component import BCComponent
+from trainer import auxiliary
 from trainer.export import TFLiteExporter, make_policy_update, normalizer_state
 from trainer.networks import Normalizer, PolicyNetwork, ValueNetwork, gaussian_log_prob, masked_log_softmax
-from trainer.reward_signals import ExtrinsicSignal, RewardSignal, SignalBatch, make_reward_signals, update_signals
+from trainer.reward_signals import ExtrinsicSignal, RewardSignal, make_reward_signals, update_signals
+from trainer.sac_replay import NEXT_ACTION_MASK, SACBatch, load_replay_buffer, save_replay_buffer
 
-logger = logging.getLogger(__name__)
 Tensor: TypeAlias = tf.Tensor
 
 TANH_LOG_EPSILON = 1e-6  # inside the log of the tanh correction: processor.inference's value
@@ -64,8 +62,6 @@ DISCRETE_TARGET_ENTROPY_SCALE = 0.2
 BUFFER_TRUNCATE_FRACTION = 0.8  # an over-full replay buffer keeps its newest 80% (ML-Agents)
 MIN_LEARNING_RATE = 1e-10  # floor of the linear schedule (ML-Agents' DecayedValue)
 SAMPLE_CHUNK_STEPS = 64  # gradient steps whose minibatches are sampled at once (bounds memory)
-NEXT_ACTION_MASK = "next_action_mask"
-REPLAY_BUFFER_FILE = "replay_buffer.hdf5"
 
 
 @dataclass(frozen=True)
@@ -93,19 +89,6 @@ class SACSettings:
             raise config.ConfigKeyError("hyperparameters.buffer_size", detail)
         strength = extrinsic.strength if extrinsic is not None else 0.0
         return cls(hyper, settings.network_settings, first.gamma, strength, settings.max_steps)
-
-
-class SACBatch(NamedTuple):
-    """One minibatch of ``B`` replay rows (module docstring); rewards are already times the extrinsic strength."""
-
-    obs: tuple[Any, ...]  # float32 [B, size_i] per observation
-    next_obs: tuple[Any, ...]  # float32 [B, size_i] per observation: the obs after the action
-    continuous_actions: Any  # float32 [B, C], squashed
-    discrete_actions: Any  # int32 [B, nB]
-    action_mask: Any  # float32 [B, M], 1 = allowed
-    next_action_mask: Any  # float32 [B, M], the mask at next_obs (all ones where unknown)
-    rewards: Any  # float32 [B]
-    done: Any  # float32 [B], 1 on a true terminal only
 
 
 # -- the maths: pure functions, tensors in and out ---------------------------------------------
@@ -167,10 +150,6 @@ def polyak_average(online: Tensor, target: Tensor, tau: Tensor) -> Tensor:
     return tau * online + (1.0 - tau) * target
 
 
-def _rows(width: int, dtype: tf.DType = tf.float32) -> tf.TensorSpec:
-    return tf.TensorSpec([None, width], dtype)
-
-
 class SACLearner:
     """One behavior's SAC state: policy, twin critics and targets, entropy coefficients, replay buffer.
 
@@ -205,10 +184,7 @@ class SACLearner:
         # Extrinsic rewards are stored (times strength) with the replay rows; the others are computed at sampling.
         signals = make_reward_signals(brain_parameters, settings.reward_signals, seed)
         self.signals: list[RewardSignal] = [s for s in signals if not isinstance(s, ExtrinsicSignal)]
-        self.bc: BCComponent | None = None
-        if (cloning := settings.behavioral_cloning) is not None:
-            lr, rows = hyper.learning_rate, hyper.batch_size
-            self.bc = BCComponent(cloning, brain_parameters, self.policy, self._features, lr, rows, 1, squash=True, seed=seed)
+        self.bc = auxiliary.behavioral_cloning(settings, brain_parameters, self.policy, self._features, seed, squash=True)
         random.setstate(random_state)
         self.normalizers = [Normalizer(size, name=f"normalizer_{i}") for i, size in enumerate(self._obs_sizes)]
         self._q_vars = [*self.q1.trainable_variables, *self.q2.trainable_variables]
@@ -231,8 +207,7 @@ class SACLearner:
         self._exporter = TFLiteExporter(self.policy, [o.shape for o in brain_parameters.observation_specs])
         g = np.repeat(np.eye(len(self._branches)), self._branches, axis=0) if self._m else np.ones((1, 1))  # G
         self._g = tf.constant(g, tf.float32)
-        obs, mask, vec = tuple(_rows(size) for size in self._obs_sizes), _rows(self._m), tf.TensorSpec([None], tf.float32)
-        batch = SACBatch(obs, obs, _rows(self._c), _rows(len(self._branches), tf.int32), mask, mask, vec, vec)
+        batch = SACBatch.signature(self._obs_sizes, spec)
         step = self._gradient_step_graph
         self._gradient_step = tf.function(step, input_signature=[batch], autograph=False, jit_compile=jit_compile)
 
@@ -278,7 +253,7 @@ class SACLearner:
 
     def update(self) -> dict[str, float]:
         """Runs the due gradient steps and returns their mean metrics ({} when none is due)."""
-        hyper, due = self.settings.hyperparameters, self._due_gradient_steps()
+        hyper, due, n_obs = self.settings.hyperparameters, self._due_gradient_steps(), len(self._obs_sizes)
         if due == 0:
             return {}
         self.update_credit.assign(max(0.0, float(self.update_credit.numpy()) - due * hyper.steps_per_update))
@@ -293,27 +268,15 @@ class SACLearner:
             steps = min(SAMPLE_CHUNK_STEPS, due - first)
             sampled = self.replay.sample_mini_batch(steps * b, rng=self._np_rng)  # with replacement, as ML-Agents
             columns = {key: field.data for key, field in sampled.items()}
-            stats.append(self._add_signal_rewards(columns))
+            stats.append(auxiliary.add_signal_rewards(self.signals, columns, n_obs))  # module docstring
             for i in range(steps):
-                stats.append(self._gradient_step(self._minibatch(columns, slice(i * b, (i + 1) * b))))
+                stats.append(self._gradient_step(SACBatch.from_columns(columns, slice(i * b, (i + 1) * b), n_obs)))
                 if self.bc is not None:  # after every gradient step, not every call (module docstring)
                     stats.append(self.bc.update(int(self.steps.numpy())))
         stats.append(self._update_signals(due))
         keys = {key for s in stats for key in s}
         means = {key: float(np.mean([np.asarray(s[key]) for s in stats if key in s])) for key in keys}
         return {**means, "Policy/Learning Rate": learning_rate}
-
-    def _add_signal_rewards(self, columns: dict[str, np.ndarray]) -> dict[str, float]:
-        """Adds each non-extrinsic signal's reward (times strength) to the sampled rows' ``rewards``, by the
-        signals' current networks (module docstring); returns each signal's mean reward."""
-        if not self.signals:
-            return {}
-        batch, means = SignalBatch.from_rows(columns, len(self._obs_sizes)), {}
-        for signal in self.signals:
-            rewards = signal.rewards(batch)
-            columns[tr.REWARDS] = columns[tr.REWARDS] + rewards
-            means[signal.reward_tag] = float(np.mean(rewards))
-        return means
 
     def _update_signals(self, due: int) -> dict[str, float]:
         """The signals' own steps after ``due`` gradient steps, each on a fresh replay minibatch (module docstring)."""
@@ -322,13 +285,7 @@ class SACLearner:
         hyper, n_obs = self.settings.hyperparameters, len(self._obs_sizes)
         steps = max(1, round(due * hyper.steps_per_update / hyper.effective_reward_signal_steps_per_update))
         sampled = (self.replay.sample_mini_batch(hyper.batch_size, rng=self._np_rng) for _ in range(steps))
-        return update_signals(self.signals, (SignalBatch.from_rows({k: f.data for k, f in s.items()}, n_obs) for s in sampled))
-
-    def _minibatch(self, columns: Mapping[str, np.ndarray], rows: slice) -> SACBatch:
-        n_obs = range(len(self._obs_sizes))
-        obs, next_obs = (tuple(columns[key(i)][rows] for i in n_obs) for key in (tr.obs_key, tr.next_obs_key))
-        keys = (tr.CONTINUOUS_ACTIONS, tr.DISCRETE_ACTIONS, tr.ACTION_MASK, NEXT_ACTION_MASK, tr.REWARDS, tr.DONE)
-        return SACBatch(obs, next_obs, *(columns[key][rows] for key in keys))
+        return update_signals(self.signals, (auxiliary.signal_batch(s, n_obs) for s in sampled))
 
     def _features(self, obs: Sequence[Tensor]) -> list[Tensor]:
         normalize = self.settings.network.normalize
@@ -419,20 +376,12 @@ class SACLearner:
         optimizers["entropy_optimizer"] = self.entropy_optimizer
         counters = {"log_alpha": self.log_alpha, "steps": self.steps, "update_credit": self.update_credit, "rng": self._tf_rng}
         objects = {**nets, **optimizers, **counters, **{f"normalizer_{i}": n for i, n in enumerate(self.normalizers)}}
-        for signal in self.signals:  # the reward signals' networks and optimisers, e.g. gail_discriminator
-            objects.update({f"{signal.name}_{key}": value for key, value in signal.checkpoint_objects().items()})
-        if self.bc is not None:
-            objects["bc_optimizer"] = self.bc.optimizer
-        return objects
+        return {**objects, **auxiliary.checkpoint_objects(self.signals, self.bc)}
 
     def save_extra(self, directory: Path) -> None:
-        """With save_replay_buffer, writes the replay buffer to ``directory / replay_buffer.hdf5``."""
-        if not self.settings.hyperparameters.save_replay_buffer:
-            return
-        directory.mkdir(parents=True, exist_ok=True)
-        path, partial = directory / REPLAY_BUFFER_FILE, directory / f"{REPLAY_BUFFER_FILE}.partial"
-        self.replay.save_to_file(str(partial))
-        os.replace(partial, path)  # a crash mid-save leaves the previous file whole
+        """With save_replay_buffer, writes the replay buffer to ``directory / replay_buffer.hdf5`` (``trainer.sac_replay``)."""
+        if self.settings.hyperparameters.save_replay_buffer:
+            save_replay_buffer(self.replay, directory)
 
     def load_extra(self, directory: Path) -> None:
         """With save_replay_buffer, reloads the replay buffer; a missing file is logged, not an error.
@@ -440,9 +389,5 @@ class SACLearner:
         Raises:
             BufferException: the file exists but is not an AgentBuffer file.
         """
-        if not self.settings.hyperparameters.save_replay_buffer:
-            return
-        if not (path := directory / REPLAY_BUFFER_FILE).exists():
-            logger.info("no replay buffer at %s; SAC starts with an empty one", path)
-            return
-        self.replay.load_from_file(str(path))
+        if self.settings.hyperparameters.save_replay_buffer:
+            load_replay_buffer(self.replay, directory)
