@@ -2,8 +2,8 @@
 
 Part 1, real files (``STEPSTREAM_DEMO_DIR``, default ``../shared/data/mlagents-demos``): offline BC
 (``trainer.offline``, the code ``stepstream train`` runs for a bc behavior without an env) on
-ExpertPyramid, ExpertHallway, test.demo (3DBall, continuous) and ExpertBasic, each scored on its
-held-out 10% (``bc_metrics.json``). Targets: discrete held-out accuracy >= 2x chance, where chance
+ExpertPyramid, ExpertHallway, test.demo (3DBall, continuous), ExpertBasic and Expert3DBall, each
+scored on its held-out 10% (``bc_metrics.json``). Targets: discrete held-out accuracy >= 2x chance, where chance
 is a uniform random choice among the allowed options (1/5 for Pyramid's and Hallway's one branch
 of 5: 0.2); test.demo held-out R^2 >= 0.5. The majority-class accuracy is reported beside it.
 
@@ -47,6 +47,7 @@ REAL_DEMOS = {
     "ExpertHallway.demo": ("accuracy", True),
     "test.demo": ("r2", True),
     "ExpertBasic.demo": ("accuracy", False),  # 73 records, 7 held out: reported only
+    "Expert3DBall.demo": ("r2", False),  # reported beside test.demo: the other 3DBall recording
 }
 REAL_EPOCHS = 40
 """Passes over each real demo's training rows (max_steps = epochs x rows)."""

@@ -27,7 +27,9 @@ import json
 import logging
 import multiprocessing as mp
 import os
+import resource
 import time
+from typing import NamedTuple
 
 import numpy as np
 
@@ -41,10 +43,19 @@ def _brain_parameters():  # type: ignore[no-untyped-def]
     return BrainParameters(BEHAVIOR, (ObservationSpec((OBS_SIZE,), np.dtype(np.float32)),), ActionSpec(ACTION_SIZE))
 
 
+def _cpu_seconds() -> float:
+    """User + system CPU seconds of this process, every thread (gRPC's own included)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
 async def _client(
-    address: str, index: int, agents: int, steps: int, warmup: int, start_at: float
+    address: str, index: int, agents: int, steps: int, warmup: int, start_at: float, cpu_marks: list[float]
 ) -> tuple[list[float], float, float]:
-    """One env client; returns its timed round trips (s) and when its timed window began and ended."""
+    """One env client; returns its timed round trips (s) and when its timed window began and ended.
+
+    The first client to start its timed window appends the process's CPU seconds to ``cpu_marks``.
+    """
     from envclient import EnvSession
     from envclient.session import brain_info_message
 
@@ -65,6 +76,8 @@ async def _client(
             started = time.perf_counter()
             if t == warmup:
                 window_start = started
+                if not cpu_marks:
+                    cpu_marks.append(_cpu_seconds())
             await session.send(message)
             if t >= warmup:
                 timings.append(time.perf_counter() - started)
@@ -75,10 +88,13 @@ async def _client(
 def _client_process(address: str, clients: int, agents: int, steps: int, warmup: int, start_at: float, out: mp.Queue) -> None:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
-    async def run_all() -> list[tuple[list[float], float, float]]:
-        return await asyncio.gather(*[_client(address, i, agents, steps, warmup, start_at) for i in range(clients)])
+    cpu_marks: list[float] = []
 
-    out.put(asyncio.run(run_all()))
+    async def run_all() -> list[tuple[list[float], float, float]]:
+        return await asyncio.gather(*[_client(address, i, agents, steps, warmup, start_at, cpu_marks) for i in range(clients)])
+
+    per_client = asyncio.run(run_all())
+    out.put((per_client, _cpu_seconds() - cpu_marks[0]))
 
 
 def _policy_update():  # type: ignore[no-untyped-def]
@@ -125,14 +141,25 @@ async def _echo_server(agents: int):  # type: ignore[no-untyped-def]
 async def _measure_echo(args: argparse.Namespace) -> dict[str, float]:
     server, port = await _echo_server(args.agents)
     try:
-        per_client = await _run_clients(args, port)
+        run = await _run_clients(args, port)
     finally:
         await server.stop(None)
-    return {**_figures(args, per_client), "experiences_published": 0, "mean_rows_per_forward_pass": 0.0}
+    return {**_figures(args, run), "experiences_published": 0, "mean_rows_per_forward_pass": 0.0}
 
 
-async def _run_clients(args: argparse.Namespace, port: int) -> list[tuple[list[float], float, float]]:
-    """The client process's per-client timings (``_client``), once it has finished."""
+class ClientRun(NamedTuple):
+    """What one run of the client process measured."""
+
+    per_client: list[tuple[list[float], float, float]]
+    """Per client: timed round trips (s), start and end of its timed window (perf_counter)."""
+    client_cpu_s: float
+    """CPU seconds of the whole client process over the timed window."""
+    server_cpu_s: float
+    """CPU seconds of this (server) process over the same window, sampled every 20 ms."""
+
+
+async def _run_clients(args: argparse.Namespace, port: int) -> ClientRun:
+    """Runs the client process to its end, sampling this process's CPU time meanwhile."""
     ctx = mp.get_context("spawn")
     out: mp.Queue = ctx.Queue()
     start_at = time.time() + 4.0  # let the child import and connect before the clock starts
@@ -140,19 +167,38 @@ async def _run_clients(args: argparse.Namespace, port: int) -> list[tuple[list[f
         target=_client_process, args=(f"127.0.0.1:{port}", args.clients, args.agents, args.steps, args.warmup, start_at, out)
     )
     child.start()
-    per_client: list[tuple[list[float], float, float]] = await asyncio.to_thread(out.get)
+    samples: list[tuple[float, float]] = []
+
+    async def sample() -> None:
+        while True:
+            samples.append((time.perf_counter(), _cpu_seconds()))
+            await asyncio.sleep(0.02)
+
+    sampler = asyncio.get_running_loop().create_task(sample())
+    per_client, client_cpu_s = await asyncio.to_thread(out.get)
+    sampler.cancel()
     await asyncio.to_thread(child.join)
-    return per_client
+    # perf_counter is CLOCK_MONOTONIC on Linux: the child's window and these samples share a clock.
+    start = min(s for _, s, _ in per_client)
+    end = max(e for _, _, e in per_client)
+    inside = [(t, cpu) for t, cpu in samples if start <= t <= end]
+    server_cpu_s = (
+        (inside[-1][1] - inside[0][1]) * (end - start) / max(inside[-1][0] - inside[0][0], 1e-9) if len(inside) > 1 else 0.0
+    )
+    return ClientRun(per_client, client_cpu_s, server_cpu_s)
 
 
-def _figures(args: argparse.Namespace, per_client: list[tuple[list[float], float, float]]) -> dict[str, float]:
-    all_timings = np.concatenate([np.asarray(t) for t, _, _ in per_client])
+def _figures(args: argparse.Namespace, run: ClientRun) -> dict[str, float]:
+    all_timings = np.concatenate([np.asarray(t) for t, _, _ in run.per_client])
     # The timed window runs from the first client's first timed step to the last client's end.
-    wall = max(end for _, _, end in per_client) - min(start for _, start, _ in per_client)
+    wall = max(end for _, _, end in run.per_client) - min(start for _, start, _ in run.per_client)
+    round_trips = args.clients * args.steps
     return {
-        "agent_steps_per_s": args.clients * args.agents * args.steps / wall,
+        "agent_steps_per_s": args.agents * round_trips / wall,
         "p50_ms": float(np.percentile(all_timings, 50) * 1e3),
         "p99_ms": float(np.percentile(all_timings, 99) * 1e3),
+        "server_cpu_us_per_round_trip": run.server_cpu_s / round_trips * 1e6,
+        "client_cpu_us_per_round_trip": run.client_cpu_s / round_trips * 1e6,
     }
 
 
@@ -180,12 +226,12 @@ async def _serve_and_measure(args: argparse.Namespace) -> dict[str, float]:
             subscription.ack([d.tag for d in deliveries])
 
     counter = asyncio.get_running_loop().create_task(count())
-    per_client = await _run_clients(args, port)
+    run = await _run_clients(args, port)
     batcher = server.behaviors[BEHAVIOR].batcher.counters
     counter.cancel()
     await server.stop(1.0)
     return {
-        **_figures(args, per_client),
+        **_figures(args, run),
         "experiences_published": experiences,
         "mean_rows_per_forward_pass": batcher.rows / max(batcher.forward_passes, 1),
     }
@@ -227,6 +273,8 @@ def main() -> None:
                 "p99_ms": round(figures["p99_ms"], 3),
                 "mean_rows_per_forward_pass": round(figures["mean_rows_per_forward_pass"], 1),
                 "experiences_published": int(figures["experiences_published"]),
+                "server_cpu_us_per_round_trip": round(figures["server_cpu_us_per_round_trip"], 1),
+                "client_cpu_us_per_round_trip": round(figures["client_cpu_us_per_round_trip"], 1),
             }
         )
     )

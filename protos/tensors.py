@@ -95,11 +95,12 @@ def from_tensor(msg: pb.Tensor, field: str = "tensor") -> np.ndarray:
     if any(d < 0 for d in shape):
         raise ProtocolError(f"{field}: negative dimension in shape {list(shape)}")
     expected = math.prod(shape) * dtype.itemsize
-    if len(msg.data) != expected:
+    data = msg.data  # each read of a bytes field builds a new bytes object: read it once
+    if len(data) != expected:
         raise ProtocolError(
-            f"{field}: {len(msg.data)} bytes do not match shape {list(shape)} of {dtype.name} ({expected} bytes expected)"
+            f"{field}: {len(data)} bytes do not match shape {list(shape)} of {dtype.name} ({expected} bytes expected)"
         )
     try:
-        return np.frombuffer(msg.data, dtype=dtype).reshape(shape)
+        return np.frombuffer(data, dtype=dtype).reshape(shape)
     except ValueError as err:  # more than numpy's 64 dimensions, or an empty shape too big for numpy ([0, 2**62, 2**62])
         raise ProtocolError(f"{field}: shape {list(shape)} is not a valid array shape: {err}") from None
