@@ -23,21 +23,28 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
+import itertools
 import json
 import logging
 import multiprocessing as mp
 import os
 import resource
 import time
-from typing import NamedTuple
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from processor.server import ProcessorServer
+    from protos import pb
 
 log = logging.getLogger("benchmarks.grpc_g1")
 OBS_SIZE, ACTION_SIZE, TIME_HORIZON, BEHAVIOR = 32, 4, 64, "G1"
 
 
-def _brain_parameters():  # type: ignore[no-untyped-def]
+def brain_parameters():  # type: ignore[no-untyped-def]
     from common.specs import ActionSpec, BrainParameters, ObservationSpec
 
     return BrainParameters(BEHAVIOR, (ObservationSpec((OBS_SIZE,), np.dtype(np.float32)),), ActionSpec(ACTION_SIZE))
@@ -49,6 +56,22 @@ def _cpu_seconds() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+def brain_infos(index: int, agents: int) -> Iterator[pb.BrainInfo]:
+    """Env client ``index``'s BrainInfos, one per step, for ever (module docstring: W1's shapes, episodes of
+    uniform [50, 300] steps, the same id back as a new episode after done); seeded by ``index``."""
+    from envclient.session import brain_info_message
+
+    rng = np.random.default_rng(index)
+    ids = np.arange(agents, dtype=np.int64)
+    obs = rng.standard_normal((64, agents, OBS_SIZE), dtype=np.float32)
+    rewards = rng.standard_normal((64, agents)).astype(np.float32)
+    left = rng.integers(50, 301, size=agents)
+    for t in itertools.count():
+        done = left <= 0
+        yield brain_info_message(BEHAVIOR, ids, [obs[t % 64]], rewards[t % 64], done)
+        left = np.where(done, rng.integers(50, 301, size=agents), left - 1)
+
+
 async def _client(
     address: str, index: int, agents: int, steps: int, warmup: int, start_at: float, cpu_marks: list[float]
 ) -> tuple[list[float], float, float]:
@@ -57,22 +80,15 @@ async def _client(
     The first client to start its timed window appends the process's CPU seconds to ``cpu_marks``.
     """
     from envclient import EnvSession
-    from envclient.session import brain_info_message
 
-    rng = np.random.default_rng(index)
-    ids = np.arange(agents, dtype=np.int64)
-    obs = rng.standard_normal((64, agents, OBS_SIZE), dtype=np.float32)
-    rewards = rng.standard_normal((64, agents)).astype(np.float32)
-    left = rng.integers(50, 301, size=agents)
+    stream = brain_infos(index, agents)
     timings: list[float] = []
     window_start = 0.0
-    async with EnvSession(address, f"g1-{index}", [_brain_parameters()]) as session:
+    async with EnvSession(address, f"g1-{index}", [brain_parameters()]) as session:
         while time.time() < start_at:
             await asyncio.sleep(0.005)
         for t in range(warmup + steps):
-            done = left <= 0
-            message = brain_info_message(BEHAVIOR, ids, [obs[t % 64]], rewards[t % 64], done)
-            left = np.where(done, rng.integers(50, 301, size=agents), left - 1)
+            message = next(stream)
             started = time.perf_counter()
             if t == warmup:
                 window_start = started
@@ -97,7 +113,7 @@ def _client_process(address: str, clients: int, agents: int, steps: int, warmup:
     out.put((per_client, _cpu_seconds() - cpu_marks[0]))
 
 
-def _policy_update():  # type: ignore[no-untyped-def]
+def policy_update():  # type: ignore[no-untyped-def]
     import tensorflow as tf
 
     from common.specs import ActionSpec
@@ -202,37 +218,50 @@ def _figures(args: argparse.Namespace, run: ClientRun) -> dict[str, float]:
     }
 
 
-async def _serve_and_measure(args: argparse.Namespace) -> dict[str, float]:
+def processor_server(deadline_ms: float | None = None) -> ProcessorServer:
+    """G1's processor, not started, holding the 2x64 policy; ``deadline_ms`` overrides the batch deadline."""
     from processor.behaviors import BehaviorRuntime, ProcessorSettings
     from processor.server import ProcessorServer
 
     settings = ProcessorSettings(
-        behaviors={BEHAVIOR: BehaviorRuntime(time_horizon=TIME_HORIZON)},
-        strict=True,
-        declared_subscribers=("counter",),
-        **({} if args.deadline_ms is None else {"batch_deadline_ms": args.deadline_ms}),
+        behaviors={BEHAVIOR: BehaviorRuntime(time_horizon=TIME_HORIZON)}, strict=True, declared_subscribers=("counter",)
     )
+    if deadline_ms is not None:
+        settings = dataclasses.replace(settings, batch_deadline_ms=deadline_ms)
     server = ProcessorServer(settings)
-    port = await server.start()
-    server.topics.policies(BEHAVIOR).publish(_policy_update(), 1)
-    subscription = server.topics.trajectories(BEHAVIOR).subscribe("counter")
-    experiences = 0
+    server.topics.policies(BEHAVIOR).publish(policy_update(), 1)
+    return server
 
-    async def count() -> None:
-        nonlocal experiences
+
+class ExperienceCounter:
+    """G1's one subscriber, in-process: counts the experiences published and acknowledges them."""
+
+    def __init__(self, server: ProcessorServer) -> None:
+        self.experiences = 0
+        self._subscription = server.topics.trajectories(BEHAVIOR).subscribe("counter")
+        self._task = asyncio.get_running_loop().create_task(self._count())
+
+    async def _count(self) -> None:
         while True:
-            deliveries = await subscription.aget(timeout_s=0.5)
-            experiences += sum(d.item.length for d in deliveries)
-            subscription.ack([d.tag for d in deliveries])
+            deliveries = await self._subscription.aget(timeout_s=0.5)
+            self.experiences += sum(d.item.length for d in deliveries)
+            self._subscription.ack([d.tag for d in deliveries])
 
-    counter = asyncio.get_running_loop().create_task(count())
+    def stop(self) -> None:
+        self._task.cancel()
+
+
+async def _serve_and_measure(args: argparse.Namespace) -> dict[str, float]:
+    server = processor_server(args.deadline_ms)
+    port = await server.start()
+    counter = ExperienceCounter(server)
     run = await _run_clients(args, port)
     batcher = server.behaviors[BEHAVIOR].batcher.counters
-    counter.cancel()
+    counter.stop()
     await server.stop(1.0)
     return {
         **_figures(args, run),
-        "experiences_published": experiences,
+        "experiences_published": counter.experiences,
         "mean_rows_per_forward_pass": batcher.rows / max(batcher.forward_passes, 1),
     }
 

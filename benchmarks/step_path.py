@@ -1,0 +1,98 @@
+"""G1's server work without gRPC: the processor's real Step path driven in-process.
+
+K sessions (default 8) of A agents (default 32) open through ``AgentProcessorServicer._open`` and
+each sends G1's BrainInfos (same observations, rewards and episode lengths as ``grpc_g1.py``),
+as serialised ``StepRequest`` bytes built before the clock starts. Per request the clock covers
+what the servicer does between gRPC's read and write: parse the bytes, ``_step`` (decode and
+validation, the batched TFLite pass over all sessions' rows, assembly, publishing to an
+in-process subscriber that acknowledges) and serialise the ``StepResponse``. The K sessions run
+concurrently on one event loop, so passes are batched as in G1.
+
+Set beside ``grpc_g1.py``'s ``server_cpu_us_per_round_trip`` (and ``--server echo``'s), it splits
+the server's CPU per round trip into the processor's own path and what gRPC and the event loop
+add around it.
+
+usage: step_path.py [--clients 8] [--agents 32] [--steps 1500]; one JSON line last.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from grpc_g1 import BEHAVIOR, ExperienceCounter, brain_infos, brain_parameters, processor_server
+
+
+def requests(index: int, agents: int, steps: int) -> list[bytes]:
+    """Client ``index``'s first ``steps`` serialised StepRequests, the BrainInfos ``grpc_g1`` clients send."""
+    from protos import pb
+
+    infos = itertools.islice(brain_infos(index, agents), steps)
+    return [pb.StepRequest(brain_info=info).SerializeToString() for info in infos]
+
+
+async def measure(clients: int, agents: int, steps: int) -> dict[str, float]:
+    from protos import PROTOCOL_VERSION, pb
+
+    server = processor_server()  # never started: no port, no gRPC
+    servicer = server.servicer
+    sessions = []
+    for i in range(clients):
+        hello = pb.StepRequest(hello=pb.Hello(protocol_version=PROTOCOL_VERSION, client_id=f"step-path-{i}"))
+        hello.hello.brain_parameters.add().CopyFrom(brain_parameters().to_proto())
+        sessions.append(await servicer._open(hello))
+    messages = [requests(i, agents, steps) for i in range(clients)]
+    counter = ExperienceCounter(server)
+
+    async def client(i: int) -> None:
+        for data in messages[i]:
+            action_info = await servicer._step(sessions[i], pb.StepRequest.FromString(data))
+            pb.StepResponse(action_info=action_info).SerializeToString()
+
+    wall, cpu = time.perf_counter(), time.process_time()
+    await asyncio.gather(*[client(i) for i in range(clients)])
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    counter.stop()
+    batcher = server.behaviors[BEHAVIOR].batcher.counters
+    return {
+        "agent_steps_per_s": clients * agents * steps / wall,
+        "cpu_us_per_request": cpu / (clients * steps) * 1e6,
+        "mean_rows_per_forward_pass": batcher.rows / max(batcher.forward_passes, 1),
+        "experiences_published": counter.experiences,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--clients", type=int, default=8)
+    parser.add_argument("--agents", type=int, default=32)
+    parser.add_argument("--steps", type=int, default=1500, help="requests per client")
+    args = parser.parse_args()
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    figures = asyncio.run(measure(args.clients, args.agents, args.steps))
+    print(
+        json.dumps(
+            {
+                "workload": "G1-step-path",
+                "clients": args.clients,
+                "agents": args.agents,
+                "agent_steps_per_s": round(figures["agent_steps_per_s"]),
+                "cpu_us_per_request": round(figures["cpu_us_per_request"], 1),
+                "mean_rows_per_forward_pass": round(figures["mean_rows_per_forward_pass"], 1),
+                "experiences_published": int(figures["experiences_published"]),
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
