@@ -69,7 +69,9 @@ def brain_infos(index: int, agents: int) -> Iterator[pb.BrainInfo]:
     for t in itertools.count():
         done = left <= 0
         yield brain_info_message(BEHAVIOR, ids, [obs[t % 64]], rewards[t % 64], done)
-        left = np.where(done, rng.integers(50, 301, size=agents), left - 1)
+        left -= 1
+        if done.any():  # a new length only for the agents that start over: the client's env work stays small
+            left[done] = rng.integers(50, 301, size=int(done.sum()))
 
 
 async def _client(
@@ -234,7 +236,8 @@ def processor_server(deadline_ms: float | None = None) -> ProcessorServer:
 
 
 class ExperienceCounter:
-    """G1's one subscriber, in-process: counts the experiences published and acknowledges them."""
+    """G1's one subscriber, in-process: counts the experiences published and acknowledges them, until the
+    processor's topics close and it has taken everything (``finish``)."""
 
     def __init__(self, server: ProcessorServer) -> None:
         self.experiences = 0
@@ -242,13 +245,20 @@ class ExperienceCounter:
         self._task = asyncio.get_running_loop().create_task(self._count())
 
     async def _count(self) -> None:
-        while True:
-            deliveries = await self._subscription.aget(timeout_s=0.5)
-            self.experiences += sum(d.item.length for d in deliveries)
-            self._subscription.ack([d.tag for d in deliveries])
+        from common.errors import TopicClosedError
 
-    def stop(self) -> None:
-        self._task.cancel()
+        try:
+            while True:
+                deliveries = await self._subscription.aget(timeout_s=0.5)
+                self.experiences += sum(d.item.length for d in deliveries)
+                self._subscription.ack([d.tag for d in deliveries])
+        except TopicClosedError:  # closed and drained: every experience published is counted
+            return
+
+    async def finish(self) -> int:
+        """Once the topics are closed (``ProcessorServer.stop``): waits for the count to take the rest; returns it."""
+        await self._task
+        return self.experiences
 
 
 async def _serve_and_measure(args: argparse.Namespace) -> dict[str, float]:
@@ -257,8 +267,8 @@ async def _serve_and_measure(args: argparse.Namespace) -> dict[str, float]:
     counter = ExperienceCounter(server)
     run = await _run_clients(args, port)
     batcher = server.behaviors[BEHAVIOR].batcher.counters
-    counter.stop()
-    await server.stop(1.0)
+    await server.stop(5.0)  # the sessions' flushes reach the topic, then it closes
+    await counter.finish()
     return {
         **_figures(args, run),
         "experiences_published": counter.experiences,

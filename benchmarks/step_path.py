@@ -6,7 +6,8 @@ as serialised ``StepRequest`` bytes built before the clock starts. Per request t
 what the servicer does between gRPC's read and write: parse the bytes, ``_step`` (decode and
 validation, the batched TFLite pass over all sessions' rows, assembly, publishing to an
 in-process subscriber that acknowledges) and serialise the ``StepResponse``. The K sessions run
-concurrently on one event loop, so passes are batched as in G1.
+concurrently on one event loop, so passes are batched as in G1. After the clock the sessions close
+as at a disconnect, so ``experiences_published`` counts every experience their rows imply.
 
 Set beside ``grpc_g1.py``'s ``server_cpu_us_per_round_trip`` (and ``--server echo``'s), it splits
 the server's CPU per round trip into the processor's own path and what gRPC and the event loop
@@ -61,7 +62,10 @@ async def measure(clients: int, agents: int, steps: int) -> dict[str, float]:
     wall, cpu = time.perf_counter(), time.process_time()
     await asyncio.gather(*[client(i) for i in range(clients)])
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-    counter.stop()
+    for session in sessions:  # as at a disconnect: partial trajectories flushed, so every experience is counted
+        await servicer._close(session)
+    server.topics.close()
+    await counter.finish()
     batcher = server.behaviors[BEHAVIOR].batcher.counters
     return {
         "agent_steps_per_s": clients * agents * steps / wall,

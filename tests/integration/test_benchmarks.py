@@ -1,0 +1,72 @@
+"""Smoke runs of the G1 benchmark scripts on a few steps, so the scripts behind README's figures keep running.
+
+No figure is checked (speed belongs to the benchmarks themselves, run on a quiet machine): each script
+exits 0 and its last line is the JSON it documents, with conserved counts where they are exact.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+DEMO_DIR = Path(os.environ.get("STEPSTREAM_DEMO_DIR", REPO.parent / "shared" / "data" / "mlagents-demos"))
+
+
+def last_json_line(script: str, *args: str) -> dict[str, Any]:
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    done = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / script), *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+def implied_experiences(clients: int, agents: int, steps: int) -> int:
+    """Experiences the first ``steps`` BrainInfos of each G1 client imply, all published once the sessions end:
+    an agent's rows pair up, except across a done (the row after it starts a new episode) and after its last."""
+    from benchmarks.grpc_g1 import brain_infos
+    from protos import from_tensor
+
+    total = 0
+    for index in range(clients):
+        rows = list(itertools.islice(brain_infos(index, agents), steps))
+        dones = sum(int(from_tensor(info.done).sum()) for info in rows[:-1])
+        total += agents * (steps - 1) - dones
+    return total
+
+
+def test_grpc_g1_runs_end_to_end_and_reports_cpu_per_round_trip() -> None:
+    out = last_json_line("grpc_g1.py", "--clients", "2", "--agents", "4", "--steps", "60", "--warmup", "10")
+    assert out["workload"] == "G1" and out["server"] == "processor"
+    assert out["agent_steps_per_s"] > 0 and 0 < out["p50_ms"] <= out["p99_ms"]
+    assert out["server_cpu_us_per_round_trip"] > 0 and out["client_cpu_us_per_round_trip"] > 0
+    assert out["experiences_published"] == implied_experiences(2, 4, 70) > 0
+
+
+def test_step_path_drives_the_servicer_without_grpc() -> None:
+    out = last_json_line("step_path.py", "--clients", "2", "--agents", "4", "--steps", "70")
+    assert out["workload"] == "G1-step-path"
+    assert out["cpu_us_per_request"] > 0
+    assert out["mean_rows_per_forward_pass"] == 8.0  # both sessions' rows in every pass
+    assert out["experiences_published"] == implied_experiences(2, 4, 70) > 0
+
+
+@pytest.mark.skipif(not (DEMO_DIR / "test.demo").exists(), reason=f"no test.demo at {DEMO_DIR} (set STEPSTREAM_DEMO_DIR)")
+def test_demo_action_ceiling_on_test_demo() -> None:
+    out = last_json_line("demo_action_ceiling.py", str(DEMO_DIR / "test.demo"))
+    assert out["rows"] == 2143 and out["executed_action_record"] == "i+1"
+    assert out["inverse_dynamics_r2"] > 0.9 > out["policy_r2"]["quadratic"]
