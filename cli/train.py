@@ -343,9 +343,12 @@ class EmbeddedRun:
         self.trainer_stop.set()
         await asyncio.gather(*self.threads.values(), return_exceptions=True)
         if server is not None:
-            # No trainer acks any more: drop its queues, so no env client waits for room on a full topic.
+            # No trainer acks any more: drop its queues, so no env client waits for room on a full topic, and
+            # let the sessions' last flushes be dropped without a warning.
             for name in self.envs:
-                server.topics.trajectories(name).remove(TRAINER_SUBSCRIBER)
+                topic = server.topics.trajectories(name)
+                topic.remove(TRAINER_SUBSCRIBER)  # logs how many it discards
+                topic.expect_no_subscribers()
         self.env_stop.set()
         _, pending = await asyncio.wait(clients, timeout=CLIENT_STOP_TIMEOUT_S) if clients else (set(), set())
         for task in pending:

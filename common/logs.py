@@ -146,3 +146,6 @@ def configure_logging(level: str = "INFO", log_format: str = "text") -> None:
     handler.setFormatter(JsonFormatter() if log_format == "json" else logging.Formatter(TEXT_FORMAT))
     # Not force=True: a host that configured logging first (pytest's capture, an embedding app) keeps its handlers.
     logging.basicConfig(level=level.upper(), handlers=[handler])
+    if logging.getLevelName(level.upper()) != logging.DEBUG:
+        # TensorFlow's checkpointing logs a line per save through absl at INFO ("Sharding callback duration").
+        logging.getLogger("absl").setLevel(logging.WARNING)

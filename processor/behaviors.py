@@ -207,7 +207,9 @@ class Behavior:
                     "behavior '%s': policy version %d cannot be loaded; keeping the previous one", self.name, version
                 )
                 continue
-            log.info("behavior '%s': acting with policy version %d", self.name, version)
+            # One per trainer update (every few tens of ms for PPO on CartPole): too many for INFO. The version
+            # acting is on the metrics endpoint and in the trainer's summary line.
+            log.debug("behavior '%s': acting with policy version %d", self.name, version)
 
     async def publish(self, trajectories: list[Trajectory], *, flushed: bool = False) -> None:
         """Publish cut trajectories, dropping (and counting) those older than ``max_policy_lag``.

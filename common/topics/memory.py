@@ -308,7 +308,8 @@ class TrajectoryTopic(Generic[T]):
             queue.attached = None
             queue.wake_readers()
             self._wake_writers()
-        logger.warning("subscriber %r removed from %r; %d items discarded", subscriber_name, self._name, discarded)
+        # Removal is its caller's decision (a trainer that is done), so not a warning; the count stays in ``dropped``.
+        logger.info("subscriber %r removed from %r; %d items discarded", subscriber_name, self._name, discarded)
         return discarded
 
     async def publish(self, item: T, timeout_s: float | None = None) -> None:

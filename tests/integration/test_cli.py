@@ -270,6 +270,16 @@ def test_resume_or_inference_of_a_missing_run_is_an_error(tmp_path: Path, mode: 
 # -- train: the results layout ---------------------------------------------------------------------
 
 
+def test_a_normal_train_run_logs_no_warning(trained_run: TrainedRun) -> None:
+    # Our log lines are "<date> <time> LEVEL logger: message"; TensorFlow's own C++ start-up lines are not ours.
+    ours = [line for line in trained_run.output.splitlines() if line[:4].isdigit()]
+    assert ours, tail(trained_run.output)
+    noisy = [line for line in ours if line.split()[2] in ("WARNING", "ERROR", "CRITICAL")]
+    assert not noisy, "\n".join(noisy)
+    # A line per policy version would flood the log (hundreds per CartPole run): DEBUG only.
+    assert not any("acting with policy version" in line for line in ours)
+
+
 def test_train_writes_the_results_layout(trained_run: TrainedRun) -> None:
     run_dir = trained_run.run_dir
 
