@@ -29,7 +29,7 @@ import numpy as np
 import tensorflow as tf
 
 from common import trajectory as tr
-from common.config import BehavioralCloningSettings
+from common.config import BehavioralCloningSettings, BehaviorSettings
 from common.specs import BrainParameters
 from trainer.bc import continuous_cloning_loss, discrete_cloning_loss
 from trainer.networks import PolicyNetwork
@@ -63,6 +63,35 @@ class BCComponent:
     Raises:
         DemoError: ``demo_path`` is missing, malformed, or of another spec.
     """
+
+    @classmethod
+    def from_behavior(
+        cls,
+        behavior: BehaviorSettings,
+        brain_parameters: BrainParameters,
+        policy: PolicyNetwork,
+        normalize: Callable[[Sequence[tf.Tensor]], list[tf.Tensor]],
+        default_num_epoch: int,
+        squash: bool = False,
+        seed: int = 0,
+    ) -> BCComponent | None:
+        """The behavior's ``behavioral_cloning`` component, or None without one. As ML-Agents: its learning rate
+        (before strength) and default batch size are the learner's ``hyperparameters``', its default
+        ``num_epoch`` PPO's own and 1 for SAC, which also passes ``squash``."""
+        if behavior.behavioral_cloning is None:
+            return None
+        hyper = behavior.hyperparameters
+        return cls(
+            behavior.behavioral_cloning,
+            brain_parameters,
+            policy,
+            normalize,
+            hyper.learning_rate,
+            hyper.batch_size,
+            default_num_epoch,
+            squash,
+            seed,
+        )
 
     def __init__(
         self,
@@ -147,5 +176,5 @@ class BCComponent:
         return {PRETRAINING_LOSS: float(np.mean(losses)), BC_STRENGTH: strength}
 
     def checkpoint_objects(self) -> dict[str, object]:
-        """The cloning optimiser (its step count and moments)."""
-        return {"optimizer": self.optimizer}
+        """The cloning optimiser (its step count and moments), under the name a learner's checkpoint gives it."""
+        return {"bc_optimizer": self.optimizer}

@@ -37,11 +37,12 @@ from common.config import BehaviorSettings, PPOHyperparameters
 from common.errors import ConfigError
 from common.specs import BrainParameters
 from protos import pb
-from trainer import auxiliary, networks, ppo_buffer
+from trainer import networks, ppo_buffer
+from trainer.bc_component import BCComponent
 from trainer.export import TFLiteExporter, make_policy_update, normalizer_state
 from trainer.networks import Normalizer, PolicyNetwork, ValueNetwork
 from trainer.ppo_buffer import ADVANTAGES, RETURNS, SIGNAL_REWARDS, VALUE_ESTIMATES, MiniBatch
-from trainer.reward_signals import SignalBatch, make_reward_signals
+from trainer.reward_signals import SignalBatch, make_reward_signals, signal_checkpoint_objects
 from trainer.schedules import decayed_value
 
 logger = logging.getLogger(__name__)
@@ -213,7 +214,7 @@ class PPOLearner:
         self._rng = np.random.default_rng(seed)
 
         sizes = [spec.shape[0] for spec in brain_parameters.observation_specs]
-        net = settings.network_settings
+        net, hp = settings.network_settings, self.hyperparameters
         self.normalizers = [Normalizer(size, name=f"normalizer_{i}") for i, size in enumerate(sizes)]
         body = {"activation": ACTIVATION, "orthogonal_init": ORTHOGONAL_INIT}
         self.policy = PolicyNetwork(sizes, action_spec, net.hidden_units, net.num_layers, state_dependent_std=False, **body)
@@ -225,7 +226,7 @@ class PPOLearner:
         self.optimizer.build(self._variables)  # slot variables now, so a checkpoint restores them at once
         self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")
         self.update_buffer = AgentBuffer()
-        self.bc = auxiliary.behavioral_cloning(settings, brain_parameters, self.policy, self._normalized, seed)
+        self.bc = BCComponent.from_behavior(settings, brain_parameters, self.policy, self._normalized, hp.num_epoch, seed=seed)
 
         # Fixed signatures with dynamic leading axes: each function traces once for the learner's life.
         # ``_train_epoch`` runs every epoch of an update (the name predates that; tests read its tracing count).
@@ -356,13 +357,12 @@ class PPOLearner:
         n_obs, epochs = len(self.normalizers), self.hyperparameters.num_epoch
         batches, take = ppo_buffer.epoch_minibatches(self.update_buffer, n_obs, self.branches, epochs, batch_size, self._rng)
         sums = self._train_epoch(batches, epsilon, beta).numpy()
-        steps = len(take)
         if self._transitions:  # the signals with networks of their own take a step on each minibatch
             signal_stats.update(ppo_buffer.train_signals(self.update_buffer, take, self.signals, n_obs))
         self.update_buffer.reset_agent()
-        policy, value, entropy = sums / steps
+        policy, value, entropy = sums / len(take)  # take: the row indices [S, B] of the S minibatches
         traces = self._train_epoch.experimental_get_tracing_count()  # 1, unless something forces a retrace
-        logger.debug("PPO update: %d experiences, %d gradient steps, %d trace(s)", n, steps, traces)
+        logger.debug("PPO update: %d experiences, %d gradient steps, %d trace(s)", n, len(take), traces)
         if self.bc is not None:
             signal_stats.update(self.bc.update(int(self.step.numpy())))
         return {
@@ -388,7 +388,7 @@ class PPOLearner:
         objects: dict[str, object] = {"policy": self.policy, "value": self.value, "optimizer": self.optimizer}
         objects["trainer_step"] = self.step  # not "step": trainer.checkpoint reserves that name
         objects.update({f"normalizer_{i}": normalizer for i, normalizer in enumerate(self.normalizers)})
-        return {**objects, **auxiliary.checkpoint_objects(self.signals, self.bc)}
+        return {**objects, **signal_checkpoint_objects(self.signals), **(self.bc.checkpoint_objects() if self.bc else {})}
 
     def save_extra(self, directory: Path) -> None:
         """Nothing: the update buffer is cleared after every update, and the rest is in the TF checkpoint."""

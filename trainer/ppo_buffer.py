@@ -27,7 +27,6 @@ import tensorflow as tf
 from common import trajectory as tr
 from common.buffer import AgentBuffer
 from common.specs import ActionSpec
-from trainer.auxiliary import signal_batch
 from trainer.reward_signals import RewardSignal, SignalBatch, update_signals
 
 #: Update-buffer keys PPO adds to the trajectory's own (``common.trajectory``): float32 [N] advantages (summed over
@@ -150,7 +149,7 @@ def train_signals(
 ) -> dict[str, float]:
     """One ``update`` of every signal on each minibatch of ``buffer``'s rows (row indices int [S, B]), in order, as
     ML-Agents updates its reward signals on the policy's minibatches; returns each summary's mean over them."""
-    rows = signal_batch(buffer, n_obs)
+    rows = SignalBatch.from_buffer(buffer, n_obs)
     return update_signals(signals, (rows.take(index) for index in minibatches))
 
 

@@ -47,11 +47,17 @@ from common import trajectory as tr
 from common.buffer import AgentBuffer
 from common.specs import BrainParameters
 from protos import pb
-from trainer import auxiliary
+from trainer.bc_component import BCComponent
 from trainer.export import TFLiteExporter, make_policy_update, normalizer_state
 from trainer.networks import Normalizer, PolicyNetwork, ValueNetwork, gaussian_log_prob, masked_log_softmax
-from trainer.reward_signals import ExtrinsicSignal, RewardSignal, make_reward_signals, update_signals
-from trainer.sac_replay import NEXT_ACTION_MASK, SACBatch, load_replay_buffer, save_replay_buffer
+from trainer.reward_signals import (
+    ExtrinsicSignal,
+    RewardSignal,
+    add_signal_rewards,
+    make_reward_signals,
+    signal_checkpoint_objects,
+)
+from trainer.sac_replay import NEXT_ACTION_MASK, SACBatch, load_replay_buffer, save_replay_buffer, train_signals
 
 Tensor: TypeAlias = tf.Tensor
 
@@ -184,7 +190,7 @@ class SACLearner:
         # Extrinsic rewards are stored (times strength) with the replay rows; the others are computed at sampling.
         signals = make_reward_signals(brain_parameters, settings.reward_signals, seed)
         self.signals: list[RewardSignal] = [s for s in signals if not isinstance(s, ExtrinsicSignal)]
-        self.bc = auxiliary.behavioral_cloning(settings, brain_parameters, self.policy, self._features, seed, squash=True)
+        self.bc = BCComponent.from_behavior(settings, brain_parameters, self.policy, self._features, 1, squash=True, seed=seed)
         random.setstate(random_state)
         self.normalizers = [Normalizer(size, name=f"normalizer_{i}") for i, size in enumerate(self._obs_sizes)]
         self._q_vars = [*self.q1.trainable_variables, *self.q2.trainable_variables]
@@ -268,7 +274,7 @@ class SACLearner:
             steps = min(SAMPLE_CHUNK_STEPS, due - first)
             sampled = self.replay.sample_mini_batch(steps * b, rng=self._np_rng)  # with replacement, as ML-Agents
             columns = {key: field.data for key, field in sampled.items()}
-            stats.append(auxiliary.add_signal_rewards(self.signals, columns, n_obs))  # module docstring
+            stats.append(add_signal_rewards(self.signals, columns, n_obs))  # module docstring
             for i in range(steps):
                 stats.append(self._gradient_step(SACBatch.from_columns(columns, slice(i * b, (i + 1) * b), n_obs)))
                 if self.bc is not None:  # after every gradient step, not every call (module docstring)
@@ -284,8 +290,7 @@ class SACLearner:
             return {}
         hyper, n_obs = self.settings.hyperparameters, len(self._obs_sizes)
         steps = max(1, round(due * hyper.steps_per_update / hyper.effective_reward_signal_steps_per_update))
-        sampled = (self.replay.sample_mini_batch(hyper.batch_size, rng=self._np_rng) for _ in range(steps))
-        return update_signals(self.signals, (auxiliary.signal_batch(s, n_obs) for s in sampled))
+        return train_signals(self.replay, self.signals, steps, hyper.batch_size, n_obs, self._np_rng)
 
     def _features(self, obs: Sequence[Tensor]) -> list[Tensor]:
         normalize = self.settings.network.normalize
@@ -376,7 +381,7 @@ class SACLearner:
         optimizers["entropy_optimizer"] = self.entropy_optimizer
         counters = {"log_alpha": self.log_alpha, "steps": self.steps, "update_credit": self.update_credit, "rng": self._tf_rng}
         objects = {**nets, **optimizers, **counters, **{f"normalizer_{i}": n for i, n in enumerate(self.normalizers)}}
-        return {**objects, **auxiliary.checkpoint_objects(self.signals, self.bc)}
+        return {**objects, **signal_checkpoint_objects(self.signals), **(self.bc.checkpoint_objects() if self.bc else {})}
 
     def save_extra(self, directory: Path) -> None:
         """With save_replay_buffer, writes the replay buffer to ``directory / replay_buffer.hdf5`` (``trainer.sac_replay``)."""

@@ -23,6 +23,7 @@ import tensorflow as tf
 from common import trajectory as tr
 from common.buffer import AgentBuffer
 from common.specs import ActionSpec
+from trainer.reward_signals import RewardSignal, SignalBatch, update_signals
 
 logger = logging.getLogger(__name__)
 
@@ -59,6 +60,15 @@ class SACBatch(NamedTuple):
         obs, next_obs = (tuple(columns[key(i)][rows] for i in range(n_obs)) for key in (tr.obs_key, tr.next_obs_key))
         keys = (tr.CONTINUOUS_ACTIONS, tr.DISCRETE_ACTIONS, tr.ACTION_MASK, NEXT_ACTION_MASK, tr.REWARDS, tr.DONE)
         return cls(obs, next_obs, *(columns[key][rows] for key in keys))
+
+
+def train_signals(
+    replay: AgentBuffer, signals: Sequence[RewardSignal], steps: int, batch_size: int, n_obs: int, rng: np.random.Generator
+) -> dict[str, float]:
+    """One ``update`` of every signal on each of ``steps`` minibatches of ``batch_size`` rows sampled from ``replay``
+    (with replacement, as ML-Agents); returns each summary's mean over them."""
+    sampled = (replay.sample_mini_batch(batch_size, rng=rng) for _ in range(steps))
+    return update_signals(signals, (SignalBatch.from_buffer(rows, n_obs) for rows in sampled))
 
 
 def save_replay_buffer(replay: AgentBuffer, directory: Path) -> None:

@@ -13,7 +13,14 @@ from common.config import (
     RewardSignalType,
 )
 from common.specs import BrainParameters
-from trainer.reward_signals.base import ExtrinsicSignal, RewardSignal, SignalBatch, update_signals
+from trainer.reward_signals.base import (
+    ExtrinsicSignal,
+    RewardSignal,
+    SignalBatch,
+    add_signal_rewards,
+    signal_checkpoint_objects,
+    update_signals,
+)
 from trainer.reward_signals.curiosity import CuriositySignal
 from trainer.reward_signals.gail import GAILSignal
 
@@ -23,7 +30,9 @@ __all__ = [
     "GAILSignal",
     "RewardSignal",
     "SignalBatch",
+    "add_signal_rewards",
     "make_reward_signals",
+    "signal_checkpoint_objects",
     "update_signals",
 ]
 

@@ -63,6 +63,11 @@ class SignalBatch(NamedTuple):
         )
 
     @classmethod
+    def from_buffer(cls, buffer: AgentBuffer, n_obs: int) -> SignalBatch:
+        """Every row of ``buffer`` (PPO's update buffer, a minibatch sampled from SAC's replay buffer): ``from_rows``."""
+        return cls.from_rows({key: field.data for key, field in buffer.items()}, n_obs)
+
+    @classmethod
     def from_trajectories(cls, trajectories: Sequence[tr.Trajectory], n_obs: int, transitions: bool = True) -> SignalBatch:
         """Every experience of ``trajectories``, in order; without ``transitions`` only the rewards (the rest empty:
         all the extrinsic signal reads, and much cheaper)."""
@@ -147,6 +152,29 @@ def update_signals(signals: Sequence[RewardSignal], batches: Iterable[SignalBatc
             for key, value in signal.update(batch).items():
                 stats.setdefault(key, []).append(value)
     return {key: float(np.mean(values)) for key, values in stats.items()}
+
+
+def add_signal_rewards(signals: Sequence[RewardSignal], columns: dict[str, np.ndarray], n_obs: int) -> dict[str, float]:
+    """Adds each signal's reward (times its strength), by the signals' current networks, to ``columns``' ``rewards``
+    (float32 [N]; the other columns are read as ``SignalBatch.from_rows`` reads them); returns each signal's mean
+    reward under its ``reward_tag``. SAC's way: one summed reward, recomputed on every sampled minibatch."""
+    if not signals:
+        return {}
+    batch, means = SignalBatch.from_rows(columns, n_obs), {}
+    for signal in signals:
+        rewards = signal.rewards(batch)
+        columns[tr.REWARDS] = columns[tr.REWARDS] + rewards
+        means[signal.reward_tag] = float(np.mean(rewards))
+    return means
+
+
+def signal_checkpoint_objects(signals: Sequence[RewardSignal]) -> dict[str, object]:
+    """The signals' networks and optimisers under ``<signal>_<key>`` (e.g. ``gail_discriminator``): the names a
+    learner's ``checkpoint_objects`` gives them."""
+    objects: dict[str, object] = {}
+    for signal in signals:
+        objects.update({f"{signal.name}_{key}": value for key, value in signal.checkpoint_objects().items()})
+    return objects
 
 
 def expert_rows(demo_path: str, brain_parameters: BrainParameters) -> AgentBuffer:
