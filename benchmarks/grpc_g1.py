@@ -27,6 +27,7 @@ import dataclasses
 import itertools
 import json
 import logging
+import math
 import multiprocessing as mp
 import os
 import resource
@@ -37,6 +38,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import numpy as np
 
 if TYPE_CHECKING:
+    from common.specs import BrainParameters
     from processor.server import ProcessorServer
     from protos import pb
 
@@ -44,7 +46,8 @@ log = logging.getLogger("benchmarks.grpc_g1")
 OBS_SIZE, ACTION_SIZE, TIME_HORIZON, BEHAVIOR = 32, 4, 64, "G1"
 
 
-def brain_parameters():  # type: ignore[no-untyped-def]
+def brain_parameters() -> BrainParameters:
+    """G1's behavior: one observation of 32 float32, 4 continuous actions."""
     from common.specs import ActionSpec, BrainParameters, ObservationSpec
 
     return BrainParameters(BEHAVIOR, (ObservationSpec((OBS_SIZE,), np.dtype(np.float32)),), ActionSpec(ACTION_SIZE))
@@ -54,6 +57,21 @@ def _cpu_seconds() -> float:
     """User + system CPU seconds of this process, every thread (gRPC's own included)."""
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime
+
+
+def _now() -> float:
+    """Seconds on CLOCK_MONOTONIC, which both processes share: the clients' windows meet the server's samples."""
+    return time.clock_gettime(time.CLOCK_MONOTONIC)
+
+
+def cpu_over_window(samples: list[tuple[float, float]], start: float, end: float) -> float:
+    """CPU seconds spent over [start, end] (``_now`` seconds), from (time, CPU seconds) samples in time order: the
+    CPU rate between the first and last sample inside the window, times its length; NaN with fewer than two."""
+    inside = [(t, cpu) for t, cpu in samples if start <= t <= end]
+    if len(inside) < 2 or inside[-1][0] <= inside[0][0]:
+        return math.nan
+    (t0, cpu0), (t1, cpu1) = inside[0], inside[-1]
+    return (cpu1 - cpu0) / (t1 - t0) * (end - start)
 
 
 def brain_infos(index: int, agents: int) -> Iterator[pb.BrainInfo]:
@@ -76,11 +94,10 @@ def brain_infos(index: int, agents: int) -> Iterator[pb.BrainInfo]:
 
 async def _client(
     address: str, index: int, agents: int, steps: int, warmup: int, start_at: float, cpu_marks: list[float]
-) -> tuple[list[float], float, float]:
-    """One env client; returns its timed round trips (s) and when its timed window began and ended.
-
-    The first client to start its timed window appends the process's CPU seconds to ``cpu_marks``.
-    """
+) -> tuple[list[float], float, float, float]:
+    """One env client; returns its timed round trips (s), when its timed window began and ended (``_now``), and the
+    process's CPU seconds at its end. The first client to start its timed window appends the process's CPU seconds
+    to ``cpu_marks``."""
     from envclient import EnvSession
 
     stream = brain_infos(index, agents)
@@ -93,14 +110,14 @@ async def _client(
             message = next(stream)
             started = time.perf_counter()
             if t == warmup:
-                window_start = started
+                window_start = _now()
                 if not cpu_marks:
                     cpu_marks.append(_cpu_seconds())
             await session.send(message)
             if t >= warmup:
                 timings.append(time.perf_counter() - started)
-        window_end = time.perf_counter()
-    return timings, window_start, window_end
+        window_end, cpu_end = _now(), _cpu_seconds()  # before the session closes: closing is not timed
+    return timings, window_start, window_end, cpu_end
 
 
 def _client_process(address: str, clients: int, agents: int, steps: int, warmup: int, start_at: float, out: mp.Queue) -> None:
@@ -108,14 +125,16 @@ def _client_process(address: str, clients: int, agents: int, steps: int, warmup:
 
     cpu_marks: list[float] = []
 
-    async def run_all() -> list[tuple[list[float], float, float]]:
+    async def run_all() -> list[tuple[list[float], float, float, float]]:
         return await asyncio.gather(*[_client(address, i, agents, steps, warmup, start_at, cpu_marks) for i in range(clients)])
 
-    per_client = asyncio.run(run_all())
-    out.put((per_client, _cpu_seconds() - cpu_marks[0]))
+    results = asyncio.run(run_all())
+    # The last client to end its window read the process's CPU last: the window's CPU ends there.
+    out.put(([r[:3] for r in results], max(r[3] for r in results) - cpu_marks[0]))
 
 
-def policy_update():  # type: ignore[no-untyped-def]
+def policy_update() -> pb.PolicyUpdate:
+    """Version 1 of G1's policy: a TensorFlow 2x64 MLP (seed 0) exported as the TFLite artifact trainers publish."""
     import tensorflow as tf
 
     from common.specs import ActionSpec
@@ -169,11 +188,12 @@ class ClientRun(NamedTuple):
     """What one run of the client process measured."""
 
     per_client: list[tuple[list[float], float, float]]
-    """Per client: timed round trips (s), start and end of its timed window (perf_counter)."""
+    """Per client: timed round trips (s), start and end of its timed window (``_now``)."""
     client_cpu_s: float
     """CPU seconds of the whole client process over the timed window."""
     server_cpu_s: float
-    """CPU seconds of this (server) process over the same window, sampled every 20 ms."""
+    """CPU seconds of this (server) process over the same window, sampled every 20 ms (``cpu_over_window``); NaN if
+    the window held fewer than two samples."""
 
 
 async def _run_clients(args: argparse.Namespace, port: int) -> ClientRun:
@@ -189,20 +209,17 @@ async def _run_clients(args: argparse.Namespace, port: int) -> ClientRun:
 
     async def sample() -> None:
         while True:
-            samples.append((time.perf_counter(), _cpu_seconds()))
+            samples.append((_now(), _cpu_seconds()))
             await asyncio.sleep(0.02)
 
     sampler = asyncio.get_running_loop().create_task(sample())
     per_client, client_cpu_s = await asyncio.to_thread(out.get)
     sampler.cancel()
     await asyncio.to_thread(child.join)
-    # perf_counter is CLOCK_MONOTONIC on Linux: the child's window and these samples share a clock.
-    start = min(s for _, s, _ in per_client)
-    end = max(e for _, _, e in per_client)
-    inside = [(t, cpu) for t, cpu in samples if start <= t <= end]
-    server_cpu_s = (
-        (inside[-1][1] - inside[0][1]) * (end - start) / max(inside[-1][0] - inside[0][0], 1e-9) if len(inside) > 1 else 0.0
-    )
+    start, end = min(s for _, s, _ in per_client), max(e for _, _, e in per_client)
+    server_cpu_s = cpu_over_window(samples, start, end)
+    if math.isnan(server_cpu_s):
+        log.warning("the timed window (%.3f s) held fewer than two CPU samples: no server CPU figure", end - start)
     return ClientRun(per_client, client_cpu_s, server_cpu_s)
 
 
@@ -265,10 +282,12 @@ async def _serve_and_measure(args: argparse.Namespace) -> dict[str, float]:
     server = processor_server(args.deadline_ms)
     port = await server.start()
     counter = ExperienceCounter(server)
-    run = await _run_clients(args, port)
-    batcher = server.behaviors[BEHAVIOR].batcher.counters
-    await server.stop(5.0)  # the sessions' flushes reach the topic, then it closes
+    try:
+        run = await _run_clients(args, port)
+    finally:  # also on failure: the topics close, which ends the counter
+        await server.stop(5.0)  # the sessions' flushes reach the topic, then it closes
     await counter.finish()
+    batcher = server.behaviors[BEHAVIOR].batcher.counters
     return {
         **_figures(args, run),
         "experiences_published": counter.experiences,
@@ -276,11 +295,19 @@ async def _serve_and_measure(args: argparse.Namespace) -> dict[str, float]:
     }
 
 
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--clients", type=int, default=8)
     parser.add_argument("--agents", type=int, default=32)
-    parser.add_argument("--steps", type=int, default=1500, help="timed steps per client")
+    parser.add_argument("--steps", type=positive_int, default=1500, help="timed steps per client")
     parser.add_argument("--warmup", type=int, default=100, help="untimed steps per client first")
     parser.add_argument("--deadline-ms", type=float, default=None, help="override ProcessorSettings.batch_deadline_ms")
     parser.add_argument(
@@ -300,6 +327,7 @@ def main() -> None:
         figures["p99_ms"],
         figures["mean_rows_per_forward_pass"],
     )
+    server_cpu = figures["server_cpu_us_per_round_trip"]
     print(
         json.dumps(
             {
@@ -312,7 +340,7 @@ def main() -> None:
                 "p99_ms": round(figures["p99_ms"], 3),
                 "mean_rows_per_forward_pass": round(figures["mean_rows_per_forward_pass"], 1),
                 "experiences_published": int(figures["experiences_published"]),
-                "server_cpu_us_per_round_trip": round(figures["server_cpu_us_per_round_trip"], 1),
+                "server_cpu_us_per_round_trip": None if math.isnan(server_cpu) else round(server_cpu, 1),
                 "client_cpu_us_per_round_trip": round(figures["client_cpu_us_per_round_trip"], 1),
             }
         )

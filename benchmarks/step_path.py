@@ -45,6 +45,7 @@ async def measure(clients: int, agents: int, steps: int) -> dict[str, float]:
     from protos import PROTOCOL_VERSION, pb
 
     server = processor_server()  # never started: no port, no gRPC
+    # The servicer's own steps (_open, _step, _close), called as its Step handler calls them: what this measures.
     servicer = server.servicer
     sessions = []
     for i in range(clients):
@@ -64,6 +65,7 @@ async def measure(clients: int, agents: int, steps: int) -> dict[str, float]:
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     for session in sessions:  # as at a disconnect: partial trajectories flushed, so every experience is counted
         await servicer._close(session)
+    await server.behaviors.stop()  # as ProcessorServer.stop does, before the topics close under it
     server.topics.close()
     await counter.finish()
     batcher = server.behaviors[BEHAVIOR].batcher.counters

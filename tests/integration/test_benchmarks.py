@@ -31,6 +31,7 @@ def last_json_line(script: str, *args: str) -> dict[str, Any]:
         timeout=180,
     )
     assert done.returncode == 0, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr, done.stderr[-3000:]  # e.g. a task that died unnoticed at the end
     result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     return result
 
@@ -66,7 +67,7 @@ def test_step_path_drives_the_servicer_without_grpc() -> None:
 
 
 @pytest.mark.skipif(not (DEMO_DIR / "test.demo").exists(), reason=f"no test.demo at {DEMO_DIR} (set STEPSTREAM_DEMO_DIR)")
-def test_demo_action_ceiling_on_test_demo() -> None:
-    out = last_json_line("demo_action_ceiling.py", str(DEMO_DIR / "test.demo"))
+def test_demo_action_predictability_on_test_demo() -> None:
+    out = last_json_line("demo_action_predictability.py", str(DEMO_DIR / "test.demo"))
     assert out["rows"] == 2143 and out["executed_action_record"] == "i+1"
     assert out["inverse_dynamics_r2"] > 0.9 > out["policy_r2"]["quadratic"]
