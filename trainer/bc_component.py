@@ -77,7 +77,11 @@ class BCComponent:
     ) -> BCComponent | None:
         """The behavior's ``behavioral_cloning`` component, or None without one. As ML-Agents: its learning rate
         (before strength) and default batch size are the learner's ``hyperparameters``', its default
-        ``num_epoch`` PPO's own and 1 for SAC, which also passes ``squash``."""
+        ``num_epoch`` PPO's own and 1 for SAC, which also passes ``squash``.
+
+        Raises:
+            DemoError: its ``demo_path`` cannot be read for this behavior.
+        """
         if behavior.behavioral_cloning is None:
             return None
         hyper = behavior.hyperparameters
