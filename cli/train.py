@@ -292,11 +292,9 @@ class EmbeddedRun:
                 from common.metrics import serve_metrics
                 from processor.metrics import ProcessorCollector
 
-                self.metrics = serve_metrics(
+                self.metrics = serve_metrics(  # it logs its address
                     self.options.metrics_host, self.options.metrics_port, ProcessorCollector(server), *self.collectors
                 )
-                if self.metrics is not None:
-                    log.info("metrics at http://%s:%d/metrics", self.options.metrics_host, self.metrics.port)
         except BaseException:
             await server.stop(STOP_GRACE_S)
             raise

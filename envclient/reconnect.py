@@ -21,6 +21,7 @@ import numpy as np
 from common.errors import StepstreamError
 from common.logs import log_context
 from common.security import PLAINTEXT, ClientSecurity
+from common.topics.grpc_transport import KEEPALIVE_OPTIONS
 from envclient.runner import VectorEnv, VectorEnvWrapper, run_env
 from envclient.session import EnvSession, StepRejectedError
 
@@ -39,8 +40,6 @@ RETRYABLE_STATUSES = frozenset({_CODE.UNAVAILABLE, _CODE.CANCELLED, _CODE.DEADLI
 processor is unreachable, restarting or stopping; CANCELLED: the stream was cut as it stopped; DEADLINE_EXCEEDED:
 no first policy in time (the trainer is still starting); RESOURCE_EXHAUSTED: the trajectory topic stayed full past
 ``publish_timeout_s``."""
-KEEPALIVE_OPTIONS = (("grpc.keepalive_time_ms", 10_000), ("grpc.keepalive_timeout_ms", 5_000))
-"""Env-client channel options: notice a vanished processor even while a step waits."""
 
 
 @dataclass

@@ -28,17 +28,11 @@ from common.errors import StepstreamError
 from common.logs import identity_metadata
 from common.security import PLAINTEXT, ClientSecurity
 from common.specs import BrainParameters
-from common.topics.grpc_transport import MAX_MESSAGE_BYTES
+from common.topics.grpc_transport import MESSAGE_SIZE_OPTIONS
 from protos import PROTOCOL_VERSION, from_tensor, pb, to_tensor
 from protos import stepstream_pb2_grpc as pb_grpc
 
 log = logging.getLogger(__name__)
-
-MESSAGE_SIZE_OPTIONS = (
-    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-)
-"""The default channel limits; the processor refuses larger messages with RESOURCE_EXHAUSTED in any case."""
 
 
 class StepRejectedError(StepstreamError):

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from common.metrics import DEFAULT_METRICS_HOST, MetricsServer, new_registry
+from common.metrics import DEFAULT_METRICS_HOST, MetricsServer, serve_metrics
 from common.security import ServerSecurity
 from common.topics import TopicRegistry
 from processor.behaviors import BehaviorTable, ProcessorSettings
@@ -119,12 +119,7 @@ class ProcessorServer:
         port = server.add_insecure_port(address) if credentials is None else server.add_secure_port(address, credentials)
         if port == 0:
             raise OSError(f"cannot bind {address}")
-        if self.options.metrics_port is not None:
-            metrics = MetricsServer(
-                new_registry(ProcessorCollector(self)), self.options.metrics_host, self.options.metrics_port
-            )
-            metrics.start()
-            self._metrics = metrics
+        self._metrics = serve_metrics(self.options.metrics_host, self.options.metrics_port, ProcessorCollector(self))
         try:
             await server.start()
         except BaseException:  # the metrics port must not outlive a server that never started

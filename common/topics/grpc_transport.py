@@ -79,12 +79,14 @@ CALL_TIMEOUT_S = 30.0
 POLL_INTERVAL_S = 0.2
 """How often ``wait_for_brain_parameters`` asks again."""
 
-_CHANNEL_OPTIONS = [
-    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+MESSAGE_SIZE_OPTIONS = (
     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-    ("grpc.keepalive_time_ms", 10_000),  # notice a vanished processor on an idle stream
-    ("grpc.keepalive_timeout_ms", 5_000),
-]
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+)
+"""Channel limits of every stepstream client; the processor refuses larger messages with RESOURCE_EXHAUSTED anyway."""
+KEEPALIVE_OPTIONS = (("grpc.keepalive_time_ms", 10_000), ("grpc.keepalive_timeout_ms", 5_000))
+"""Client keepalive: notice a vanished processor even on an idle stream or while a call waits."""
+_CHANNEL_OPTIONS = [*MESSAGE_SIZE_OPTIONS, *KEEPALIVE_OPTIONS]
 
 
 def open_channel(target: str | grpc.Channel, security: ClientSecurity = PLAINTEXT) -> tuple[grpc.Channel, bool]:
