@@ -221,8 +221,7 @@ def checkpoint_actor(path: Path, params: BrainParameters, seed: int | None, dete
         n = len(observations[0])
         continuous = np.zeros((n, actions.continuous_size), np.float32)
         if actions.continuous_size:
-            mean = raw["mean"]
-            continuous = np.tanh(mean) if policy.tanh_squash else np.clip(mean, -policy.clip, policy.clip) / policy.clip
+            continuous = policy.env_continuous_actions(raw["mean"])
         discrete = np.zeros((n, len(branches)), np.int32)
         for b, (start, size) in enumerate(zip(starts, branches, strict=True)):
             discrete[:, b] = raw["logits"][:, start : start + size].argmax(axis=1)

@@ -351,11 +351,17 @@ class Policy:
             log_probs -= np.log(1.0 - a64 * a64 + TANH_LOG_EPSILON).astype(np.float32)
             return squashed, squashed, log_probs
         # The trajectory keeps the unclipped sample: clipping is the env's view, not the distribution's.
-        # As ML-Agents does, the env gets clip(u) / clip, so continuous env actions lie in [-1, 1].
-        # An infinite clip means neither clipping nor scaling.
+        return self.env_continuous_actions(u), u, log_probs
+
+    def env_continuous_actions(self, u: np.ndarray) -> np.ndarray:
+        """float32 [N, C]: what the env receives for continuous actions ``u`` [N, C] (a sample, or the mean when
+        acting greedily): ``tanh(u)`` in squash mode; in clip mode ``clip(u, -clip, clip) / clip``, in [-1, 1] as
+        ML-Agents sends it, and ``u`` itself with an infinite clip (neither clipping nor scaling)."""
+        if self.tanh_squash:
+            return np.tanh(u)
         if np.isinf(self.clip):
-            return u, u, log_probs
-        return np.minimum(np.maximum(u, -self.clip), self.clip) / self.clip, u, log_probs
+            return u
+        return np.minimum(np.maximum(u, -self.clip), self.clip) / self.clip
 
     def _sample_discrete(
         self, logits: np.ndarray, action_mask: np.ndarray | None, rng: np.random.Generator

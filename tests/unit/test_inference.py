@@ -126,6 +126,14 @@ def test_continuous_squash_mode_log_probs() -> None:
     assert np.all(np.abs(out.continuous_actions) <= 1)
 
 
+def test_env_continuous_actions_of_a_greedy_mean_in_every_mode() -> None:
+    # What `record --deterministic` sends the env for the policy's mean: the same mapping as sampled actions.
+    u = np.array([[-3.0, -0.25], [0.0, 2.0]], np.float32)
+    np.testing.assert_array_equal(policy(CONT, clip=0.5).env_continuous_actions(u), [[-1.0, -0.5], [0.0, 1.0]])
+    np.testing.assert_array_equal(policy(CONT, clip=float("inf")).env_continuous_actions(u), u)  # neither clip nor scale
+    np.testing.assert_allclose(policy(CONT, tanh_squash=True).env_continuous_actions(u), np.tanh(u), rtol=1e-6)
+
+
 def test_continuous_sample_moments_match_the_model() -> None:
     n = 20000
     p, obs = policy(CONT), tiled(n)
