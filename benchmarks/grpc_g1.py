@@ -151,7 +151,8 @@ async def _echo_server(agents: int):  # type: ignore[no-untyped-def]
     """A Step servicer that decodes nothing and answers each BrainInfo with the same ActionInfo."""
     import grpc
 
-    from protos import PROTOCOL_VERSION, pb, to_tensor
+    from common.tensors import to_tensor
+    from protos import PROTOCOL_VERSION, pb
     from protos import stepstream_pb2_grpc as pb_grpc
 
     answer = pb.StepResponse(action_info=pb.ActionInfo(behavior_name=BEHAVIOR, policy_version=1))

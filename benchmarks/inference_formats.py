@@ -46,6 +46,7 @@ import numpy as np
 import tensorflow as tf
 from ai_edge_litert.interpreter import Interpreter
 
+from common.policy_contract import LOG_STD, LOGITS, MEAN, input_name
 from processor.batching import InferenceBatcher
 from processor.inference import Policy
 from protos import pb
@@ -62,13 +63,13 @@ BRANCHES = (3, 2)
 def build_model(discrete: bool, seed: int) -> keras.Model:
     """The 2x64 tanh MLP: obs [N, 32] -> {"mean", "log_std"} [N, 4] or {"logits"} [N, 5]."""
     keras.utils.set_random_seed(seed)
-    obs = keras.Input((OBS_SIZE,), name="obs_0")
+    obs = keras.Input((OBS_SIZE,), name=input_name(0))
     h = keras.layers.Dense(HIDDEN, activation="tanh")(obs)
     h = keras.layers.Dense(HIDDEN, activation="tanh")(h)
     if discrete:
-        outputs = {"logits": keras.layers.Dense(sum(BRANCHES))(h)}
+        outputs = {LOGITS: keras.layers.Dense(sum(BRANCHES))(h)}
     else:
-        outputs = {"mean": keras.layers.Dense(CONTINUOUS)(h), "log_std": keras.layers.Dense(CONTINUOUS)(h)}
+        outputs = {MEAN: keras.layers.Dense(CONTINUOUS)(h), LOG_STD: keras.layers.Dense(CONTINUOUS)(h)}
     return keras.Model(obs, outputs)
 
 
@@ -150,7 +151,7 @@ def bench_batch(model: keras.Model, fn: Any, model_bytes: bytes, n: int, calls: 
     x = np.random.default_rng(n).standard_normal((n, OBS_SIZE), dtype=np.float32)
     out = {"tf_function_us": time_per_call_us(lambda: {k: v.numpy() for k, v in fn(x).items()}, max(calls // 4, 20))}
     runner = Interpreter(model_content=model_bytes).get_signature_runner()
-    out["litert_signature_runner_us"] = time_per_call_us(lambda: runner(obs_0=x), calls)
+    out["litert_signature_runner_us"] = time_per_call_us(lambda: runner(**{input_name(0): x}), calls)
     for threads, suffix in ((None, ""), (1, "_1thread"), (2, "_2threads")):
         direct = direct_runner(Interpreter(model_content=model_bytes, num_threads=threads), n)
         out[f"litert_direct{suffix}_us"] = time_per_call_us(lambda d=direct: d(x), calls)  # type: ignore[misc]

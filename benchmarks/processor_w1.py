@@ -27,10 +27,11 @@ import numpy as np
 
 from common.buffer import AgentBuffer
 from common.specs import ActionSpec, BrainParameters, ObservationSpec
+from common.tensors import to_tensor
 from common.trajectory import trajectories_to_rows
 from processor.assembly import StepActions, TrajectoryAssembler
 from processor.wire import DecodedBrainInfo, decode_brain_info
-from protos import pb, to_tensor
+from protos import pb
 
 log = logging.getLogger("benchmarks.processor_w1")
 OBS_SIZE, ACTION_SIZE, TIME_HORIZON = 32, 4, 64

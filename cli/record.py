@@ -48,6 +48,7 @@ import numpy as np
 from common.config import load_config
 from common.demo import DEMO_SUFFIX, DemoFormatError, encode_demo
 from common.errors import ConfigError
+from common.policy_contract import LOGITS, MEAN
 from common.specs import ActionSpec, BrainParameters
 from envclient.runner import VectorEnv
 from protos import mlagents_demo_pb2 as demo_pb
@@ -221,10 +222,10 @@ def checkpoint_actor(path: Path, params: BrainParameters, seed: int | None, dete
         n = len(observations[0])
         continuous = np.zeros((n, actions.continuous_size), np.float32)
         if actions.continuous_size:
-            continuous = policy.env_continuous_actions(raw["mean"])
+            continuous = policy.env_continuous_actions(raw[MEAN])
         discrete = np.zeros((n, len(branches)), np.int32)
         for b, (start, size) in enumerate(zip(starts, branches, strict=True)):
-            discrete[:, b] = raw["logits"][:, start : start + size].argmax(axis=1)
+            discrete[:, b] = raw[LOGITS][:, start : start + size].argmax(axis=1)
         return continuous.astype(np.float32), discrete
 
     log.info("recording with %s (policy version %d, %s)", path, policy.version, "greedy" if deterministic else "sampled")

@@ -257,8 +257,8 @@ class TrainerService:
 
     def _train(self, learner: Any, publisher: Any, resume: bool, stop: threading.Event) -> tuple[str, bool]:
         """One ``TrainerLoop`` on a new subscription; returns ``(stopped_by, processor_lost)``."""
+        from common.topics import TRAINER_SUBSCRIBER
         from common.topics.grpc_transport import GrpcTrajectorySubscription
-        from processor.behaviors import TRAINER_SUBSCRIBER
         from trainer.loop import TOPIC_CLOSED, TrainerLoop
 
         subscription = GrpcTrajectorySubscription(

@@ -35,11 +35,11 @@ import yaml
 from common.config import BehaviorSettings, RunOptions, TrainerType, load_config
 from common.errors import ConfigError
 from common.specs import BrainParameters
-from common.topics import TopicRegistry
+from common.topics import TRAINER_SUBSCRIBER, TopicRegistry
 from envclient.envs import make_vector_env
 from envclient.runner import RunStats, VectorEnv, run_env
 from envclient.session import EnvSession
-from processor.behaviors import TRAINER_SUBSCRIBER, ProcessorSettings
+from processor.behaviors import ProcessorSettings
 from processor.server import ProcessorServer, ServerOptions
 from protos import pb
 

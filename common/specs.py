@@ -11,8 +11,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from common.errors import NotSupportedYetError, ProtocolError
+from common.tensors import dtype_from_wire, dtype_to_wire
 from protos import pb
-from protos.tensors import dtype_from_wire, dtype_to_wire
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,9 @@ Words:
 Shapes: ``T`` experiences, ``C`` continuous action size, ``B`` discrete branches,
 ``M = sum(branches)`` action-mask width.
 
-Update-buffer rows (``to_rows`` / ``to_agent_buffer``), one per experience:
+Update-buffer rows (``to_rows``, ``trajectories_to_rows``), one per experience, for
+``AgentBuffer.extend_rows``. This module imports no buffer code (the processor, which makes
+trajectories, never loads h5py):
 
 =========================== ================== ==============================================
 key                         dtype [per row]    meaning
@@ -39,9 +41,9 @@ from typing import Any
 
 import numpy as np
 
-from common.buffer import AgentBuffer
 from common.errors import ProtocolError
-from protos import from_tensor, pb, to_tensor
+from common.tensors import from_tensor, to_tensor
+from protos import pb
 
 CONTINUOUS_ACTIONS = "continuous_actions"
 DISCRETE_ACTIONS = "discrete_actions"
@@ -163,14 +165,6 @@ class Trajectory:
         rows[POLICY_VERSION] = self.policy_versions
         rows.update(self.extras)
         return rows
-
-    def to_agent_buffer(self) -> AgentBuffer:
-        """A new AgentBuffer holding ``to_rows()``; action masks pad with 1 (all allowed)."""
-        buffer = AgentBuffer()
-        buffer.extend_rows(self.to_rows())
-        if ACTION_MASK in buffer:
-            buffer[ACTION_MASK].padding_value = 1.0
-        return buffer
 
     # -- wire ------------------------------------------------------------------------------------
 

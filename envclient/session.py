@@ -28,8 +28,9 @@ from common.errors import StepstreamError
 from common.logs import identity_metadata
 from common.security import PLAINTEXT, ClientSecurity
 from common.specs import BrainParameters
+from common.tensors import from_tensor, to_tensor
 from common.topics.grpc_transport import MESSAGE_SIZE_OPTIONS
-from protos import PROTOCOL_VERSION, from_tensor, pb, to_tensor
+from protos import PROTOCOL_VERSION, pb
 from protos import stepstream_pb2_grpc as pb_grpc
 
 log = logging.getLogger(__name__)

@@ -10,28 +10,23 @@ import asyncio
 import contextlib
 import contextvars
 import logging
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from common.config import BehaviorSettings, RunOptions, TrainerType
+from common.config import BehaviorSettings, RunOptions
 from common.errors import ProtocolError, StepstreamError, UnknownBehaviorError
 from common.logs import set_log_context
 from common.specs import BrainParameters
-from common.topics import FullPolicy, TopicRegistry
+from common.topics import TRAINER_SUBSCRIBER, FullPolicy, TopicRegistry
 from common.trajectory import Trajectory
 from processor.batching import InferenceBatcher
 from processor.inference import Policy
 from protos import pb
 
 log = logging.getLogger(__name__)
-
-#: The subscriber queue every behavior's trajectory topic declares at start, so a trainer that
-#: subscribes after env clients connected still gets every trajectory.
-TRAINER_SUBSCRIBER = "trainer"
 
 
 @dataclass(frozen=True)
@@ -49,22 +44,8 @@ class BehaviorRuntime:
 
     @classmethod
     def from_settings(cls, settings: BehaviorSettings) -> BehaviorRuntime:
-        """The processor's view of one behavior's config.
-
-        PPO is on-policy, so its queue holds about one update buffer of trajectories: env clients
-        then wait (``block``) while the trainer updates, instead of acting on with a policy that is
-        about to be replaced and whose data ``max_policy_lag`` would drop. SAC is off-policy but its
-        sample efficiency still needs data from a recent policy: its queue holds about one minibatch
-        of trajectories (at least 4); with 1024 the env clients outran the trainer and 1000 steps on
-        the 1-D task bought 2 updates (8 of 8 runs failed). BC keeps the processor-wide default.
-        """
-        queue = None
-        hyperparameters: Any = settings.hyperparameters
-        if settings.trainer_type == TrainerType.PPO:
-            queue = max(2, math.ceil(hyperparameters.buffer_size / settings.time_horizon))
-        elif settings.trainer_type == TrainerType.SAC:
-            queue = max(4, math.ceil(hyperparameters.batch_size / settings.time_horizon))
-        return cls(settings.time_horizon, settings.effective_max_policy_lag, queue)
+        """The processor's view of one behavior's config (queue size: ``BehaviorSettings.trajectory_queue_size``)."""
+        return cls(settings.time_horizon, settings.effective_max_policy_lag, settings.trajectory_queue_size)
 
 
 @dataclass(frozen=True)

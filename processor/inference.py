@@ -10,6 +10,8 @@ Shapes: ``N`` agent rows in one call, ``C`` continuous action dimensions, ``B`` 
 
 What ``act`` computes, per row:
 
+The model's inputs and outputs, and the constants below, follow ``common.policy_contract``.
+
 * **Observation normalisation** (when the update carries ``normalizers``): ML-Agents' rule,
   ``clip((obs - mean) / sqrt(variance + 1e-8), -5, 5)``, applied here before the forward pass.
 * **Continuous** (Gaussian ``N(mean, exp(log_std))``): ``u = mean + exp(log_std) * eps``. Clip
@@ -42,20 +44,24 @@ import numpy as np
 from ai_edge_litert.interpreter import Interpreter
 
 from common.errors import ProtocolError
+from common.policy_contract import (
+    LOG_STD,
+    LOGITS,
+    MASKED_LOGIT,
+    MEAN,
+    NORMALIZATION_CLIP,
+    NORMALIZATION_EPSILON,
+    TANH_LOG_EPSILON,
+    TFLITE_FORMAT,
+    input_name,
+)
+from common.tensors import from_tensor
 from protos import pb
-from protos.tensors import from_tensor
 
 logger = logging.getLogger(__name__)
 
 #: The artifact formats this module runs.
-SUPPORTED_FORMATS = ("tflite",)
-#: ML-Agents' observation normalisation: epsilon under the square root, and the clip bound.
-NORMALIZATION_EPSILON = 1e-8
-NORMALIZATION_CLIP = 5.0
-#: Added inside the log of the tanh correction so a saturated tanh stays finite.
-TANH_LOG_EPSILON = 1e-6
-#: The logit masked discrete options get before the log-softmax.
-MASKED_LOGIT = -1e9
+SUPPORTED_FORMATS = (TFLITE_FORMAT,)
 _HALF_LOG_2PI = np.float32(0.5 * math.log(2.0 * math.pi))
 _MIN_UNIFORM = np.float32(2.0**-25)
 
@@ -181,7 +187,7 @@ class Policy:
 
         Raises:
             ProtocolError: an unknown format, a model the runtime cannot load, or one whose
-                inputs/outputs do not match the contract in ``trainer.export`` and the action spec.
+                inputs/outputs do not match ``common.policy_contract`` and the action spec.
         """
         artifact = update.artifact
         if artifact.format not in SUPPORTED_FORMATS:
@@ -205,21 +211,22 @@ class Policy:
         return _protocol_guard("artifact.model signature", self._interpreter.get_signature_runner)
 
     def _read_inputs(self) -> tuple[list[int], list[tuple[int, ...]]]:
-        """Tensor index and shape of each observation input (``obs_0``, ``obs_1``, ...)."""
+        """Tensor index and shape of each observation input (``input_name(i)``: ``obs_0``, ``obs_1``, ...)."""
         details = self._signature().get_input_details()
         if not details:
             raise ProtocolError("artifact.model has no inputs")
         main_indices = {d["index"] for d in self._interpreter.get_input_details()}
         indices, shapes = [], []
         for i in range(len(details)):
-            d = details.get(f"obs_{i}")
+            d = details.get(input_name(i))
             if d is None:
-                raise ProtocolError(
-                    f"artifact.model inputs must be named obs_0..obs_{len(details) - 1}, got {sorted(details)}"
-                )
+                names = f"{input_name(0)}..{input_name(len(details) - 1)}"
+                raise ProtocolError(f"artifact.model inputs must be named {names}, got {sorted(details)}")
             signature = [int(x) for x in d["shape_signature"]]
             if d["dtype"] != np.float32 or len(signature) < 2 or signature[0] != -1 or d["index"] not in main_indices:
-                raise ProtocolError(f"artifact.model input obs_{i}: expected float32 [N, ...] with dynamic N, got {signature}")
+                raise ProtocolError(
+                    f"artifact.model input {input_name(i)}: expected float32 [N, ...] with dynamic N, got {signature}"
+                )
             indices.append(int(d["index"]))
             shapes.append(tuple(signature[1:]))
         return indices, shapes
@@ -229,9 +236,9 @@ class Policy:
         details = self._signature().get_output_details()
         needed = {}
         if self.action_spec.continuous_size:
-            needed["mean"] = needed["log_std"] = int(self.action_spec.continuous_size)
+            needed[MEAN] = needed[LOG_STD] = int(self.action_spec.continuous_size)
         if self.action_spec.discrete_branches:
-            needed["logits"] = int(sum(self.action_spec.discrete_branches))
+            needed[LOGITS] = int(sum(self.action_spec.discrete_branches))
         outputs = {}
         for name, width in needed.items():
             d = details.get(name)
@@ -325,11 +332,11 @@ class Policy:
             )
         outputs = self.forward(observations)
         if c:
-            env_actions, actions, log_probs = self._sample_continuous(outputs["mean"], outputs["log_std"], rng)
+            env_actions, actions, log_probs = self._sample_continuous(outputs[MEAN], outputs[LOG_STD], rng)
         else:
             env_actions = actions = log_probs = np.zeros((n, 0), np.float32)
         if b:
-            discrete, discrete_log_probs = self._sample_discrete(outputs["logits"], action_mask, rng)
+            discrete, discrete_log_probs = self._sample_discrete(outputs[LOGITS], action_mask, rng)
         else:
             discrete, discrete_log_probs = np.zeros((n, 0), np.int32), np.zeros((n, 0), np.float32)
         return ActionOutput(env_actions, actions, log_probs, discrete, discrete_log_probs, self.version)

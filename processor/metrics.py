@@ -11,18 +11,41 @@ It never touches the per-step path (``common.metrics``). Every name is listed in
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from common.metrics import PREFIX, histogram_from_counts
-from processor.behaviors import Behavior
-
-if TYPE_CHECKING:
-    from processor.server import ProcessorServer
+from common.topics import TopicRegistry
+from processor.behaviors import Behavior, BehaviorTable, ProcessorSettings
+from processor.sessions import SessionTable
 
 P = PREFIX + "processor_"
+
+
+class CollectedProcessor(Protocol):
+    """What the collector reads of a processor (``processor.server.ProcessorServer`` has it all).
+
+    A protocol, so this module does not import the server that starts it.
+    """
+
+    @property
+    def settings(self) -> ProcessorSettings: ...
+
+    @property
+    def behaviors(self) -> BehaviorTable: ...
+
+    @property
+    def topics(self) -> TopicRegistry[Any]: ...
+
+    @property
+    def sessions(self) -> SessionTable: ...
+
+    @property
+    def refused_calls(self) -> int:
+        """Calls refused for a missing or wrong token."""
+        ...
 
 
 def _counter(name: str, doc: str, labels: tuple[str, ...] = ("behavior",)) -> CounterMetricFamily:
@@ -36,7 +59,7 @@ def _gauge(name: str, doc: str, labels: tuple[str, ...] = ("behavior",)) -> Gaug
 class ProcessorCollector(Collector):
     """Every ``stepstream_processor_*`` metric of one ``ProcessorServer``."""
 
-    def __init__(self, server: ProcessorServer) -> None:
+    def __init__(self, server: CollectedProcessor) -> None:
         self._server = server
 
     def collect(self) -> Iterator[Metric]:

@@ -13,7 +13,8 @@ import numpy as np
 
 from common.errors import IncompatibleVersionError, ProtocolError
 from common.specs import ActionSpec, BrainParameters
-from protos import PROTOCOL_VERSION, from_tensor, pb, to_tensor
+from common.tensors import from_tensor, to_tensor
+from protos import PROTOCOL_VERSION, pb
 
 MAX_ROW_WIDTH = 1 << 16
 """The most values one agent's row may declare: observation elements (all specs together), continuous

@@ -34,8 +34,9 @@ import numpy as np
 import pytest
 
 from common.specs import ActionSpec, BrainParameters, ObservationSpec
+from common.tensors import to_tensor
 from common.trajectory import Trajectory
-from protos import pb, to_tensor
+from protos import pb
 
 F32: Final = np.dtype(np.float32)
 

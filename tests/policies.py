@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from common.policy_contract import LOG_STD, LOGITS, MEAN, input_name
 from protos import pb
 
 if TYPE_CHECKING:
@@ -51,7 +52,7 @@ def build_mlp_model(obs_shapes: ShapesKey, action: ActionKey, seed: int, hidden:
     import keras
 
     continuous_size, branches = action
-    inputs = [keras.Input(shape, name=f"obs_{i}") for i, shape in enumerate(obs_shapes)]
+    inputs = [keras.Input(shape, name=input_name(i)) for i, shape in enumerate(obs_shapes)]
     h = inputs[0] if len(inputs) == 1 else keras.layers.Concatenate()(inputs)
     seeds = iter(range(seed * 100, seed * 100 + 100))
 
@@ -64,10 +65,10 @@ def build_mlp_model(obs_shapes: ShapesKey, action: ActionKey, seed: int, hidden:
         h = dense(hidden, "tanh")(h)
     outputs: dict[str, keras.KerasTensor] = {}
     if continuous_size:
-        outputs["mean"] = dense(continuous_size)(h)
-        outputs["log_std"] = dense(continuous_size)(h)
+        outputs[MEAN] = dense(continuous_size)(h)
+        outputs[LOG_STD] = dense(continuous_size)(h)
     if branches:
-        outputs["logits"] = dense(sum(branches))(h)
+        outputs[LOGITS] = dense(sum(branches))(h)
     return keras.Model(inputs[0] if len(inputs) == 1 else inputs, outputs)
 
 

@@ -5,14 +5,9 @@ travels as an inference artifact the processor runs with the LiteRT interpreter:
 flatbuffer, chosen by ``benchmarks/inference_formats.py`` (a ``tf.function`` call costs several
 hundred microseconds, the TFLite interpreter a few to a few tens).
 
-The flatbuffer's contract (read by ``processor.inference``):
-
-* one signature; its inputs are named ``obs_0``, ``obs_1``, ... (observation ``i``), each float32
-  ``[N, *shape]`` with a dynamic batch axis ``N`` (the processor normalises observations itself
-  when the update carries normaliser state);
-* its outputs, by name: ``"mean"`` and ``"log_std"``, float32 ``[N, C]`` (continuous actions), and
-  ``"logits"``, float32 ``[N, sum(branches)]`` (discrete actions, branches side by side,
-  unmasked).
+The flatbuffer follows ``common.policy_contract``, which ``processor.inference`` reads it by: one
+signature, inputs ``input_name(i)`` (``obs_0``, ...) float32 ``[N, *shape_i]`` with a dynamic ``N``,
+outputs ``MEAN`` and ``LOG_STD`` float32 ``[N, C]`` and/or ``LOGITS`` float32 ``[N, sum(branches)]``.
 
 Export speed: the graph never changes between exports, only the weights, so the exporter converts
 with probe weights once and then writes each export's weights straight into the flatbuffer's constant
@@ -42,22 +37,13 @@ import tensorflow as tf
 # what the converter itself uses on its slower SavedModel path.
 from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
 
+from common.policy_contract import LOG_STD, MEAN, POLICY_OUTPUTS, TFLITE_FORMAT, input_name
+from common.tensors import to_tensor
 from protos import pb
-from protos.tensors import to_tensor
 from trainer.probe_cache import load_probes, probe_cache_dir, probe_cache_key, store_probes
 from trainer.weight_template import NotPatchableError, WeightTemplate, matched_template, probe_sets
 
 logger = logging.getLogger(__name__)
-
-#: The artifact format ``export_tflite`` produces (``InferenceArtifact.format``).
-TFLITE_FORMAT = "tflite"
-#: The output names an artifact may carry; anything else the forward returns is dropped.
-POLICY_OUTPUTS = ("mean", "log_std", "logits")
-
-
-def input_name(index: int) -> str:
-    """The signature input name of observation ``index``: ``obs_0``, ``obs_1``, ..."""
-    return f"obs_{index}"
 
 
 def _call_forward(forward: Callable[..., Any], observations: list[tf.Tensor]) -> Any:
@@ -76,11 +62,11 @@ def _policy_outputs(outputs: Any, forward: Callable[..., Any]) -> dict[str, tf.T
     named = {k: tf.convert_to_tensor(v, tf.float32) for k, v in outputs.items() if k in POLICY_OUTPUTS}
     if not named:
         raise ValueError(f"the policy forward returned {sorted(outputs)}; none of {POLICY_OUTPUTS}")
-    if ("mean" in named) != ("log_std" in named):
-        raise ValueError(f"'mean' and 'log_std' go together; the forward returned {sorted(named)}")
-    if "log_std" in named and named["log_std"].shape.rank == 1:
+    if (MEAN in named) != (LOG_STD in named):
+        raise ValueError(f"{MEAN!r} and {LOG_STD!r} go together; the forward returned {sorted(named)}")
+    if LOG_STD in named and named[LOG_STD].shape.rank == 1:
         # A state-independent log_std (PPO's usual variable of shape [C]) becomes [N, C].
-        named["log_std"] = tf.broadcast_to(named["log_std"], tf.shape(named["mean"]))
+        named[LOG_STD] = tf.broadcast_to(named[LOG_STD], tf.shape(named[MEAN]))
     for key, value in named.items():
         if value.shape.rank != 2:
             raise ValueError(f"output {key!r} must be [N, width], got shape {value.shape}")

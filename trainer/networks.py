@@ -3,7 +3,7 @@
 Shapes: ``B`` rows of a minibatch, ``C`` continuous action size, ``M = sum(branches)`` logits.
 
 The policy network's ``forward(obs_0, ...)`` is what ``trainer.export`` converts into the TFLite
-artifact the processor runs; its outputs follow the artifact contract: ``"mean"``/``"log_std"``
+artifact the processor runs; its outputs follow ``common.policy_contract``: ``"mean"``/``"log_std"``
 ``[B, C]`` for continuous actions and ``"logits"`` ``[B, M]`` for discrete ones. Observations
 enter already normalised: the processor applies the normaliser state shipped beside the model,
 and the trainers apply ``Normalizer.normalize`` before calling the same network.
@@ -18,12 +18,10 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from common.policy_contract import LOG_STD, LOGITS, MASKED_LOGIT, MEAN, NORMALIZATION_CLIP, NORMALIZATION_EPSILON
 from common.specs import ActionSpec
 
-NORMALIZATION_EPSILON = 1e-8
-NORMALIZATION_CLIP = 5.0
 LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0
-MASKED_LOGIT = -1e9
 _HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
 
 
@@ -147,16 +145,14 @@ class PolicyNetwork(tf.Module):
         h = self.body(x)
         out: dict[str, tf.Tensor] = {}
         if self.mean_head is not None:
-            out["mean"] = self.mean_head(h)
+            out[MEAN] = self.mean_head(h)
             if self.log_std_head is not None:
-                out["log_std"] = tf.clip_by_value(self.log_std_head(h), LOG_STD_MIN, LOG_STD_MAX)
+                out[LOG_STD] = tf.clip_by_value(self.log_std_head(h), LOG_STD_MIN, LOG_STD_MAX)
             else:
                 assert self.log_std is not None
-                out["log_std"] = tf.broadcast_to(
-                    tf.clip_by_value(self.log_std, LOG_STD_MIN, LOG_STD_MAX), tf.shape(out["mean"])
-                )
+                out[LOG_STD] = tf.broadcast_to(tf.clip_by_value(self.log_std, LOG_STD_MIN, LOG_STD_MAX), tf.shape(out[MEAN]))
         if self.logits_head is not None:
-            out["logits"] = self.logits_head(h)
+            out[LOGITS] = self.logits_head(h)
         return out
 
     @property

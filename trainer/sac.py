@@ -45,6 +45,7 @@ import tensorflow as tf
 from common import config
 from common import trajectory as tr
 from common.buffer import AgentBuffer
+from common.policy_contract import TANH_LOG_EPSILON
 from common.specs import BrainParameters
 from protos import pb
 from trainer.bc_component import BCComponent
@@ -61,7 +62,6 @@ from trainer.sac_replay import NEXT_ACTION_MASK, SACBatch, load_replay_buffer, s
 
 Tensor: TypeAlias = tf.Tensor
 
-TANH_LOG_EPSILON = 1e-6  # inside the log of the tanh correction: processor.inference's value
 # Discrete target entropy: this times log(allowed options), per branch and row. ML-Agents' value
 # (discrete_target_entropy_scale); Christodoulou's 0.98 holds the policy near uniform for good.
 DISCRETE_TARGET_ENTROPY_SCALE = 0.2

@@ -4,6 +4,7 @@ See ``base`` for the delivery semantics and ``memory`` / ``policy`` for the in-p
 """
 
 from common.topics.base import (
+    TRAINER_SUBSCRIBER,
     Delivery,
     FullPolicy,
     PolicySink,
@@ -22,6 +23,7 @@ from common.topics.registry import TopicRegistry, policy_topic_name, trajectory_
 __all__ = [
     "DEFAULT_MAX_ITEMS",
     "DEFAULT_MAX_SIZE",
+    "TRAINER_SUBSCRIBER",
     "Deduplicator",
     "Delivery",
     "FullPolicy",

@@ -20,6 +20,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
+#: The durable subscriber queue the processor declares on every behavior's trajectory topic at start,
+#: and the name a trainer subscribes as: a trainer that subscribes after env clients connected still
+#: gets every trajectory.
+TRAINER_SUBSCRIBER = "trainer"
+
 T_co = TypeVar("T_co", covariant=True)
 T_contra = TypeVar("T_contra", contravariant=True)
 

@@ -62,10 +62,6 @@ class Subscription(Generic[T]):
         self._lock = topic._lock
 
     @property
-    def topic_name(self) -> str:
-        return self._topic.name
-
-    @property
     def topic(self) -> TrajectoryTopic[T]:
         """The topic this subscription reads."""
         return self._topic
@@ -209,10 +205,6 @@ class TrajectoryTopic(Generic[T]):
     @property
     def closed(self) -> bool:
         return self._closed
-
-    def subscriber_names(self) -> list[str]:
-        with self._lock:
-            return list(self._queues)
 
     def declare(self, subscriber_name: str, max_size: int | None = None, full_policy: FullPolicy | None = None) -> None:
         """Create the named subscriber queue if absent, so publishes are kept until it subscribes.

@@ -29,12 +29,13 @@ import numpy as np
 import pytest
 
 from common.errors import TopicClosedError
+from common.policy_contract import MASKED_LOGIT
 from common.specs import BrainParameters
 from common.topics import Subscription
 from common.trajectory import Trajectory
 from envclient.session import ActionResult, EnvSession
 from processor.behaviors import Behavior, ProcessorSettings
-from processor.inference import MASKED_LOGIT, Policy
+from processor.inference import Policy
 from processor.server import ProcessorServer
 from protos import pb
 from tests.assembly_cases import FLUSH, START, Expect, Step, brain_info_proto, expected_arrays, step_arrays

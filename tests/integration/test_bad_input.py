@@ -17,10 +17,11 @@ import numpy as np
 import pytest
 
 from common.specs import ActionSpec, BrainParameters, ObservationSpec
+from common.tensors import to_tensor
 from envclient.session import EnvSession, StepRejectedError
 from processor.behaviors import BehaviorRuntime
 from processor.server import ProcessorServer, ServerOptions
-from protos import PROTOCOL_VERSION, pb, to_tensor
+from protos import PROTOCOL_VERSION, pb
 from protos import stepstream_pb2_grpc as pb_grpc
 from tests.assembly_cases import CASES, CONTINUOUS, HYBRID, R, brain_info_proto, step
 from tests.integration.helpers import STOP_GRACE_S, Harness, assert_published, from_expect, itest_settings, serve_steps

@@ -40,7 +40,7 @@ def implied_experiences(clients: int, agents: int, steps: int) -> int:
     """Experiences the first ``steps`` BrainInfos of each G1 client imply, all published once the sessions end:
     an agent's rows pair up, except across a done (the row after it starts a new episode) and after its last."""
     from benchmarks.grpc_g1 import brain_infos
-    from protos import from_tensor
+    from common.tensors import from_tensor
 
     total = 0
     for index in range(clients):

@@ -29,10 +29,11 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from common.specs import ActionSpec, BrainParameters, ObservationSpec
+from common.tensors import to_tensor
 from processor.behaviors import BehaviorRuntime
 from processor.server import ProcessorServer, ServerOptions
 from processor.wire import MAX_ROW_WIDTH
-from protos import PROTOCOL_VERSION, pb, to_tensor
+from protos import PROTOCOL_VERSION, pb
 from protos import stepstream_pb2_grpc as pb_grpc
 from tests.assembly_cases import CASES, CONTINUOUS, HYBRID
 from tests.integration.helpers import (

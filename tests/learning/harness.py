@@ -34,11 +34,12 @@ import numpy as np
 
 from common.buffer import AgentBuffer
 from common.config import BehaviorSettings
+from common.topics import TRAINER_SUBSCRIBER
 from common.trajectory import CONTINUOUS_ACTIONS, DISCRETE_ACTIONS, obs_key
 from envclient.runner import RunStats, run_env
 from envclient.session import EnvSession
 from envclient.simple_env import SimpleEnv, expert_actions, simple_brain_parameters
-from processor.behaviors import TRAINER_SUBSCRIBER, BehaviorCounters, BehaviorRuntime, ProcessorSettings
+from processor.behaviors import BehaviorCounters, BehaviorRuntime, ProcessorSettings
 from processor.server import ProcessorServer, ServerOptions
 from trainer.learner import Learner
 from trainer.loop import TrainerLoop, TrainerResult, configure_tf_threads

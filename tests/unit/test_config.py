@@ -186,6 +186,22 @@ def test_bc_trainer_reads_demo_path() -> None:
     assert BehaviorSettings().demo_path is None
 
 
+@pytest.mark.parametrize(
+    ("settings", "queue"),
+    [
+        ({"trainer_type": "ppo"}, 160),  # one update buffer: ceil(10240 / 64)
+        ({"trainer_type": "ppo", "time_horizon": 1000, "hyperparameters": {"buffer_size": 2050}}, 3),
+        ({"trainer_type": "ppo", "hyperparameters": {"buffer_size": 64, "batch_size": 64}}, 2),
+        ({"trainer_type": "sac", "time_horizon": 8, "hyperparameters": {"batch_size": 100}}, 13),  # one minibatch
+        ({"trainer_type": "sac"}, 4),  # ceil(128 / 64) = 2, at least 4
+        ({"trainer_type": "bc", "hyperparameters": {"demo_path": "demos/x.demo"}}, None),
+    ],
+    ids=["ppo", "ppo-rounds-up", "ppo-at-least-2", "sac", "sac-at-least-4", "bc-processor-default"],
+)
+def test_trajectory_queue_size_follows_the_trainer_type(settings: dict[str, Any], queue: int | None) -> None:
+    assert _behavior(settings).behaviors["CartPole"].trajectory_queue_size == queue
+
+
 # --- default_settings ---------------------------------------------------------------------------
 
 DEFAULTS = {

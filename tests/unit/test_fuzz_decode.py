@@ -29,10 +29,10 @@ from hypothesis.extra import numpy as hnp
 
 from common.errors import ProtocolError, StepstreamError
 from common.specs import ActionSpec, BrainParameters, ObservationSpec
+from common.tensors import SUPPORTED_DTYPES, dtype_from_wire, dtype_to_wire, from_tensor, to_tensor
 from processor.servicer import status_for
 from processor.wire import MAX_ROW_WIDTH, DecodedBrainInfo, decode_brain_info, decode_hello
-from protos import PROTOCOL_VERSION, from_tensor, pb, to_tensor
-from protos.tensors import SUPPORTED_DTYPES, dtype_from_wire, dtype_to_wire
+from protos import PROTOCOL_VERSION, pb
 
 F32 = np.dtype(np.float32)
 INT64 = st.integers(-(2**63), 2**63 - 1)

@@ -22,9 +22,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from common.errors import StepstreamError
+from common.tensors import to_tensor
 from processor.inference import Policy
 from processor.servicer import status_for
-from protos import pb, to_tensor
+from protos import pb
 from tests.assembly_cases import CONTINUOUS, HYBRID
 from tests.policies import build_mlp_policy_update
 from tests.unit.test_fuzz_decode import SIZES, tensors

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from common.errors import ProtocolError
-from processor.inference import NORMALIZATION_CLIP, Policy
+from common.policy_contract import NORMALIZATION_CLIP
+from processor.inference import Policy
 from protos import pb
 from tests.policies import build_mlp_model, build_mlp_policy_update
 

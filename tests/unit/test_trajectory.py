@@ -1,4 +1,4 @@
-"""Trajectory <-> protobuf (property-based), Trajectory rows, and protos.tensors conversions.
+"""Trajectory <-> protobuf (property-based), Trajectory rows, and common.tensors conversions.
 
 Shapes: ``T`` steps, ``C`` continuous action size, ``B`` discrete branches, ``M`` mask width.
 """
@@ -15,6 +15,7 @@ from numpy.typing import DTypeLike
 
 from common.buffer import AgentBuffer
 from common.errors import ProtocolError
+from common.tensors import SUPPORTED_DTYPES, dtype_from_wire, dtype_to_wire, from_tensor, to_tensor
 from common.trajectory import (
     ACTION_MASK,
     CONTINUOUS_ACTIONS,
@@ -34,7 +35,6 @@ from common.trajectory import (
     trajectories_to_rows,
 )
 from protos import pb
-from protos.tensors import SUPPORTED_DTYPES, dtype_from_wire, dtype_to_wire, from_tensor, to_tensor
 
 OBS_DTYPES = [np.float32, np.uint8, np.float16, np.int32, np.float64, np.int8, np.uint16, np.int64, np.bool_]
 PER_STEP = [
@@ -165,7 +165,8 @@ def test_trajectory_round_trips_through_the_proto_and_its_bytes(trajectory: Traj
 def test_rows_have_one_row_per_step_and_fit_an_agent_buffer(trajectory: Trajectory) -> None:
     rows = trajectory.to_rows()  # float64 obs become float32 in the buffer: random bits overflow
     assert {len(v) for v in rows.values()} == {trajectory.length}
-    buffer = trajectory.to_agent_buffer()
+    buffer = AgentBuffer()
+    buffer.extend_rows(rows)
     assert buffer.check_length()
     assert buffer.num_experiences == trajectory.length
 
@@ -244,18 +245,6 @@ def test_interrupted_is_set_on_the_last_row_only(interrupted: bool) -> None:
     np.testing.assert_array_equal(rows[INTERRUPTED], [False, False, False, interrupted])
 
 
-def test_to_agent_buffer_pads_action_masks_with_ones() -> None:
-    trajectory = make_trajectory(steps=3)
-    buffer = trajectory.to_agent_buffer()
-    assert buffer.num_experiences == 3 and buffer.check_length()
-    assert buffer[ACTION_MASK].padding_value == 1.0
-    assert buffer[REWARDS].padding_value == 0.0
-    assert trajectory.action_mask is not None
-    mask = buffer[ACTION_MASK].get_batch(training_length=2)
-    np.testing.assert_array_equal(mask[3], trajectory.action_mask[-1].astype(np.float32))
-    assert ACTION_MASK not in make_trajectory(branches=()).to_agent_buffer()
-
-
 def test_trajectories_to_rows_concatenates_in_order() -> None:
     first, second = make_trajectory(seed=1, steps=2), make_trajectory(seed=2, steps=3)
     rows = trajectories_to_rows([first, second])
@@ -327,7 +316,7 @@ def test_a_copied_trajectory_encodes_the_same() -> None:
     assert replace(trajectory).to_proto() == trajectory.to_proto()
 
 
-# -- protos.tensors ----------------------------------------------------------------------------
+# -- common.tensors ----------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("dtype", SUPPORTED_DTYPES, ids=str)

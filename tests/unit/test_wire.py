@@ -12,8 +12,9 @@ import pytest
 
 from common.errors import IncompatibleVersionError, NotSupportedYetError, ProtocolError
 from common.specs import ActionSpec, BrainParameters, ObservationSpec
+from common.tensors import to_tensor
 from processor.wire import decode_brain_info, decode_hello
-from protos import PROTOCOL_VERSION, pb, to_tensor
+from protos import PROTOCOL_VERSION, pb
 
 PARAMS = BrainParameters("Gridder", (ObservationSpec((3,), np.dtype(np.float32)),), ActionSpec(1, (3, 2)))
 """Observations float32 [N, 3]; actions: 1 continuous + branches (3, 2), so masks are [N, 5]."""

@@ -1,5 +1,8 @@
 """numpy <-> ``Tensor`` message: raw little-endian bytes plus dtype and shape.
 
+It lives here, above ``protos``, because decoding raises ``common.errors.ProtocolError`` (which the
+servicer maps to a status code): ``protos`` holds only the generated code and imports nothing of ours.
+
 No per-element loops: encoding is one ``tobytes``, decoding one ``np.frombuffer``, so the cost is a
 single memory copy (or none) whatever the tensor's size.
 """

@@ -1,0 +1,60 @@
+"""The policy contract: what the trainer's exporter and the processor's inference both rely on.
+
+A policy crosses from trainer to processor as a ``PolicyUpdate`` whose ``InferenceArtifact`` holds
+a model the processor runs with no trainer code (``trainer.export`` writes it,
+``processor.inference`` reads it). The message's fields are fixed by ``protos/stepstream.proto``;
+what the model inside must look like, and the arithmetic both sides must do identically around
+it, is fixed here, once, and both sides import it.
+
+Shapes: ``N`` agent rows, ``C`` continuous action dimensions, ``M = sum(branches)`` logits.
+
+The model (``format`` ``TFLITE_FORMAT``):
+
+* one signature; its inputs are named ``input_name(i)`` (``obs_0``, ``obs_1``, ...), one per
+  observation, each float32 ``[N, *shape_i]`` with a dynamic ``N``. The inputs are *normalised*
+  observations: when the update carries normaliser state, the processor applies
+  ``clip((obs - mean) / sqrt(variance + NORMALIZATION_EPSILON), -NORMALIZATION_CLIP,
+  NORMALIZATION_CLIP)`` first, and the trainer trains the network on the same transform.
+* its outputs, by name: ``MEAN`` and ``LOG_STD``, float32 ``[N, C]``, together or not at all
+  (continuous actions, Gaussian ``N(mean, exp(log_std))``); ``LOGITS``, float32 ``[N, M]``
+  (discrete actions, branches side by side, unmasked). The exporter writes no others, the processor
+  reads no others.
+
+The arithmetic around the model, whose stored log-probs a trainer recomputes and must match:
+
+* discrete: masked options get the logit ``MASKED_LOGIT`` before the log-softmax;
+* continuous in squash mode (``InferenceArtifact.tanh_squash``): the log-prob of ``a = tanh(u)``
+  adds ``-log(1 - a^2 + TANH_LOG_EPSILON)`` per dimension, computed in float64 from the float32 ``a``.
+
+Extending the contract: a new artifact format (ONNX) adds its format name beside
+``TFLITE_FORMAT``, and recurrent policies add their memory input and output names beside
+``input_name`` and ``POLICY_OUTPUTS``, here, so that exporter and runtime again share one copy.
+This module imports nothing, so either side, and any tool between them, may import it.
+"""
+
+from __future__ import annotations
+
+#: ``InferenceArtifact.format`` of a TFLite flatbuffer, the one format exported and run today.
+TFLITE_FORMAT = "tflite"
+
+#: Output names: the Gaussian's mean and log standard deviation (continuous), the logits (discrete).
+MEAN = "mean"
+LOG_STD = "log_std"
+LOGITS = "logits"
+#: Every output name a model may carry.
+POLICY_OUTPUTS = (MEAN, LOG_STD, LOGITS)
+
+#: ML-Agents' observation normalisation: the epsilon under the square root, and the clip bound.
+NORMALIZATION_EPSILON = 1e-8
+NORMALIZATION_CLIP = 5.0
+
+#: The logit masked discrete options get before the log-softmax (probability ~0, log-prob finite).
+MASKED_LOGIT = -1e9
+
+#: Added inside the log of the tanh correction, so a saturated tanh (``a^2`` rounds to 1) stays finite.
+TANH_LOG_EPSILON = 1e-6
+
+
+def input_name(index: int) -> str:
+    """The model's input name for observation ``index``: ``obs_0``, ``obs_1``, ..."""
+    return f"obs_{index}"
