@@ -42,9 +42,9 @@ import numpy as np
 import pytest
 
 from common.buffer import AgentBuffer
+from common.topics import TRAINER_SUBSCRIBER
 from common.topics.grpc_transport import GrpcPolicyPublisher, GrpcTrajectorySubscription
 from common.trajectory import Trajectory
-from processor.behaviors import TRAINER_SUBSCRIBER
 from tests import fault_client
 from tests.integration.test_stack import REPO, STOP_TIMEOUT_S, Stack, _free_port, serving
 from tests.policies import build_mlp_policy_update

@@ -48,7 +48,15 @@ def test_the_layer_contracts_hold() -> None:
         ("protos/__init__.py", "import common.errors", "Layers: protos <- common"),
         ("processor/metrics.py", "import processor.server", "No import cycles between the modules of a package"),
     ],
-    ids=["processor-tensorflow", "processor-trainer", "trainer-processor", "common-cli", "envclient-yaml", "protos-common", "cycle"],
+    ids=[
+        "processor-tensorflow",
+        "processor-trainer",
+        "trainer-processor",
+        "common-cli",
+        "envclient-yaml",
+        "protos-common",
+        "cycle",
+    ],
 )
 def test_a_violation_breaks_its_contract(tmp_path: Path, module: str, line: str, broken: str) -> None:
     """Each contract fails on a deliberate violation in a copy of the tree (so none checks nothing)."""
