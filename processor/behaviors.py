@@ -1,7 +1,11 @@
 """The processor's per-behavior state: declaration, inference, topics, staleness and counters.
 
-A behavior exists once an env client declares it in a Hello. Its topics may exist earlier (a
-trainer can subscribe before any env client connects): ``TopicRegistry`` creates them on demand.
+A behavior is **known** when the processor's config declares it or, outside the config, while a live
+session's Hello declares it. Only a known behavior's topics are created: a configured behavior's at
+start (a trainer may subscribe, or publish a policy, before any env client connects), another's at
+its first Hello. A ``Behavior`` (the spec, inference and counters) exists from the first Hello that
+declares it; one outside the config is freed when its last session ends, with its topics unless a
+subscriber is attached to them (``BehaviorTable.release``).
 """
 
 from __future__ import annotations
@@ -10,7 +14,7 @@ import asyncio
 import contextlib
 import contextvars
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,11 +23,12 @@ import numpy as np
 from common.config import BehaviorSettings, RunOptions
 from common.errors import ProtocolError, StepstreamError, UnknownBehaviorError
 from common.logs import set_log_context
-from common.specs import BrainParameters
+from common.specs import ActionSpec, BrainParameters
 from common.topics import TRAINER_SUBSCRIBER, FullPolicy, TopicRegistry
 from common.trajectory import Trajectory
 from processor.batching import InferenceBatcher
 from processor.inference import Policy
+from processor.wire import quoted
 from protos import pb
 
 log = logging.getLogger(__name__)
@@ -109,6 +114,9 @@ class BehaviorCounters:
     unpublished_trajectories: int = 0
     """Trajectories lost to a topic that stayed full past publish_timeout_s, or closed."""
     unpublished_experiences: int = 0
+    undeliverable_trajectories: int = 0
+    """Trajectories dropped by Subscribe because no message could carry them (larger than the limit)."""
+    undeliverable_experiences: int = 0
 
 
 class Behavior:
@@ -150,6 +158,22 @@ class Behavior:
         topic hands the follower that very update as ``version``, it acts with this instead of loading it again."""
         self._loaded[version] = (update, policy)
 
+    def check_policy(self, policy: Policy, version: int) -> None:
+        """Refuse a policy whose observation shapes or action spec differ from the declared BrainParameters.
+
+        Raises:
+            ProtocolError: (precondition) naming both specs.
+        """
+        spec = ActionSpec.from_proto(policy.action_spec)
+        shapes = [tuple(s.shape) for s in self.params.observation_specs]
+        if spec != self.params.action_spec or [tuple(s) for s in policy.observation_shapes] != shapes:
+            takes = [list(s) for s in policy.observation_shapes]
+            raise ProtocolError(
+                f"behavior {quoted(self.name)}: policy version {version} takes obs {takes} and acts {spec};"
+                f" the behavior declares obs {[list(s) for s in shapes]} and {self.params.action_spec}",
+                precondition=True,
+            )
+
     def _policy_of(self, version: int, update: pb.PolicyUpdate) -> Policy:
         loaded = self._loaded.pop(version, None)
         for older in [v for v in self._loaded if v < version]:  # skipped by latest-wins: never asked for
@@ -167,6 +191,11 @@ class Behavior:
         loop = asyncio.get_running_loop()
         self._follower = context.run(loop.create_task, self._follow_policies(), name=f"policies/{self.name}")
 
+    def cancel(self) -> None:
+        """Stop following the policy topic without waiting (a released behavior)."""
+        if self._follower is not None:
+            self._follower.cancel()
+
     async def stop(self) -> None:
         if self._follower is not None:
             self._follower.cancel()
@@ -182,12 +211,18 @@ class Behavior:
                 continue
             version, update = newer
             try:
-                self.batcher.set_policy(self._policy_of(version, update))
+                policy = self._policy_of(version, update)
             except StepstreamError:
                 log.exception(
                     "behavior '%s': policy version %d cannot be loaded; keeping the previous one", self.name, version
                 )
                 continue
+            try:  # published before a Hello declared the spec (or for an earlier declaration): never adopted
+                self.check_policy(policy, version)
+            except ProtocolError as err:
+                log.error("%s; not adopted, keeping the previous one", err)
+                continue
+            self.batcher.set_policy(policy)
             # One per trainer update (every few tens of ms for PPO on CartPole): too many for INFO. The version
             # acting is on the metrics endpoint and in the trainer's summary line.
             log.debug("behavior '%s': acting with policy version %d", self.name, version)
@@ -259,6 +294,50 @@ class BehaviorTable:
 
     def get(self, name: str) -> Behavior | None:
         return self._behaviors.get(name)
+
+    def known(self, name: str) -> bool:
+        """Whether the config declares ``name`` or a live session's Hello did."""
+        return name in self.settings.behaviors or name in self._behaviors
+
+    def require_known(self, name: str) -> None:
+        """Refuse a query (Subscribe, PublishPolicy, GetPolicyStatus) for a behavior that is not known.
+
+        Raises:
+            UnknownBehaviorError: neither the config nor a live session declares it.
+        """
+        if not self.known(name):
+            raise UnknownBehaviorError(
+                f"behavior {quoted(name)} is not known: not in the processor's config and not declared by a live env client"
+            )
+
+    def runtime(self, name: str) -> BehaviorRuntime:
+        """The settings behavior ``name`` would be declared with.
+
+        Raises:
+            UnknownBehaviorError: the config is strict and does not list it.
+        """
+        existing = self._behaviors.get(name)
+        return existing.runtime if existing is not None else self.settings.runtime(name)
+
+    def release(self, behaviors: Iterable[Behavior]) -> None:
+        """Free each of ``behaviors`` that no live session declares and the config does not hold.
+
+        Its inference and counters go, and its topics too unless a subscriber is attached to its
+        trajectory topic (a trainer that waits for the next env client keeps them, with the latest
+        policy); trajectories still queued for an absent subscriber are dropped, and logged.
+        """
+        for behavior in behaviors:
+            if behavior.active_sessions > 0 or behavior.name in self.settings.behaviors:
+                continue
+            if self._behaviors.get(behavior.name) is not behavior:
+                continue  # released already
+            del self._behaviors[behavior.name]
+            behavior.cancel()
+            dropped = self.topics.discard(behavior.name)
+            if dropped is None:
+                log.info("behavior '%s' released (no live session declares it); a subscriber keeps its topics", behavior.name)
+            else:
+                log.info("behavior '%s' released with its topics (%d trajectories dropped)", behavior.name, dropped)
 
     def values(self) -> list[Behavior]:
         return list(self._behaviors.values())

@@ -11,6 +11,8 @@ per session, never per step.
 * ``LogContextInterceptor`` sets the client id and behavior the client named in its metadata
   (``common.logs.identity_metadata``) as the log context of the call; grpc.aio runs interceptors and
   the handler in one ``contextvars.Context``, so every line the handler logs carries them.
+* ``DecodeCheckInterceptor`` ends a call whose request bytes are not its message with
+  INVALID_ARGUMENT (instead of grpc.aio's UNKNOWN and traceback).
 """
 
 from __future__ import annotations
@@ -20,7 +22,9 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import grpc
+from google.protobuf.message import DecodeError
 
+from common.errors import ProtocolError
 from common.logs import BEHAVIOR_METADATA, CLIENT_ID_METADATA, set_log_context
 from common.security import token_matches
 
@@ -94,3 +98,73 @@ class LogContextInterceptor(grpc.aio.ServerInterceptor):
             behavior=_metadata_value(handler_call_details, BEHAVIOR_METADATA),
         )
         return await continuation(handler_call_details)
+
+
+class Undecodable:
+    """What a request deserializer returns for bytes that are not the method's message."""
+
+    def __init__(self, method: str, error: Exception) -> None:
+        self.details = f"{method}: the request is not a valid message ({type(error).__name__}: {error})"
+
+
+class DecodeCheckInterceptor(grpc.aio.ServerInterceptor):
+    """End a call whose request bytes do not decode with INVALID_ARGUMENT and one log line.
+
+    grpc.aio would end it UNKNOWN with a traceback. The deserializer of every method is wrapped: on a
+    ``DecodeError`` a streaming request raises ``ProtocolError`` where the handler reads it (the
+    servicer's status table maps it, and the handler logs it); a unary one yields an ``Undecodable``,
+    which a wrapped behavior refuses, and logs, before the handler runs.
+    """
+
+    async def intercept_service(
+        self, continuation: Continuation, handler_call_details: grpc.HandlerCallDetails
+    ) -> grpc.RpcMethodHandler | None:
+        handler = await continuation(handler_call_details)
+        if handler is None or handler.request_deserializer is None:
+            return handler
+        return _decode_checked(handler, handler_call_details.method)  # type: ignore[attr-defined]
+
+
+def _decode_checked(handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandler:
+    decode = handler.request_deserializer
+    codecs = {"response_serializer": handler.response_serializer}
+    if handler.request_streaming:
+
+        def decode_or_raise(data: bytes) -> Any:
+            try:
+                return decode(data)
+            except DecodeError as err:  # the handler ends the stream with it, and logs it
+                raise ProtocolError(Undecodable(method, err).details) from None
+
+        make = grpc.stream_stream_rpc_method_handler if handler.response_streaming else grpc.stream_unary_rpc_method_handler
+        behavior = handler.stream_stream if handler.response_streaming else handler.stream_unary
+        return make(behavior, request_deserializer=decode_or_raise, **codecs)
+
+    def decode_or_mark(data: bytes) -> Any:
+        try:
+            return decode(data)
+        except DecodeError as err:
+            return Undecodable(method, err)
+
+    async def refuse(undecodable: Undecodable, context: grpc.aio.ServicerContext) -> None:
+        log.warning("%s", undecodable.details)
+        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, undecodable.details)
+
+    if handler.response_streaming:
+        inner_stream = handler.unary_stream
+
+        async def unary_stream(request: Any, context: grpc.aio.ServicerContext) -> Any:
+            if isinstance(request, Undecodable):
+                await refuse(request, context)
+            async for response in inner_stream(request, context):
+                yield response
+
+        return grpc.unary_stream_rpc_method_handler(unary_stream, request_deserializer=decode_or_mark, **codecs)
+    inner = handler.unary_unary
+
+    async def unary_unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
+        if isinstance(request, Undecodable):
+            await refuse(request, context)
+        return await inner(request, context)
+
+    return grpc.unary_unary_rpc_method_handler(unary_unary, request_deserializer=decode_or_mark, **codecs)

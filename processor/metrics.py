@@ -76,7 +76,9 @@ class ProcessorCollector(Collector):
         flushed_x = _counter("experiences_flushed", "Experiences in the flushed trajectories.")
         labels = ("behavior", "reason")
         dropped_t = _counter(
-            "trajectories_dropped", "Trajectories not published: stale (max_policy_lag) or unpublished.", labels
+            "trajectories_dropped",
+            "Trajectories not published or delivered: stale (max_policy_lag), unpublished, undeliverable.",
+            labels,
         )
         dropped_x = _counter("experiences_dropped", "Experiences in the dropped trajectories.", labels)
         version = _gauge("policy_version", "Highest policy version published for the behavior (-1: none yet).")
@@ -95,6 +97,8 @@ class ProcessorCollector(Collector):
             dropped_x.add_metric([behavior.name, "stale"], c.stale_dropped_experiences)
             dropped_t.add_metric([behavior.name, "unpublished"], c.unpublished_trajectories)
             dropped_x.add_metric([behavior.name, "unpublished"], c.unpublished_experiences)
+            dropped_t.add_metric([behavior.name, "undeliverable"], c.undeliverable_trajectories)
+            dropped_x.add_metric([behavior.name, "undeliverable"], c.undeliverable_experiences)
             highest = behavior.policies.highest_version
             policy = behavior.batcher.policy
             acting_version = -1 if policy is None else int(policy.version)

@@ -26,7 +26,7 @@ from common.metrics import DEFAULT_METRICS_HOST, MetricsServer, serve_metrics
 from common.security import ServerSecurity
 from common.topics import TopicRegistry
 from processor.behaviors import BehaviorTable, ProcessorSettings
-from processor.interceptors import LogContextInterceptor, TokenAuthInterceptor
+from processor.interceptors import DecodeCheckInterceptor, LogContextInterceptor, TokenAuthInterceptor
 from processor.metrics import ProcessorCollector
 from processor.servicer import AgentProcessorServicer
 from processor.sessions import SessionTable
@@ -84,7 +84,7 @@ class ProcessorServer:
         self.topics = topics if topics is not None else TopicRegistry()
         self.behaviors = BehaviorTable(self.settings, self.topics)
         self.sessions = SessionTable()
-        self.servicer = AgentProcessorServicer(self.behaviors, self.sessions)
+        self.servicer = AgentProcessorServicer(self.behaviors, self.sessions, self.options.max_message_bytes)
         self.health = health.aio.HealthServicer() if hasattr(health, "aio") else health.HealthServicer()
         self._server: grpc.aio.Server | None = None
         self._metrics: MetricsServer | None = None
@@ -108,7 +108,7 @@ class ProcessorServer:
         Raises:
             OSError: the address (or the metrics address) cannot be bound.
         """
-        interceptors: list[grpc.aio.ServerInterceptor] = [LogContextInterceptor()]
+        interceptors: list[grpc.aio.ServerInterceptor] = [LogContextInterceptor(), DecodeCheckInterceptor()]
         if self._auth is not None:
             interceptors.append(self._auth)
         server = grpc.aio.server(options=self.options.grpc_options(), interceptors=interceptors)

@@ -2,7 +2,11 @@
 
 Each RPC decodes (``processor.wire``), calls the core (sessions, behaviors, assembly, topics) and
 encodes. Errors raised by the core are mapped to gRPC status codes by ``STATUS_TABLE``, the one
-place that does so; the offending stream ends with that status and every other session goes on.
+place that does so, and their messages bounded by ``status_details`` (``abort``); the offending
+stream ends with that status and every other session goes on.
+
+Queries (Subscribe, PublishPolicy, GetPolicyStatus) name a behavior; one the processor does not know
+(``BehaviorTable.known``) is refused with NOT_FOUND before anything is created for it.
 """
 
 from __future__ import annotations
@@ -25,14 +29,23 @@ from common.errors import (
     TopicFullError,
     UnknownBehaviorError,
 )
-from common.specs import ActionSpec
 from common.topics import Delivery, Subscription
+from common.topics.grpc_transport import MAX_MESSAGE_BYTES
 from common.trajectory import Trajectory
 from processor.assembly import StepActions
-from processor.behaviors import BehaviorTable
+from processor.behaviors import Behavior, BehaviorTable
 from processor.inference import Policy
 from processor.sessions import Session, SessionTable
-from processor.wire import decode_brain_info, decode_hello, encode_action_info
+from processor.wire import (
+    MAX_BEHAVIOR_NAME_BYTES,
+    check_behavior_name,
+    check_name,
+    check_trajectory_fits,
+    decode_brain_info,
+    decode_hello,
+    encode_action_info,
+    quoted,
+)
 from protos import PROTOCOL_VERSION, pb
 from protos import stepstream_pb2_grpc as pb_grpc
 
@@ -40,6 +53,14 @@ log = logging.getLogger(__name__)
 
 #: A DeliveryBatch stays below this, well under the 16 MiB message limit of client and server.
 MAX_BATCH_BYTES = 4 * 1024 * 1024
+
+MAX_STATUS_DETAILS_BYTES = 2048
+"""The longest status message (UTF-8 bytes) an RPC ends with, and a refusal's log line quotes. gRPC
+sends it percent-encoded in a trailer (up to 3 bytes per byte), and a client refuses trailers past
+its metadata limit (8 KiB by default) with RESOURCE_EXHAUSTED instead of the real status."""
+
+MAX_SUBSCRIBER_NAME_BYTES = MAX_BEHAVIOR_NAME_BYTES
+"""The longest subscriber name (UTF-8 bytes) a SubscribeOpen may carry."""
 
 #: Error type -> status code, most specific first. A ProtocolError flagged ``precondition`` (order
 #: of calls, conflicting declarations) maps to FAILED_PRECONDITION instead of INVALID_ARGUMENT.
@@ -56,6 +77,22 @@ STATUS_TABLE: tuple[tuple[type[StepstreamError], grpc.StatusCode], ...] = (
 )
 
 
+def status_details(message: str, max_bytes: int = MAX_STATUS_DETAILS_BYTES) -> str:
+    """``message`` cut to at most ``max_bytes`` UTF-8 bytes, ending in ``... (N more)`` (N bytes) if it was cut."""
+    if len(message) <= max_bytes // 4:  # at most 4 bytes per character: surely short enough
+        return message
+    data = message.encode("utf-8", "surrogatepass")
+    if len(data) <= max_bytes:
+        return message
+    head = data[: max_bytes - 32].decode("utf-8", "ignore")  # room for the suffix; a cut character is dropped
+    return f"{head}... ({len(data) - len(head.encode('utf-8', 'surrogatepass'))} more)"
+
+
+async def abort(context: grpc.aio.ServicerContext, error: StepstreamError) -> None:
+    """End the RPC with ``error``'s status code and its bounded message (raises, as ``context.abort`` does)."""
+    await context.abort(status_for(error), status_details(str(error)))
+
+
 def status_for(error: StepstreamError) -> grpc.StatusCode:
     """The status code ``error`` ends its RPC with."""
     if isinstance(error, ProtocolError) and error.precondition and not isinstance(error, UnknownBehaviorError):
@@ -69,10 +106,13 @@ def status_for(error: StepstreamError) -> grpc.StatusCode:
 class AgentProcessorServicer(pb_grpc.AgentProcessorServicer):
     """Serves env-client sessions (Step) and trainers (Subscribe, PublishPolicy, GetPolicyStatus)."""
 
-    def __init__(self, behaviors: BehaviorTable, sessions: SessionTable) -> None:
+    def __init__(self, behaviors: BehaviorTable, sessions: SessionTable, max_message_bytes: int = MAX_MESSAGE_BYTES) -> None:
+        """``max_message_bytes``: the server's send limit; a trajectory must also fit the trainers' (``MAX_MESSAGE_BYTES``)."""
         self.behaviors = behaviors
         self.sessions = sessions
         self.topics = behaviors.topics
+        self.max_trajectory_bytes = min(max_message_bytes, MAX_MESSAGE_BYTES)
+        """The largest DeliveryBatch of one trajectory both ends pass; Hello refuses what could exceed it."""
 
     # -- env clients -----------------------------------------------------------------------------
 
@@ -90,8 +130,8 @@ class AgentProcessorServicer(pb_grpc.AgentProcessorServicer):
                 else:
                     yield pb.StepResponse(action_info=await self._step(session, request))
         except StepstreamError as err:
-            log.warning("session %s ends: %s", session.session_id if session else context.peer(), err)
-            await context.abort(status_for(err), str(err))
+            log.warning("session %s ends: %s", session.session_id if session else context.peer(), status_details(str(err)))
+            await abort(context, err)
         except asyncio.CancelledError:
             if session is None:
                 raise
@@ -107,7 +147,15 @@ class AgentProcessorServicer(pb_grpc.AgentProcessorServicer):
         if request.WhichOneof("payload") != "hello":
             raise ProtocolError("the first message of a Step stream must be a Hello", precondition=True)
         hello = decode_hello(request.hello)
-        behaviors = [self.behaviors.declare(params) for params in hello.brain_parameters]
+        for params in hello.brain_parameters:  # before anything is declared
+            check_trajectory_fits(params, self.behaviors.runtime(params.behavior_name).time_horizon, self.max_trajectory_bytes)
+        behaviors: list[Behavior] = []
+        try:
+            for params in hello.brain_parameters:
+                behaviors.append(self.behaviors.declare(params))
+        except StepstreamError:
+            self.behaviors.release(behaviors)  # those this Hello created and no session holds
+            raise
         session, replaced = self.sessions.open(hello.client_id, behaviors, asyncio.current_task())
         log.info("session %s opened by client '%s' for %s", session.session_id, hello.client_id, [b.name for b in behaviors])
         if replaced is not None:
@@ -123,8 +171,11 @@ class AgentProcessorServicer(pb_grpc.AgentProcessorServicer):
 
     async def _step(self, session: Session, request: pb.StepRequest) -> pb.ActionInfo:
         self._check_live(session)
-        if request.WhichOneof("payload") != "brain_info":
+        payload = request.WhichOneof("payload")
+        if payload == "hello":
             raise ProtocolError(f"session {session.session_id}: a second Hello on one stream", precondition=True)
+        if payload != "brain_info":
+            raise ProtocolError(f"session {session.session_id}: a StepRequest with no payload (neither hello nor brain_info)")
         behavior, assembler = session.behavior(request.brain_info.behavior_name)
         info = decode_brain_info(request.brain_info, behavior.params, session.session_id)
         out = await behavior.batcher.act(info.observations, info.action_mask)
@@ -149,6 +200,7 @@ class AgentProcessorServicer(pb_grpc.AgentProcessorServicer):
                     log.warning("session %s: flushed trajectories of '%s' not published: %s", session.session_id, name, err)
         finally:  # also when a publish blocked on a full queue is cancelled (the client gave up closing)
             log.info("session %s closed after %d steps", session.session_id, session.steps)
+            self.behaviors.release(session.behaviors.values())  # those no live session declares any more
 
     # -- trainers --------------------------------------------------------------------------------
 
@@ -159,7 +211,8 @@ class AgentProcessorServicer(pb_grpc.AgentProcessorServicer):
         try:
             subscription = self._attach(await anext(requests, None))
         except StepstreamError as err:
-            await context.abort(status_for(err), str(err))
+            log.warning("subscription from %s refused: %s", context.peer(), status_details(str(err)))
+            await abort(context, err)
             return
 
         async def read_acks() -> None:
@@ -177,11 +230,16 @@ class AgentProcessorServicer(pb_grpc.AgentProcessorServicer):
                 await asyncio.wait((taking, acks), return_when=asyncio.FIRST_COMPLETED)
                 if not taking.done():
                     break
-                for batch in delivery_batches(taking.result()):
+                undeliverable: list[tuple[Delivery[Trajectory], int]] = []
+                batches = delivery_batches(taking.result(), max_item_bytes=self.max_trajectory_bytes, too_large=undeliverable)
+                for batch in batches:
                     yield batch
+                if undeliverable:
+                    self._drop_undeliverable(subscription, undeliverable)
             error = acks.exception()
             if isinstance(error, StepstreamError):
-                await context.abort(status_for(error), str(error))
+                log.warning("subscriber '%s' ends: %s", subscription.subscriber_name, status_details(str(error)))
+                await abort(context, error)
         except TopicClosedError:
             if subscription.topic.closed:
                 return  # the processor is stopping
@@ -195,12 +253,32 @@ class AgentProcessorServicer(pb_grpc.AgentProcessorServicer):
                     task.cancel()
             subscription.detach()  # requeues the unacked deliveries for the next subscriber of this name
 
+    def _drop_undeliverable(
+        self, subscription: Subscription[Trajectory], dropped: list[tuple[Delivery[Trajectory], int]]
+    ) -> None:
+        """Ack (so never redeliver) and count trajectories too large for any message: requeued, they would
+        be retried first forever and block every later one. Hello's ``check_trajectory_fits`` prevents them."""
+        subscription.ack(d.tag for d, _ in dropped)
+        for delivery, size in dropped:
+            trajectory = delivery.item
+            behavior = self.behaviors.get(trajectory.behavior_name)
+            log.error(
+                "trajectory %s/%d/%d of behavior %s (%d experiences) encodes to %d bytes, over the %d-byte message"
+                " limit: dropped, it can never be delivered",
+                quoted(trajectory.id.session_id), trajectory.id.agent_id, trajectory.id.sequence,
+                quoted(trajectory.behavior_name), trajectory.length, size, self.max_trajectory_bytes,
+            )  # fmt: skip
+            if behavior is not None:
+                behavior.counters.undeliverable_trajectories += 1
+                behavior.counters.undeliverable_experiences += trajectory.length
+
     def _attach(self, first: pb.SubscriberMessage | None) -> Subscription[Trajectory]:
         if first is None or first.WhichOneof("payload") != "open":
             raise ProtocolError("the first message of a Subscribe stream must be SubscribeOpen", precondition=True)
-        if not first.open.behavior_name or not first.open.subscriber_name:
-            raise ProtocolError("SubscribeOpen needs a behavior_name and a subscriber_name")
         name = first.open.behavior_name
+        check_behavior_name(name, "SubscribeOpen.behavior_name")
+        check_name(first.open.subscriber_name, "SubscribeOpen.subscriber_name", MAX_SUBSCRIBER_NAME_BYTES)
+        self.behaviors.require_known(name)
         return self.topics.trajectories(name).subscribe(
             first.open.subscriber_name, self.behaviors.queue_size(name), self.behaviors.settings.full_policy, replace=True
         )
@@ -208,45 +286,57 @@ class AgentProcessorServicer(pb_grpc.AgentProcessorServicer):
     async def PublishPolicy(self, request: pb.PolicyUpdate, context: grpc.aio.ServicerContext) -> pb.PublishPolicyReply:
         name = request.behavior_name
         try:
-            if not name or request.version < 0:
-                raise ProtocolError(f"PolicyUpdate needs a behavior_name and a version >= 0 (got '{name}', {request.version})")
+            check_behavior_name(name, "PolicyUpdate.behavior_name")
+            if request.version < 0:
+                raise ProtocolError(f"PolicyUpdate of {quoted(name)} needs a version >= 0 (got {request.version})")
+            self.behaviors.require_known(name)  # before loading: nothing is spent on an unknown name
             policy = Policy.from_update(request)  # refuse an artifact the processor cannot run
             behavior = self.behaviors.get(name)
-            if behavior is not None:
-                spec = ActionSpec.from_proto(policy.action_spec)
-                shapes = [s.shape for s in behavior.params.observation_specs]
-                if spec != behavior.params.action_spec or [tuple(s) for s in policy.observation_shapes] != shapes:
-                    raise ProtocolError(
-                        f"behavior '{name}': policy version {request.version} takes obs {policy.observation_shapes}"
-                        f" and acts {spec}; the behavior declares obs {shapes} and {behavior.params.action_spec}",
-                        precondition=True,
-                    )
+            if behavior is not None:  # else configured, not declared yet: its follower checks it at the first Hello
+                behavior.check_policy(policy, request.version)
             topic = self.topics.policies(name)
             if behavior is not None:
                 behavior.loaded(request.version, request, policy)  # spares the behavior a second load
             accepted = topic.publish(request, request.version)
         except StepstreamError as err:
-            await context.abort(status_for(err), str(err))
+            await abort(context, err)
         if not accepted:
             log.info("behavior '%s': policy version %d ignored (have %d)", name, request.version, topic.highest_version)
         return pb.PublishPolicyReply(accepted=accepted, current_version=topic.highest_version)
 
     async def GetPolicyStatus(self, request: pb.PolicyQuery, context: grpc.aio.ServicerContext) -> pb.PolicyStatus:
         name = request.behavior_name
-        if not name:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "PolicyQuery needs a behavior_name")
+        try:
+            check_behavior_name(name, "PolicyQuery.behavior_name")
+            self.behaviors.require_known(name)
+        except StepstreamError as err:
+            await abort(context, err)
         behavior = self.behaviors.get(name)
         if behavior is not None:
             return behavior.status()
         return pb.PolicyStatus(behavior_name=name, highest_version=self.topics.policies(name).highest_version)
 
 
-def delivery_batches(deliveries: list[Delivery[Trajectory]], max_bytes: int = MAX_BATCH_BYTES) -> Iterator[pb.DeliveryBatch]:
-    """Encode deliveries into batches of at most ``max_bytes`` each (a lone larger trajectory goes alone)."""
+def delivery_batches(
+    deliveries: list[Delivery[Trajectory]],
+    max_bytes: int = MAX_BATCH_BYTES,
+    *,
+    max_item_bytes: int | None = None,
+    too_large: list[tuple[Delivery[Trajectory], int]] | None = None,
+) -> Iterator[pb.DeliveryBatch]:
+    """Encode deliveries into batches of at most ``max_bytes`` each (a lone larger trajectory goes alone).
+
+    A trajectory whose batch alone would pass ``max_item_bytes`` (the message limit) is left out and
+    appended, with its encoded size, to ``too_large``: no message could carry it.
+    """
     batch, size = pb.DeliveryBatch(), 0
     for delivery in deliveries:
         trajectory = delivery.item.to_proto()
         item_bytes = trajectory.ByteSize()
+        if max_item_bytes is not None and item_bytes + _DELIVERY_FRAMING_BYTES > max_item_bytes:
+            if too_large is not None:
+                too_large.append((delivery, item_bytes))
+            continue
         if batch.deliveries and size + item_bytes > max_bytes:
             yield batch
             batch, size = pb.DeliveryBatch(), 0
@@ -254,3 +344,7 @@ def delivery_batches(deliveries: list[Delivery[Trajectory]], max_bytes: int = MA
         size += item_bytes
     if batch.deliveries:
         yield batch
+
+
+_DELIVERY_FRAMING_BYTES = 32
+"""A DeliveryBatch of one trajectory, besides the trajectory: its tag and the two fields' framing (< 32)."""

@@ -22,6 +22,107 @@ action dimensions, action-mask columns (sum of branches). The processor sizes pe
 these widths at hello, so an absurd declaration must be refused there, not met by a failed allocation;
 a row this wide already fills a 4 MB message with 16 agents."""
 
+MAX_CLIENT_ID_BYTES = 256
+"""The longest client id (UTF-8 bytes) a Hello may carry. Every trajectory carries its session id (the
+client id plus 13 characters) and every log line of the session quotes it, so its length is bounded."""
+
+MAX_BEHAVIOR_NAME_BYTES = 256
+"""The longest behavior name (UTF-8 bytes) a Hello may declare or a query may name; topic names, metrics
+labels, log lines and every trajectory carry it."""
+
+MAX_BEHAVIORS_PER_HELLO = 64
+"""The most behaviors one Hello may declare. Each costs a batcher, a policy follower and two topics
+(about 10 KB) and a log line; 10,000 in one Hello stalled every client for seconds."""
+
+QUOTED_CHARS = 64
+"""How much of a refused (too long) name an error message or log line quotes."""
+
+_TENSOR_OVERHEAD_BYTES = 40
+"""An upper bound on one encoded ``Tensor`` sub-message besides its data: field tag (1) and length (5),
+dtype (2), a packed shape of at most two int64 dimensions (2 + 2 x 10), the data's tag (1) and length (5)."""
+_TRAJECTORY_OVERHEAD_BYTES = 512
+"""An upper bound on the rest of an encoded ``DeliveryBatch`` of one ``Trajectory``: the delivery tag,
+the id's integers, flags, the episode's statistics and every framing, without the two names."""
+
+
+def quoted(value: str, max_chars: int = QUOTED_CHARS) -> str:
+    """``value`` in quotes for a message, cut to ``max_chars`` characters with its full length appended."""
+    if len(value) <= max_chars:
+        return f"'{value}'"
+    return f"'{value[:max_chars]}...' ({len(value.encode('utf-8', 'surrogatepass'))} bytes)"
+
+
+def check_name(value: str, what: str, max_bytes: int) -> None:
+    """Refuse an empty ``value`` or one longer than ``max_bytes`` UTF-8 bytes.
+
+    Raises:
+        ProtocolError: the message names ``what``, quotes at most ``QUOTED_CHARS`` of the value and
+            gives its length and the limit.
+    """
+    if not value:
+        raise ProtocolError(f"{what} is empty")
+    if len(value) > max_bytes or len(value.encode("utf-8", "surrogatepass")) > max_bytes:
+        raise ProtocolError(f"{what} {quoted(value)} is longer than {max_bytes} bytes")
+
+
+def check_behavior_name(name: str, what: str = "behavior_name") -> None:
+    """``check_name`` for a behavior name (``MAX_BEHAVIOR_NAME_BYTES``)."""
+    check_name(name, what, MAX_BEHAVIOR_NAME_BYTES)
+
+
+@dataclass(frozen=True)
+class TrajectorySize:
+    """The encoded size of one behavior's trajectories, as a linear bound in their length T."""
+
+    fixed_bytes: int
+    """What a trajectory of any length takes: names, ids, ``next_obs`` and every tensor's framing."""
+    step_bytes: int
+    """What each experience adds: obs, actions, log-probs, previous actions, mask, reward, done, version."""
+
+    def at_most(self, time_horizon: int) -> int:
+        """Bytes of a ``DeliveryBatch`` holding one trajectory of ``time_horizon`` experiences, at most."""
+        return self.fixed_bytes + time_horizon * self.step_bytes
+
+    def longest_within(self, max_bytes: int) -> int:
+        """The longest trajectory (experiences) whose ``DeliveryBatch`` fits ``max_bytes``; 0 if none."""
+        return max(0, (max_bytes - self.fixed_bytes) // self.step_bytes)
+
+    @classmethod
+    def of(cls, params: BrainParameters) -> TrajectorySize:
+        """The bound for ``params``, with the longest client id (``MAX_CLIENT_ID_BYTES``) in the session id.
+
+        Per experience: float32 obs (``4 * O``), float32 continuous actions, log-probs and previous actions
+        (``3 * 4 * C``), int32 discrete actions and previous actions and float32 log-probs (``3 * 4 * B``),
+        the bool mask (``M``), float32 reward, bool done and int64 policy version (13).
+        """
+        obs_elements = sum(math.prod(spec.shape) for spec in params.observation_specs)
+        spec = params.action_spec
+        step = 4 * obs_elements + 12 * spec.continuous_size + 12 * spec.num_branches + spec.mask_width + 13
+        tensors = 2 * len(params.observation_specs) + 9
+        names = MAX_CLIENT_ID_BYTES + 13 + len(params.behavior_name.encode("utf-8", "surrogatepass"))
+        fixed = _TRAJECTORY_OVERHEAD_BYTES + names + tensors * _TENSOR_OVERHEAD_BYTES + 4 * obs_elements
+        return cls(fixed, step)
+
+
+def check_trajectory_fits(params: BrainParameters, time_horizon: int, max_bytes: int) -> None:
+    """Refuse a declaration whose longest trajectory could not be delivered in one message.
+
+    A trajectory is cut at ``time_horizon`` experiences at the latest and travels to its subscriber as
+    one message; one that cannot would never be delivered.
+
+    Raises:
+        ProtocolError: the message gives the bound, the limit and the longest time_horizon that fits.
+    """
+    size = TrajectorySize.of(params)
+    bound = size.at_most(time_horizon)
+    if bound > max_bytes:
+        raise ProtocolError(
+            f"behavior {quoted(params.behavior_name)}: a trajectory of time_horizon {time_horizon} would take up to"
+            f" {bound:,} bytes ({size.step_bytes:,} per experience), over the {max_bytes:,}-byte message limit of"
+            f" the trajectory topics; declare narrower observations or actions, or set time_horizon to at most"
+            f" {size.longest_within(max_bytes)}"
+        )
+
 
 @dataclass(frozen=True)
 class Hello:
@@ -57,18 +158,24 @@ def decode_hello(msg: pb.Hello) -> Hello:
 
     Raises:
         IncompatibleVersionError: another protocol version.
-        ProtocolError: an empty client id, a duplicate or malformed behavior declaration, or one
-            wider than ``MAX_ROW_WIDTH``.
+        ProtocolError: an empty client id or one over ``MAX_CLIENT_ID_BYTES``, none or more than
+            ``MAX_BEHAVIORS_PER_HELLO`` behaviors, a name over ``MAX_BEHAVIOR_NAME_BYTES``, a duplicate
+            or malformed behavior declaration, or one wider than ``MAX_ROW_WIDTH``.
         NotSupportedYetError: image observations.
     """
     if msg.protocol_version != PROTOCOL_VERSION:
         raise IncompatibleVersionError(
             f"client speaks protocol version {msg.protocol_version}; this processor speaks {PROTOCOL_VERSION}"
         )
-    if not msg.client_id:
-        raise ProtocolError("hello.client_id is empty")
+    check_name(msg.client_id, "hello.client_id", MAX_CLIENT_ID_BYTES)
     if not msg.brain_parameters:
         raise ProtocolError(f"hello from '{msg.client_id}' declares no behaviors")
+    if len(msg.brain_parameters) > MAX_BEHAVIORS_PER_HELLO:
+        raise ProtocolError(
+            f"hello from '{msg.client_id}' declares {len(msg.brain_parameters)} behaviors; at most {MAX_BEHAVIORS_PER_HELLO}"
+        )
+    for i, bp in enumerate(msg.brain_parameters):  # before decoding: its errors quote the name
+        check_behavior_name(bp.behavior_name, f"hello.brain_parameters[{i}].behavior_name")
     params = tuple(BrainParameters.from_proto(bp) for bp in msg.brain_parameters)
     names = [p.behavior_name for p in params]
     if len(set(names)) != len(names):

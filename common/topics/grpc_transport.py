@@ -38,7 +38,7 @@ from typing import Any
 
 import grpc
 
-from common.errors import DeadlineExceededError, StepstreamError, TopicClosedError
+from common.errors import DeadlineExceededError, StepstreamError, TopicClosedError, UnknownBehaviorError
 from common.logs import identity_metadata
 from common.security import PLAINTEXT, ClientSecurity
 from common.specs import BrainParameters
@@ -78,6 +78,9 @@ CALL_TIMEOUT_S = 30.0
 """Default deadline of a unary call (PublishPolicy, GetPolicyStatus), waiting for the server included."""
 POLL_INTERVAL_S = 0.2
 """How often ``wait_for_brain_parameters`` asks again."""
+NOT_FOUND_RETRY_S = 120.0
+"""How long ``publish`` retries a behavior the processor does not know yet (NOT_FOUND: no config declares
+it and no env client has yet), with backoff from ``POLL_INTERVAL_S`` to 5 s, before it raises."""
 
 MESSAGE_SIZE_OPTIONS = (
     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
@@ -406,7 +409,11 @@ class GrpcPolicyPublisher:
         Returns:
             True iff the processor accepted it: ``version`` was above every earlier one.
 
+        A behavior the processor does not know yet (NOT_FOUND) is retried with backoff, with one log
+        line, for ``NOT_FOUND_RETRY_S``: a trainer may start before any env client declares it.
+
         Raises:
+            UnknownBehaviorError: still not known after ``NOT_FOUND_RETRY_S``.
             ProtocolError: the processor refused the update (an empty name, an artifact it cannot
                 run, an action spec that differs from the declared one).
             StepstreamError: the call failed otherwise.
@@ -419,10 +426,19 @@ class GrpcPolicyPublisher:
             stamped.CopyFrom(item)
             stamped.version = version
             item = stamped
-        try:
-            reply = self._stub.PublishPolicy(item, timeout=self.timeout_s, metadata=self._metadata, wait_for_ready=True)
-        except grpc.RpcError as err:
-            raise error_from_rpc(err, f"PublishPolicy({self.behavior_name!r}, version {version})") from err
+        deadline, delay_s = deadline_after(NOT_FOUND_RETRY_S), POLL_INTERVAL_S
+        while True:
+            try:
+                reply = self._stub.PublishPolicy(item, timeout=self.timeout_s, metadata=self._metadata, wait_for_ready=True)
+                break
+            except grpc.RpcError as err:
+                error = error_from_rpc(err, f"PublishPolicy({self.behavior_name!r}, version {version})")
+                if not isinstance(error, UnknownBehaviorError) or expired(remaining_s(deadline)):
+                    raise error from err
+                if delay_s == POLL_INTERVAL_S:
+                    logger.warning("%s; retrying for up to %.0f s (until an env client declares it)", error, NOT_FOUND_RETRY_S)
+                time.sleep(delay_s)
+                delay_s = min(2 * delay_s, 5.0)
         if not reply.accepted:
             logger.warning("%r: version %d not accepted (have %d)", self.behavior_name, version, reply.current_version)
         return bool(reply.accepted)
@@ -447,7 +463,7 @@ class GrpcPolicyPublisher:
                 status = self.status(name, None if remaining is None else max(remaining, 0.001))
                 if status.HasField("brain_parameters"):
                     return BrainParameters.from_proto(status.brain_parameters)
-            except (TopicClosedError, DeadlineExceededError) as err:
+            except (TopicClosedError, DeadlineExceededError, UnknownBehaviorError) as err:  # not known: not declared yet
                 logger.debug("processor not ready: %s", err)
             remaining = remaining_s(deadline)
             if expired(remaining):

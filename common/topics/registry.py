@@ -59,6 +59,30 @@ class TopicRegistry(Generic[P]):
                 topic = self._policies[behavior_name] = PolicyTopic(policy_topic_name(behavior_name))
             return topic
 
+    def discard(self, behavior_name: str) -> int | None:
+        """Forget and close both topics of ``behavior_name``, unless a subscriber is attached to its trajectories.
+
+        For a behavior the processor no longer knows: what it held is freed. A later lookup creates
+        new, empty topics.
+
+        Returns:
+            How many trajectories (queued or in flight) were dropped with the topic; None if it was kept
+            because a subscriber is attached (or the behavior has no topics).
+        """
+        with self._lock:
+            trajectories = self._trajectories.get(behavior_name)
+            if trajectories is None and behavior_name not in self._policies:
+                return None
+            stats = trajectories.stats() if trajectories is not None else None
+            if stats is not None and any(s.attached for s in stats.subscribers.values()):
+                return None
+            self._trajectories.pop(behavior_name, None)
+            policies = self._policies.pop(behavior_name, None)
+        for topic in (trajectories, policies):
+            if topic is not None:
+                topic.close()
+        return 0 if stats is None else sum(s.depth + s.in_flight for s in stats.subscribers.values())
+
     def behavior_names(self) -> list[str]:
         """Every behavior with at least one topic, sorted."""
         with self._lock:

@@ -145,8 +145,8 @@ def oversized() -> pb.BrainInfo:
     return brain_info_proto(step(*(R(int(a), 1.0) for a in ids)), CONTINUOUS)
 
 
-def hello(params: BrainParameters) -> pb.StepRequest:
-    msg = pb.Hello(protocol_version=PROTOCOL_VERSION, client_id="bad-client")
+def hello(params: BrainParameters, client_id: str = "bad-client") -> pb.StepRequest:
+    msg = pb.Hello(protocol_version=PROTOCOL_VERSION, client_id=client_id)
     msg.brain_parameters.append(params.to_proto())
     return pb.StepRequest(hello=msg)
 
@@ -174,6 +174,34 @@ BAD_CASES = (
         lambda h: raw_stream(h, hello(CONTINUOUS), hello(CONTINUOUS)),
         grpc.StatusCode.FAILED_PRECONDITION,
         ("second Hello",),
+    ),
+    BadCase(
+        "step_request_without_payload",
+        lambda h: raw_stream(h, hello(CONTINUOUS), pb.StepRequest()),
+        INVALID,
+        ("StepRequest with no payload",),
+    ),
+    BadCase(
+        "client_id_too_long",
+        lambda h: raw_stream(h, hello(CONTINUOUS, client_id="c" * 4096)),
+        INVALID,
+        ("hello.client_id", "longer than 256 bytes", "(4096 bytes)"),
+    ),
+    BadCase(
+        "too_many_behaviors_in_one_hello",
+        lambda h: hello_with(
+            h, *(BrainParameters(f"B{i}", CONTINUOUS.observation_specs, CONTINUOUS.action_spec) for i in range(65))
+        ),
+        INVALID,
+        ("declares 65 behaviors; at most 64",),
+    ),
+    BadCase(
+        "trajectory_larger_than_the_message_limit",
+        lambda h: hello_with(
+            h, BrainParameters("Walker", (ObservationSpec((1 << 16,), np.dtype(np.float32)),), ActionSpec(2))
+        ),
+        INVALID,
+        (WALKER, f"a trajectory of time_horizon {GOOD_CASE.time_horizon}", f"{MAX_MESSAGE_BYTES:,}-byte message limit"),
     ),
     BadCase(
         "brain_info_of_undeclared_behavior",

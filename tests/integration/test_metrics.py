@@ -78,8 +78,11 @@ class Walker:
 
 @pytest.fixture
 async def server() -> AsyncIterator[ProcessorServer]:
+    runtime = BehaviorRuntime(time_horizon=TIME_HORIZON, max_policy_lag=0)
     settings = itest_settings(
-        default_runtime=BehaviorRuntime(time_horizon=TIME_HORIZON, max_policy_lag=0),
+        # Configured: a behavior outside the config is freed, metrics and all, when its last session ends.
+        behaviors={PARAMS.behavior_name: runtime, ORPHAN.behavior_name: runtime},
+        default_runtime=runtime,
         trajectory_queue_size=QUEUE_SIZE,
         publish_timeout_s=PUBLISH_TIMEOUT_S,
         first_policy_timeout_s=FIRST_POLICY_TIMEOUT_S,

@@ -320,3 +320,89 @@ def test_version_mismatch_is_a_failed_precondition() -> None:
         decode_hello(msg)
 
     assert caught.value.precondition
+
+
+def _largest_trajectory(params: BrainParameters, steps: int) -> pb.DeliveryBatch:
+    """A DeliveryBatch of one trajectory of ``params`` at its largest: the longest session id and ids, every field set."""
+    from common.trajectory import Trajectory, TrajectoryId
+    from processor.wire import MAX_CLIENT_ID_BYTES
+
+    spec = params.action_spec
+    c, b, m = spec.continuous_size, spec.num_branches, spec.mask_width
+    trajectory = Trajectory(
+        id=TrajectoryId("c" * MAX_CLIENT_ID_BYTES + "-0123456789ab", agent_id=-(2**63), sequence=2**63 - 1),
+        behavior_name=params.behavior_name,
+        obs=[np.ones((steps, *s.shape), np.float32) for s in params.observation_specs],
+        next_obs=[np.ones(s.shape, np.float32) for s in params.observation_specs],
+        continuous_actions=np.ones((steps, c), np.float32),
+        discrete_actions=np.ones((steps, b), np.int32),
+        continuous_log_probs=np.ones((steps, c), np.float32),
+        discrete_log_probs=np.ones((steps, b), np.float32),
+        prev_continuous_actions=np.ones((steps, c), np.float32),
+        prev_discrete_actions=np.ones((steps, b), np.int32),
+        action_mask=np.ones((steps, m), bool) if b else None,
+        rewards=np.ones(steps, np.float32),
+        done=np.ones(steps, bool),
+        policy_versions=np.full(steps, 2**62, np.int64),
+        done_reached=True,
+        interrupted=True,
+        episode_reward=-1e300,
+        episode_length=2**62,
+    )
+    batch = pb.DeliveryBatch()
+    batch.deliveries.add(delivery_tag=2**64 - 1, trajectory=trajectory.to_proto())
+    return batch
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        PARAMS,
+        BrainParameters("W" * 256, (ObservationSpec((1 << 16,), np.dtype(np.float32)),), ActionSpec(2)),
+        BrainParameters(
+            "Many", tuple(ObservationSpec((1,), np.dtype(np.float32)) for _ in range(40)), ActionSpec(0, (2,) * 30)
+        ),
+    ],
+    ids=["gridder", "widest_obs", "many_specs_and_branches"],
+)
+def test_trajectory_size_bounds_the_encoded_delivery(params: BrainParameters) -> None:
+    from processor.wire import TrajectorySize
+
+    size = TrajectorySize.of(params)
+    for steps in (1, 2, 63):
+        encoded = _largest_trajectory(params, steps).ByteSize()
+        assert encoded <= size.at_most(steps), f"T={steps}: {encoded} > bound {size.at_most(steps)}"
+        assert size.at_most(steps) - encoded < 4096, "the bound is far too loose"
+
+
+def test_a_declaration_whose_trajectory_cannot_fit_names_the_numbers() -> None:
+    from processor.wire import TrajectorySize, check_trajectory_fits
+
+    wide = BrainParameters("Wide", (ObservationSpec((1 << 16,), np.dtype(np.float32)),), ActionSpec(2))
+    limit = 16 * 1024 * 1024
+    longest = TrajectorySize.of(wide).longest_within(limit)
+    check_trajectory_fits(wide, longest, limit)
+    with pytest.raises(ProtocolError) as refused:
+        check_trajectory_fits(wide, longest + 1, limit)
+    message = str(refused.value)
+    for part in ("behavior 'Wide'", f"time_horizon {longest + 1}", "16,777,216-byte", f"at most {longest}"):
+        assert part in message
+
+
+@pytest.mark.parametrize(
+    ("spoil", "named"),
+    [
+        (lambda h: setattr(h, "client_id", "c" * 257), ("hello.client_id", "longer than 256 bytes", "(257 bytes)")),
+        (lambda h: setattr(h.brain_parameters[0], "behavior_name", "é" * 129), ("behavior_name", "longer than 256 bytes")),
+        (lambda h: h.brain_parameters.extend([h.brain_parameters[0]] * 64), ("declares 65 behaviors; at most 64",)),
+    ],
+    ids=["client_id_too_long", "behavior_name_too_long_in_bytes", "too_many_behaviors"],
+)
+def test_hello_bounds_names_and_behaviors(spoil: Callable[[pb.Hello], None], named: tuple[str, ...]) -> None:
+    msg = pb.Hello(protocol_version=PROTOCOL_VERSION, client_id="env-0", brain_parameters=[PARAMS.to_proto()])
+    spoil(msg)
+    with pytest.raises(ProtocolError) as refused:
+        decode_hello(msg)
+    for part in named:
+        assert part in str(refused.value)
+    assert len(str(refused.value)) < 300
