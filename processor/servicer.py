@@ -59,6 +59,9 @@ MAX_STATUS_DETAILS_BYTES = 2048
 sends it percent-encoded in a trailer (up to 3 bytes per byte), and a client refuses trailers past
 its metadata limit (8 KiB by default) with RESOURCE_EXHAUSTED instead of the real status."""
 
+MAX_LOGGED_NAMES_BYTES = 512
+"""The longest list of behavior names a session's opening log line quotes."""
+
 MAX_SUBSCRIBER_NAME_BYTES = MAX_BEHAVIOR_NAME_BYTES
 """The longest subscriber name (UTF-8 bytes) a SubscribeOpen may carry."""
 
@@ -157,7 +160,8 @@ class AgentProcessorServicer(pb_grpc.AgentProcessorServicer):
             self.behaviors.release(behaviors)  # those this Hello created and no session holds
             raise
         session, replaced = self.sessions.open(hello.client_id, behaviors, asyncio.current_task())
-        log.info("session %s opened by client '%s' for %s", session.session_id, hello.client_id, [b.name for b in behaviors])
+        names = status_details(str([b.name for b in behaviors]), MAX_LOGGED_NAMES_BYTES)
+        log.info("session %s opened by client '%s' for %s", session.session_id, hello.client_id, names)
         if replaced is not None:
             await self._close(replaced)  # its agents are handled as at disconnect, now
         return session

@@ -34,6 +34,10 @@ MAX_BEHAVIORS_PER_HELLO = 64
 """The most behaviors one Hello may declare. Each costs a batcher, a policy follower and two topics
 (about 10 KB) and a log line; 10,000 in one Hello stalled every client for seconds."""
 
+MAX_OBSERVATION_SPECS = 64
+"""The most observation specs one behavior may declare: every BrainInfo and trajectory carries a tensor
+per spec (ML-Agents' behaviors have a handful)."""
+
 QUOTED_CHARS = 64
 """How much of a refused (too long) name an error message or log line quotes."""
 
@@ -159,7 +163,8 @@ def decode_hello(msg: pb.Hello) -> Hello:
     Raises:
         IncompatibleVersionError: another protocol version.
         ProtocolError: an empty client id or one over ``MAX_CLIENT_ID_BYTES``, none or more than
-            ``MAX_BEHAVIORS_PER_HELLO`` behaviors, a name over ``MAX_BEHAVIOR_NAME_BYTES``, a duplicate
+            ``MAX_BEHAVIORS_PER_HELLO`` behaviors, a name over ``MAX_BEHAVIOR_NAME_BYTES``, more than
+            ``MAX_OBSERVATION_SPECS`` observation specs in one behavior, a duplicate
             or malformed behavior declaration, or one wider than ``MAX_ROW_WIDTH``.
         NotSupportedYetError: image observations.
     """
@@ -176,6 +181,11 @@ def decode_hello(msg: pb.Hello) -> Hello:
         )
     for i, bp in enumerate(msg.brain_parameters):  # before decoding: its errors quote the name
         check_behavior_name(bp.behavior_name, f"hello.brain_parameters[{i}].behavior_name")
+        if len(bp.observation_specs) > MAX_OBSERVATION_SPECS:
+            raise ProtocolError(
+                f"behavior '{bp.behavior_name}' declares {len(bp.observation_specs)} observation specs;"
+                f" at most {MAX_OBSERVATION_SPECS}"
+            )
     params = tuple(BrainParameters.from_proto(bp) for bp in msg.brain_parameters)
     names = [p.behavior_name for p in params]
     if len(set(names)) != len(names):

@@ -13,7 +13,8 @@ import pytest
 from common.errors import IncompatibleVersionError, NotSupportedYetError, ProtocolError
 from common.specs import ActionSpec, BrainParameters, ObservationSpec
 from common.tensors import to_tensor
-from processor.wire import decode_brain_info, decode_hello
+from common.trajectory import Trajectory, TrajectoryId
+from processor.wire import MAX_CLIENT_ID_BYTES, TrajectorySize, check_trajectory_fits, decode_brain_info, decode_hello
 from protos import PROTOCOL_VERSION, pb
 
 PARAMS = BrainParameters("Gridder", (ObservationSpec((3,), np.dtype(np.float32)),), ActionSpec(1, (3, 2)))
@@ -324,9 +325,6 @@ def test_version_mismatch_is_a_failed_precondition() -> None:
 
 def _largest_trajectory(params: BrainParameters, steps: int) -> pb.DeliveryBatch:
     """A DeliveryBatch of one trajectory of ``params`` at its largest: the longest session id and ids, every field set."""
-    from common.trajectory import Trajectory, TrajectoryId
-    from processor.wire import MAX_CLIENT_ID_BYTES
-
     spec = params.action_spec
     c, b, m = spec.continuous_size, spec.num_branches, spec.mask_width
     trajectory = Trajectory(
@@ -366,8 +364,6 @@ def _largest_trajectory(params: BrainParameters, steps: int) -> pb.DeliveryBatch
     ids=["gridder", "widest_obs", "many_specs_and_branches"],
 )
 def test_trajectory_size_bounds_the_encoded_delivery(params: BrainParameters) -> None:
-    from processor.wire import TrajectorySize
-
     size = TrajectorySize.of(params)
     for steps in (1, 2, 63):
         encoded = _largest_trajectory(params, steps).ByteSize()
@@ -376,8 +372,6 @@ def test_trajectory_size_bounds_the_encoded_delivery(params: BrainParameters) ->
 
 
 def test_a_declaration_whose_trajectory_cannot_fit_names_the_numbers() -> None:
-    from processor.wire import TrajectorySize, check_trajectory_fits
-
     wide = BrainParameters("Wide", (ObservationSpec((1 << 16,), np.dtype(np.float32)),), ActionSpec(2))
     limit = 16 * 1024 * 1024
     longest = TrajectorySize.of(wide).longest_within(limit)
@@ -395,8 +389,12 @@ def test_a_declaration_whose_trajectory_cannot_fit_names_the_numbers() -> None:
         (lambda h: setattr(h, "client_id", "c" * 257), ("hello.client_id", "longer than 256 bytes", "(257 bytes)")),
         (lambda h: setattr(h.brain_parameters[0], "behavior_name", "é" * 129), ("behavior_name", "longer than 256 bytes")),
         (lambda h: h.brain_parameters.extend([h.brain_parameters[0]] * 64), ("declares 65 behaviors; at most 64",)),
+        (
+            lambda h: h.brain_parameters[0].observation_specs.extend([h.brain_parameters[0].observation_specs[0]] * 64),
+            ("behavior 'Gridder' declares 65 observation specs; at most 64",),
+        ),
     ],
-    ids=["client_id_too_long", "behavior_name_too_long_in_bytes", "too_many_behaviors"],
+    ids=["client_id_too_long", "behavior_name_too_long_in_bytes", "too_many_behaviors", "too_many_observation_specs"],
 )
 def test_hello_bounds_names_and_behaviors(spoil: Callable[[pb.Hello], None], named: tuple[str, ...]) -> None:
     msg = pb.Hello(protocol_version=PROTOCOL_VERSION, client_id="env-0", brain_parameters=[PARAMS.to_proto()])
