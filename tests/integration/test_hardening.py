@@ -269,3 +269,18 @@ async def test_a_step_request_without_payload_is_named_so(start_processor: Start
     code, details, _ = await raw_step(address, hello(CONTINUOUS), pb.StepRequest())
     assert code == grpc.StatusCode.INVALID_ARGUMENT, f"{code.name}: {details}"
     assert "StepRequest with no payload" in details and "second Hello" not in details
+
+
+async def test_a_policy_whose_spec_disagrees_with_the_declared_one_is_refused_naming_both(
+    start_processor: StartProcessor,
+) -> None:
+    server, address = await start_processor(ProcessorSettings())
+    wrong = BrainParameters("Walker", (ObservationSpec((3,), F32),), ActionSpec(0, (4,)))
+    async with EnvSession(address, "env-0", [CONTINUOUS]), grpc.aio.insecure_channel(address) as channel:
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await pb_grpc.AgentProcessorStub(channel).PublishPolicy(policy_update(wrong, 1))
+        assert server.topics.policies("Walker").highest_version == -1
+    details = refused.value.details() or ""
+    assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION, details
+    for part in ("behavior 'Walker'", "policy version 1 takes obs [[3]]", "declares obs [[2]]"):
+        assert part in details, f"{part!r} not in {details!r}"
