@@ -20,7 +20,9 @@ Rules, as ML-Agents 1.1.0's loader applies them unless noted:
 - Observation shapes come from the first record's agent info, never from the brain parameters
   (which no longer carry them); every record must match them.
 - Images are PNG data decoded to floats in [0, 1]; ``common.demo_images`` gives the layout rule for
-  files that declare them channels-last.
+  files that declare them channels-last. *Ours:* declared sizes are bounded before anything is
+  decoded or allocated: ``MAX_IMAGE_PIXELS`` per PNG (from its header) and ``MAX_DECODED_BYTES``
+  per file (its observation arrays plus its PNGs' decoded pixels); see ``common.demo_images``.
 - A directory reads every ``*.demo`` file in it, in name order; all must have the same spec.
 
 Update-buffer rows (``demo_to_buffer``): one per record but the last of each file. Row i has the
@@ -34,6 +36,7 @@ action over), rows never pair records of different files, and the rows also carr
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,7 +47,7 @@ from google.protobuf.message import DecodeError
 
 from common import trajectory as tr
 from common.buffer import AgentBuffer
-from common.demo_images import DemoError, DemoFormatError, decode_image
+from common.demo_images import MAX_DECODED_BYTES, MAX_IMAGE_PIXELS, DecodeBudget, DemoError, DemoFormatError, decode_image
 from common.specs import ActionSpec, BrainParameters, ObservationSpec
 from protos import mlagents_demo_pb2 as demo_pb
 
@@ -52,6 +55,9 @@ log = logging.getLogger(__name__)
 
 __all__ = [
     "BRAIN_PARAMETERS_OFFSET",
+    "MAX_ACTION_WIDTH",
+    "MAX_DECODED_BYTES",
+    "MAX_IMAGE_PIXELS",
     "SUPPORTED_API_VERSIONS",
     "DemoError",
     "DemoFile",
@@ -321,7 +327,12 @@ def check_demo_spec(demo: BrainParameters, expected: BrainParameters, source: st
 
 
 def _observations(pairs: Sequence[demo_pb.AgentInfoActionPairProto], spec: BrainParameters, path: Path) -> list[np.ndarray]:
-    """One float32 array ``[records, *shape]`` per observation."""
+    """One float32 array ``[records, *shape]`` per observation, within one ``DecodeBudget`` for the file."""
+    budget = DecodeBudget()
+    for k, obs_spec in enumerate(spec.observation_specs):
+        # The declared shapes alone size the arrays: charge them all before the first is allocated.
+        nbytes = len(pairs) * math.prod(obs_spec.shape) * 4
+        budget.charge(nbytes, f"observation {k} of shape {list(obs_spec.shape)} in {len(pairs)} records", str(path))
     out = []
     for k, obs_spec in enumerate(spec.observation_specs):
         shape = obs_spec.shape
@@ -340,7 +351,7 @@ def _observations(pairs: Sequence[demo_pb.AgentInfoActionPairProto], spec: Brain
             if tuple(obs.shape) != shape:
                 raise DemoFormatError(f"{where}: shape {list(obs.shape)} differs from the first record's {list(shape)}")
             if obs.WhichOneof("observation_data") == "compressed_data":
-                values[j] = decode_image(obs.compressed_data, shape, list(obs.compressed_channel_mapping), where)
+                values[j] = decode_image(obs.compressed_data, shape, list(obs.compressed_channel_mapping), where, budget)
             else:
                 flat = np.asarray(obs.float_data.data, dtype=np.float32)
                 if flat.size != values[j].size:

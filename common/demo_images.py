@@ -16,6 +16,18 @@ its declared shape names: ``[C, H, W]`` when the declared shape's last two dimen
 height and width (checked first, as ML-Agents does), else ``[H, W, C]`` when its first two are.
 Either way the observation has exactly its declared shape; a PNG that fits neither is a
 ``DemoFormatError`` naming the declared and the decoded shapes.
+
+**Size bounds.** A PNG of a few hundred bytes can declare gigapixels, and a file's declared
+observation shapes alone size the arrays it is read into. So, before anything is decoded or
+allocated, from the declarations and each PNG's ``IHDR`` header:
+
+- a PNG may have at most ``MAX_IMAGE_PIXELS`` pixels (width x height), and its height and width
+  must be the declared shape's (either layout);
+- one file may decode to at most ``MAX_DECODED_BYTES``, counting its float32 observation arrays
+  (records x declared values x 4 bytes) and the float32 pixels of every PNG it decodes
+  (``DecodeBudget``).
+
+Either breach is a ``DemoFormatError`` naming the record, the sizes and the bound.
 """
 
 from __future__ import annotations
@@ -28,6 +40,16 @@ import numpy as np
 from common.errors import StepstreamError
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+MAX_IMAGE_PIXELS = 2048 * 2048
+"""The most pixels (width x height) one PNG of a .demo file may declare; ML-Agents' cameras are
+rarely above 256 x 256, and Pillow's own bomb check (89 M pixels) comes far later."""
+MAX_DECODED_BYTES = 512 * 1024 * 1024
+"""The most bytes one .demo file may decode to: its float32 observation arrays plus the float32
+pixels of its PNGs while they decode (14,000 records of 84 x 84 x 3 images fit)."""
+FLOAT32_BYTES = 4
+_IHDR_CHANNELS = {0: 1, 2: 3, 3: 3, 4: 3, 6: 4}
+"""Decoded channels per PNG colour type, as ``_decode_png`` converts them: gray 1, RGB 3, palette
+and gray + alpha to RGB 3, RGBA 4 (16-bit gray converts to RGB: see ``png_header``)."""
 
 
 class DemoError(StepstreamError):
@@ -36,6 +58,40 @@ class DemoError(StepstreamError):
 
 class DemoFormatError(DemoError):
     """A .demo file's content is malformed or inconsistent; the message names file, record and field."""
+
+
+class DecodeBudget:
+    """The bytes one .demo file has decoded so far, against ``MAX_DECODED_BYTES``."""
+
+    def __init__(self, limit: int | None = None) -> None:
+        self.limit = MAX_DECODED_BYTES if limit is None else limit
+        self.used = 0
+
+    def charge(self, nbytes: int, what: str, where: str) -> None:
+        """Count ``nbytes`` more, before they are allocated.
+
+        Raises:
+            DemoFormatError: the file would pass ``limit``; the message names ``what`` and the sizes.
+        """
+        if self.used + nbytes > self.limit:
+            raise DemoFormatError(
+                f"{where}: {what} decodes to {nbytes} bytes, which with the {self.used} bytes before it is over "
+                f"the {self.limit} bytes a .demo file may decode to (MAX_DECODED_BYTES): does not fit in memory"
+            )
+        self.used += nbytes
+
+
+def png_header(png: bytes, where: str) -> tuple[int, int, int]:
+    """(height, width, decoded channels) from a PNG's ``IHDR`` chunk, without decoding it.
+
+    Raises:
+        DemoFormatError: the PNG does not start with an ``IHDR`` chunk.
+    """
+    if len(png) < 8 + 8 + 13 or png[12:16] != b"IHDR" or struct.unpack_from(">I", png, 8)[0] != 13:
+        raise DemoFormatError(f"{where}: PNG does not start with an IHDR header")
+    width, height, depth, colour = struct.unpack_from(">IIBB", png, 16)
+    channels = 3 if colour == 0 and depth > 8 else _IHDR_CHANNELS.get(colour, 4)
+    return height, width, channels
 
 
 def split_pngs(data: bytes, where: str) -> list[bytes]:
@@ -69,7 +125,7 @@ def _decode_png(png: bytes, where: str) -> np.ndarray:
         with Image.open(io.BytesIO(png)) as opened:
             image = opened if opened.mode in ("L", "RGB", "RGBA") else opened.convert("RGB")
             pixels = np.asarray(image, dtype=np.float32) / np.float32(255.0)
-    except (OSError, ValueError, SyntaxError) as err:
+    except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as err:
         raise DemoFormatError(f"{where}: PNG does not decode: {err}") from err
     return pixels[:, :, np.newaxis] if pixels.ndim == 2 else pixels
 
@@ -93,13 +149,47 @@ def _channels_first(planes: np.ndarray, mapping: list[int], channels: int | None
     return planes[:channels]
 
 
-def decode_image(data: bytes, declared: tuple[int, ...], mapping: list[int], where: str) -> np.ndarray:
+def _check_headers(pngs: list[bytes], declared: tuple[int, ...], where: str, budget: DecodeBudget | None) -> None:
+    """Refuse, before decoding, PNGs over ``MAX_IMAGE_PIXELS``, not of ``declared``'s size, or over the budget."""
+    headers = [png_header(png, where) for png in pngs]
+    for i, (height, width, _) in enumerate(headers):
+        if height * width > MAX_IMAGE_PIXELS:
+            raise DemoFormatError(
+                f"{where}: PNG {i} declares {width}x{height} pixels, over the {MAX_IMAGE_PIXELS} one image may have "
+                "(MAX_IMAGE_PIXELS)"
+            )
+    height, width = headers[0][:2]
+    channels = sum(h[2] for h in headers)
+    if len(declared) != 3 or (height, width) not in (declared[1:], declared[:2]):
+        raise DemoFormatError(
+            f"{where}: declared shape {list(declared)} matches neither [C, H, W] nor [H, W, C] of its PNG data, "
+            f"which decodes to {height}x{width} with {channels} channels"
+        )
+    if any(h[:2] != (height, width) for h in headers):
+        raise DemoFormatError(f"{where}: its PNGs differ in size: {[f'{h[0]}x{h[1]}' for h in headers]}")
+    if budget is not None:
+        budget.charge(height * width * channels * FLOAT32_BYTES, f"its PNG data ({height}x{width}x{channels})", where)
+
+
+def decode_image(
+    data: bytes, declared: tuple[int, ...], mapping: list[int], where: str, budget: DecodeBudget | None = None
+) -> np.ndarray:
     """A compressed observation, as float32 of exactly the ``declared`` shape (module docstring).
 
+    Args:
+        data: one or more PNG files back to back.
+        declared: the observation's declared shape, ``[C, H, W]`` or ``[H, W, C]``.
+        mapping: ``compressed_channel_mapping`` (empty: the channel rule).
+        where: file, record and observation, for messages.
+        budget: the file's decode budget, charged with each PNG's decoded bytes before it decodes.
+
     Raises:
-        DemoFormatError: the data is not PNG, does not decode, or fits neither layout of ``declared``.
+        DemoFormatError: the data is not PNG, is over a size bound (module docstring), does not
+            decode, or fits neither layout of ``declared``.
     """
-    hwc = np.concatenate([_decode_png(png, where) for png in split_pngs(data, where)], axis=2)
+    pngs = split_pngs(data, where)
+    _check_headers(pngs, declared, where, budget)
+    hwc = np.concatenate([_decode_png(png, where) for png in pngs], axis=2)
     height, width = hwc.shape[:2]
     planes = np.moveaxis(hwc, 2, 0)
     if len(declared) == 3 and declared[1:] == (height, width):

@@ -8,18 +8,22 @@ beside the relative one.
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import os
 import shutil
+import struct
 import subprocess
 import sys
+import zlib
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
+from common import demo_images
 from common import trajectory as tr
 from common.demo import (
     DemoFormatError,
@@ -33,7 +37,7 @@ from common.demo import (
     encode_demo,
     load_demonstration,
 )
-from common.demo_images import decode_image
+from common.demo_images import PNG_SIGNATURE, decode_image
 from common.errors import StepstreamError
 from common.specs import ActionSpec, BrainParameters, ObservationSpec
 from protos import mlagents_demo_pb2 as demo_pb
@@ -221,6 +225,87 @@ def test_directory_reads_every_file(tmp_path: Path) -> None:
 
 
 @needs_demos
+# -- declared image sizes are bounded ------------------------------------------------------------
+
+
+def png_claiming(width: int, height: int, colour: int = 2) -> bytes:
+    """A PNG whose header declares ``width`` x ``height`` pixels, with next to no image data behind it."""
+
+    def chunk(kind: bytes, body: bytes) -> bytes:
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+
+    header = struct.pack(">IIBBBBB", width, height, 8, colour, 0, 0, 0)
+    return PNG_SIGNATURE + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(b"")) + chunk(b"IEND", b"")
+
+
+def png_of(width: int, height: int, mode: str = "L") -> bytes:
+    """A real, all-black PNG of ``width`` x ``height``: it compresses to a few bytes per thousand pixels."""
+    from PIL import Image
+
+    out = io.BytesIO()
+    Image.new(mode, (width, height)).save(out, format="PNG")
+    return out.getvalue()
+
+
+def image_demo(path: Path, png: bytes, shape: list[int], records: int) -> Path:
+    """A .demo file of ``records`` records, each one compressed observation ``png`` of declared ``shape``."""
+    meta = demo_pb.DemonstrationMetaProto(api_version=1, demonstration_name="images", number_steps=records)
+    brain = demo_pb.BrainParametersProto(brain_name="Images", action_spec=demo_pb.ActionSpecProto(num_continuous_actions=1))
+    pair = demo_pb.AgentInfoActionPairProto(
+        agent_info=demo_pb.AgentInfoProto(observations=[demo_pb.ObservationProto(shape=shape, compressed_data=png)]),
+        action_info=demo_pb.AgentActionProto(continuous_actions=[0.0]),
+    )
+    path.write_bytes(encode_demo(meta, brain, [pair] * records))
+    return path
+
+
+def test_png_header_claiming_20000x20000_is_a_format_error(tmp_path: Path) -> None:
+    """Regression: Pillow raised its uncaught DecompressionBombError; now the header is read first."""
+    path = image_demo(tmp_path / "bomb.demo", png_claiming(20_000, 20_000), [3, 84, 84], records=2)
+    with pytest.raises(DemoFormatError, match=r"record 0 observation 0: PNG 0 declares 20000x20000 pixels, over the 4194304"):
+        demo_to_buffer(path)
+
+
+def test_four_5000x5000_images_are_refused_before_decoding(tmp_path: Path) -> None:
+    """Regression: a ~100 KiB file of four 5000x5000 images loaded into gigabytes; the per-image bound refuses it."""
+    path = image_demo(tmp_path / "big.demo", png_of(5000, 5000), [1, 5000, 5000], records=4)
+    assert path.stat().st_size < 150_000
+    with pytest.raises(DemoFormatError, match=r"PNG 0 declares 5000x5000 pixels.*MAX_IMAGE_PIXELS"):
+        demo_to_buffer(path)
+
+
+def test_a_file_decoding_past_max_decoded_bytes_is_refused_before_allocating(tmp_path: Path) -> None:
+    """33 records of 2048x2048 images (each within MAX_IMAGE_PIXELS) would decode to 528 MiB."""
+    path = image_demo(tmp_path / "many.demo", png_of(2048, 2048), [1, 2048, 2048], records=33)
+    with pytest.raises(DemoFormatError, match=r"observation 0 of shape \[1, 2048, 2048\] in 33 records decodes to 553648128"):
+        demo_to_buffer(path)
+    assert demo_images.MAX_IMAGE_PIXELS == 2048 * 2048 and demo_images.MAX_DECODED_BYTES == 512 * 2**20
+
+
+def test_the_decode_budget_counts_png_pixels_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Arrays that fit, with PNGs whose decoded channels do not: refused at the PNG that passes the bound."""
+    # Declared [1, 4, 5] (80 bytes a record) from RGB PNGs (240 bytes each while they decode): 4 records
+    # take 320 bytes of arrays, and a budget of 600 runs out at the second record's PNG.
+    monkeypatch.setattr(demo_images, "MAX_DECODED_BYTES", 600, raising=False)
+    path = image_demo(tmp_path / "budget.demo", png_of(5, 4, "RGB"), [1, 4, 5], records=4)
+    with pytest.raises(
+        DemoFormatError, match=r"record 1 observation 0: its PNG data \(4x5x3\) decodes to 240 bytes.*over the 600"
+    ):
+        demo_to_buffer(path)
+    monkeypatch.setattr(demo_images, "MAX_DECODED_BYTES", 80 * 4 + 240 * 4)
+    assert demo_to_buffer(path)[1].num_experiences == 3
+
+
+def test_pngs_of_another_size_than_declared_are_refused_from_their_headers() -> None:
+    """The header decides, before decoding: a mismatch, a missing IHDR, PNGs of two sizes."""
+    with pytest.raises(DemoFormatError, match=r"declared shape \[3, 84, 84\].*64x48 with 3 channels"):
+        decode_image(png_claiming(48, 64), (3, 84, 84), [], "t")
+    with pytest.raises(DemoFormatError, match="does not start with an IHDR header"):
+        decode_image(PNG_SIGNATURE + b"\0\0\0\0IEND\xae\x42\x60\x82", (3, 84, 84), [], "t")
+    with pytest.raises(DemoFormatError, match=r"its PNGs differ in size: \['4x3', '3x4'\]"):
+        decode_image(png_of(3, 4) + png_of(4, 3), (4, 3, 4), [], "t")
+
+
 def test_spec_mismatch_with_the_trained_behavior() -> None:
     spec, _ = demo_to_buffer(DEMO_DIR / SMALL, 1, expected_spec=load_demonstration(DEMO_DIR / SMALL).spec)
     other = BrainParameters("Basic", spec.observation_specs, ActionSpec(0, (2,)))

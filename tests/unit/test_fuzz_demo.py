@@ -2,7 +2,8 @@
 
 Three sources of files: random bytes; files built with ``encode_demo`` from drawn protobuf messages
 (any api version and step count, action specs with negative or huge sizes, observations of any
-shape with too few values or bytes that are not PNG, NaN actions, masks of the wrong width); and the
+shape with too few values, bytes that are not PNG or PNG headers declaring any size, NaN actions,
+masks of the wrong width); and the
 real ML-Agents files of ``STEPSTREAM_DEMO_DIR`` (as ``test_demo.py`` finds them) with a few bytes
 overwritten, inserted or cut. The property: ``load_demonstration`` / ``demo_to_buffer`` /
 ``demo_summary`` give a valid result (a buffer whose every field has one row per experience) or raise
@@ -24,7 +25,7 @@ from hypothesis import strategies as st
 from common import trajectory as tr
 from common.demo import DemoError, DemoFormatError, demo_summary, demo_to_buffer, encode_demo, load_demonstration
 from protos import mlagents_demo_pb2 as demo_pb
-from tests.unit.test_demo import DEMO_DIR, MANIFEST
+from tests.unit.test_demo import DEMO_DIR, MANIFEST, png_claiming
 
 INT32 = st.integers(-(2**31), 2**31 - 1)
 SIZES = st.one_of(st.integers(-1, 4), st.sampled_from([2**20, 2**31 - 1]), INT32)
@@ -84,7 +85,7 @@ PNG_2X3 = _png(2, 3)
 @st.composite
 def observations(draw: st.DrawFn, shape: list[int]) -> demo_pb.ObservationProto:
     obs = demo_pb.ObservationProto(shape=draw(st.one_of(st.just(shape), st.lists(SIZES, max_size=4))))
-    how = draw(st.sampled_from(["floats", "png", "bytes"]))
+    how = draw(st.sampled_from(["floats", "png", "claimed", "bytes"]))
     if how == "floats":
         size = math.prod(shape) if all(d >= 0 for d in shape) else 0
         count = size if size <= 64 and draw(st.booleans()) else draw(st.integers(0, 8))
@@ -92,6 +93,9 @@ def observations(draw: st.DrawFn, shape: list[int]) -> demo_pb.ObservationProto:
     elif how == "png":
         obs.compressed_data = PNG_2X3 * draw(st.integers(1, 2))
         obs.compressed_channel_mapping.extend(draw(st.lists(st.integers(-2, 3), max_size=6)))
+    elif how == "claimed":  # a header declaring any size, gigapixels included, over next to no data
+        sides = st.one_of(st.integers(0, 4), st.sampled_from([2, 3, 2048, 5000, 20_000]), st.integers(0, 2**32 - 1))
+        obs.compressed_data = png_claiming(draw(sides), draw(sides), draw(st.sampled_from([0, 2, 3, 4, 6, 7])))
     else:
         obs.compressed_data = draw(st.binary(max_size=24))
     return obs
@@ -142,6 +146,29 @@ def demo_files(draw: st.DrawFn) -> bytes:
 @settings(max_examples=300)
 @given(demo_files())
 def test_well_typed_but_wrong_records(demo_path: Path, data: bytes) -> None:
+    read_or_refuse(demo_path, data)
+
+
+@st.composite
+def claimed_image_files(draw: st.DrawFn) -> bytes:
+    """A valid file but for its PNG headers, which declare any size (gigapixels included) over no data."""
+    sides = st.one_of(st.integers(1, 4), st.sampled_from([2048, 2049, 5000, 20_000]), st.integers(0, 2**32 - 1))
+    height, width = draw(sides), draw(sides)
+    png = png_claiming(width, height, draw(st.sampled_from([0, 2, 3, 4, 6, 7])))
+    shape = draw(st.sampled_from([[3, height, width], [height, width, 3], [1, height, width], [3, 84, 84]]))
+    meta = demo_pb.DemonstrationMetaProto(api_version=1, number_steps=2)
+    brain = demo_pb.BrainParametersProto(brain_name="B", action_spec=demo_pb.ActionSpecProto(num_continuous_actions=1))
+    pair = demo_pb.AgentInfoActionPairProto(
+        agent_info=demo_pb.AgentInfoProto(observations=[demo_pb.ObservationProto(shape=shape, compressed_data=png)]),
+        action_info=demo_pb.AgentActionProto(continuous_actions=[0.0]),
+    )
+    return encode_demo(meta, brain, [pair, pair])
+
+
+@settings(max_examples=100)
+@given(claimed_image_files())
+def test_png_headers_declaring_any_size(demo_path: Path, data: bytes) -> None:
+    """Regression: a header over Pillow's bomb limit raised its DecompressionBombError."""
     read_or_refuse(demo_path, data)
 
 
