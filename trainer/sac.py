@@ -274,6 +274,8 @@ class SACLearner:
             steps = min(SAMPLE_CHUNK_STEPS, due - first)
             sampled = self.replay.sample_mini_batch(steps * b, rng=self._np_rng)  # with replacement, as ML-Agents
             columns = {key: field.data for key, field in sampled.items()}
+            if self.settings.reward_strength:  # the extrinsic part (times strength), before the signals add theirs
+                stats.append({ExtrinsicSignal.reward_tag: float(np.mean(columns[tr.REWARDS]))})
             stats.append(add_signal_rewards(self.signals, columns, n_obs))  # module docstring
             for i in range(steps):
                 stats.append(self._gradient_step(SACBatch.from_columns(columns, slice(i * b, (i + 1) * b), n_obs)))

@@ -1,8 +1,9 @@
 """Where a trainer's statistics go: TensorBoard, the console, ``episodes.csv`` and ``training_status.json``.
 
-Files (ARCHITECTURE.md, "Results layout"), under ``results/<run-id>/``:
+Files (docs/architecture.md, "Results layout"), under ``results/<run-id>/``:
 
-* ``<behavior>/events.out.tfevents.*``: TensorBoard scalars, ML-Agents' tag names where one exists
+* ``<behavior>/events.out.tfevents.*``: TensorBoard scalars as ML-Agents writes them (``simple_value``
+  records, which ``EventAccumulator.Scalars(tag)`` returns), ML-Agents' tag names where one exists
   (the constants below), written every ``summary_freq`` agent steps;
 * ``<behavior>/episodes.csv``: one row per finished episode,
   ``agent_steps,wall_seconds,episode_reward,episode_length,policy_version``;
@@ -48,7 +49,9 @@ PRETRAINING_LOSS = "Losses/Pretraining Loss"
 BC_STRENGTH = "Policy/BC Strength"
 """behavioral_cloning's strength after annealing (stepstream's)."""
 EXTRINSIC_REWARD = "Policy/Extrinsic Reward"
-"""Mean extrinsic reward per agent step (times strength) of the experiences an update used (stepstream's)."""
+"""Mean extrinsic reward per agent step (times strength) of the experiences an update used: PPO's update
+buffer, SAC's sampled minibatches. ML-Agents' tag, where it is each episode's sum instead (that figure is
+``Environment/Cumulative Reward`` times strength)."""
 GAIL_LOSS = "Losses/GAIL Loss"
 """Discriminator loss: binary cross-entropy of expert vs agent, plus the gradient penalty (ML-Agents' tag)."""
 GAIL_POLICY_ESTIMATE = "Policy/GAIL Policy Estimate"
@@ -99,32 +102,32 @@ class MetricsWriter(Protocol):
 
 
 class TensorBoardWriter:
-    """Scalars to a TensorBoard event file in ``directory`` (``tf.summary.create_file_writer``).
+    """Scalars to a TensorBoard event file in ``directory``, as ML-Agents writes them.
 
-    ``tf.summary.scalar`` lives in the ``tensorboard`` package, which trainers do not need; this
-    writes the identical record with TF's own ``tf.summary.write``: a float32 scalar tensor tagged
-    with the ``scalars`` plugin's metadata (what TensorBoard's scalar dashboard reads).
+    Each ``write`` is one event of ``Summary.Value(tag, simple_value)`` records, the form
+    ML-Agents' ``TensorboardWriter`` (PyTorch's ``SummaryWriter.add_scalar``) produces. So the
+    scripts written for ML-Agents' event files read ours unchanged:
+    ``EventAccumulator.Tags()["scalars"]`` lists the tags and ``EventAccumulator.Scalars(tag)``
+    returns ``(wall_time, step, value)`` rows; TensorBoard's scalar dashboard reads them too. TF2's
+    ``tf.summary.scalar`` would write tensor summaries instead, which ``EventAccumulator`` files
+    under ``Tags()["tensors"]`` and ``Scalars`` never returns. The events go through TF's own
+    writer (``tf.summary.experimental.write_raw_pb``); the ``tensorboard`` package is not needed.
     """
 
     def __init__(self, directory: Path) -> None:
         import tensorflow as tf  # only trainers need it; keeps this module importable without TF
-        from tensorflow.core.framework import summary_pb2
 
         directory.mkdir(parents=True, exist_ok=True)
         self._tf = tf
         self._writer = tf.summary.create_file_writer(str(directory))
-        self._metadata = summary_pb2.SummaryMetadata(
-            plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="scalars"),
-            data_class=summary_pb2.DATA_CLASS_SCALAR,
-        )
 
     def write(self, metrics: Mapping[str, float], step: int) -> None:
         tf = self._tf
-        with self._writer.as_default(step=step):
-            for tag, value in metrics.items():
-                if math.isfinite(value):
-                    tf.summary.write(tag, tf.constant(value, tf.float32), metadata=self._metadata)
-        self._writer.flush()
+        values = [tf.compat.v1.Summary.Value(tag=tag, simple_value=v) for tag, v in metrics.items() if math.isfinite(v)]
+        if values:
+            with self._writer.as_default(step=step):
+                tf.summary.experimental.write_raw_pb(tf.compat.v1.Summary(value=values).SerializeToString(), step=step)
+            self._writer.flush()
 
     def close(self) -> None:
         self._writer.close()

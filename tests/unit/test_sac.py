@@ -248,7 +248,7 @@ def test_ready_to_update_waits_for_buffer_init_steps_then_follows_steps_per_upda
     assert not learner.ready_to_update()  # half a gradient step earned
     learner.add_trajectories([make_trajectory(CONTINUOUS, 1, seed=3)])
     assert learner.ready_to_update()
-    assert set(learner.update()) == {"Losses/Q1 Loss", "Policy/Learning Rate"}
+    assert set(learner.update()) == {"Losses/Q1 Loss", "Policy/Learning Rate", "Policy/Extrinsic Reward"}
     assert batch_sizes == [4]
     assert not learner.ready_to_update()
     learner.add_trajectories([make_trajectory(CONTINUOUS, 11, seed=4)])  # 5.5 steps' worth: 5 now, 0.5 kept
@@ -301,6 +301,7 @@ EXPECTED_KEYS = {
     "Policy/Entropy",
     "Policy/Entropy Coeff",
     "Policy/Learning Rate",
+    "Policy/Extrinsic Reward",  # ML-Agents' tag; SAC's sampled minibatches' mean (trainer.summaries.EXTRINSIC_REWARD)
 }
 
 

@@ -1,4 +1,5 @@
-"""Summary outputs: episodes.csv, training_status.json (shared by processes), TensorBoard, the console line."""
+"""Summary outputs: episodes.csv, training_status.json (shared by processes), TensorBoard (read back with
+TensorBoard's ``EventAccumulator``, as ML-Agents users read event files), the console line."""
 
 from __future__ import annotations
 
@@ -19,6 +20,8 @@ from trainer.summaries import (
     EPISODE_LENGTH,
     EPISODES,
     EPISODES_CSV_HEADER,
+    EXTRINSIC_REWARD,
+    LEARNING_RATE,
     POLICY_VERSION,
     POLICY_VERSION_LAG,
     EpisodeCsv,
@@ -108,17 +111,17 @@ def test_period_stats_summary() -> None:
 
 
 def _scalars(directory: Path) -> dict[tuple[int, str], float]:
-    """(step, tag) -> value of every scalar in the TensorBoard event files of ``directory``."""
-    import tensorflow as tf
+    """(step, tag) -> value of every scalar in ``directory``'s event files, read as ML-Agents users read them.
 
-    out = {}
-    for path in directory.glob("events.out.tfevents.*"):
-        for record in tf.data.TFRecordDataset(str(path)):
-            event = tf.compat.v1.Event.FromString(record.numpy())
-            for value in event.summary.value:
-                assert value.metadata.plugin_data.plugin_name == "scalars"
-                out[(event.step, value.tag)] = float(tf.make_ndarray(value.tensor))
-    return out
+    TensorBoard's ``EventAccumulator``: ``Tags()["scalars"]`` lists the tags and ``Scalars(tag)`` returns
+    the values; summaries of any other kind (TF2's tensor summaries) would leave both empty.
+    """
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    accumulator = EventAccumulator(str(directory))
+    accumulator.Reload()
+    assert accumulator.Tags()["tensors"] == []
+    return {(e.step, tag): e.value for tag in accumulator.Tags()["scalars"] for e in accumulator.Scalars(tag)}
 
 
 class _Recorder:
@@ -153,6 +156,37 @@ def test_summaries_write_tensorboard_console_and_files(tmp_path: Path, caplog: p
     assert _scalars(tmp_path / "Walker") == expected
     assert (tmp_path / "Walker" / "episodes.csv").read_text().count("\n") == 2
     assert json.loads((tmp_path / "run_logs" / "training_status.json").read_text()) == {"Walker": {"steps": 2000}}
+
+
+def test_tensorboard_scalars_under_ml_agents_tags(tmp_path: Path) -> None:
+    """A script written for ML-Agents' event files reads ours: ML-Agents' tags, through ``Scalars(tag)``."""
+    ml_agents_tags = {
+        CUMULATIVE_REWARD: 12.5,  # "Environment/Cumulative Reward"
+        EPISODE_LENGTH: 40.0,  # "Environment/Episode Length"
+        LEARNING_RATE: 3e-4,  # "Policy/Learning Rate"
+        EXTRINSIC_REWARD: 0.3125,  # "Policy/Extrinsic Reward"
+        "Losses/Value Loss": 0.75,
+        "Losses/Policy Loss": -0.015625,
+        "Policy/Entropy": 1.25,
+    }
+    assert {CUMULATIVE_REWARD, EPISODE_LENGTH, LEARNING_RATE, EXTRINSIC_REWARD} == {
+        "Environment/Cumulative Reward",
+        "Environment/Episode Length",
+        "Policy/Learning Rate",
+        "Policy/Extrinsic Reward",
+    }
+    summaries = Summaries("3DBall", tmp_path, run_started_at=time.time())
+    summaries.write(ml_agents_tags, 12000)
+    summaries.write({CUMULATIVE_REWARD: 20.0}, 24000)
+    summaries.close()
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    accumulator = EventAccumulator(str(tmp_path / "3DBall"))
+    accumulator.Reload()
+    assert set(accumulator.Tags()["scalars"]) == set(ml_agents_tags)
+    assert [(e.step, e.value) for e in accumulator.Scalars(CUMULATIVE_REWARD)] == [(12000, 12.5), (24000, 20.0)]
+    for tag, value in ml_agents_tags.items():
+        assert accumulator.Scalars(tag)[0].value == pytest.approx(value), tag
 
 
 def test_summaries_without_results_dir_write_no_files(tmp_path: Path) -> None:
