@@ -11,7 +11,7 @@ Observations are W1's (32 float32), 4 continuous actions, time_horizon 64. Each 
 [50, 300] steps; one in five ends by a time limit (done + max_reached); the same id comes back as a new episode.
 At the end every client closes its session, so the processor flushes the partial trajectories.
 
-Conservation is counted by the clients themselves from the rows they sent (ARCHITECTURE.md's rules): an agent's row
+Conservation is counted by the clients themselves from the rows they sent (docs/architecture.md's rules): an agent's row
 is an experience unless it is a first sighting (its first row, or its first after a done row); done rows are
 experiences. The processor reports where each went (``stepstream_processor_*`` metrics): published on the topic, or
 dropped (``stale``: ``max_policy_lag``; ``unpublished``: the topic stayed full or closed). Flushed experiences (the

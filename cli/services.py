@@ -1,4 +1,4 @@
-"""``stepstream trainer`` and ``stepstream env``: the stack's service processes (ARCHITECTURE.md, "Two topologies").
+"""``stepstream trainer`` and ``stepstream env``: the stack's service processes (docs/architecture.md, "Two topologies").
 
 * ``stepstream trainer CONFIG --behavior NAME`` trains one behavior: it subscribes to the processor's
   ``trajectories/<NAME>`` over gRPC as ``"trainer"`` (the queue the processor declares at start, so

@@ -2,7 +2,7 @@
 
 One process runs the processor (gRPC on a loopback port, so the env clients take the very path
 remote ones do) and the env clients as coroutines of its event loop; each behavior's trainer runs
-in a thread of its own with the in-process topics (ARCHITECTURE.md, "Two topologies"). TensorFlow
+in a thread of its own with the in-process topics (docs/architecture.md, "Two topologies"). TensorFlow
 releases the GIL inside its kernels, so the trainer's updates and the processor's event loop
 share the two cores.
 
@@ -12,7 +12,7 @@ processor and exits when they reach ``max_steps``. A ``bc`` behavior with an env
 demonstrations before its trainer starts. With ``--inference`` the env clients' episode returns are
 logged at the end (mean of the last 20 and 100 episodes).
 
-Results go to ``<results-dir>/<run-id>/`` as ARCHITECTURE.md's "Results layout" says.
+Results go to ``<results-dir>/<run-id>/`` as docs/architecture.md's "Results layout" says.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ done, max_reached), apply the actions the processor returns, repeat. Any env tha
 small ``VectorEnv`` protocol plugs in (the 1-D task in ``envclient.simple_env``, the Gymnasium
 adapter).
 
-Words (ARCHITECTURE.md, "Trajectory assembly rules"): a *row* is one agent's entry in one
+Words (docs/architecture.md, "Trajectory assembly rules"): a *row* is one agent's entry in one
 BrainInfo; the first row of an episode is a *first sighting* and implies no experience; every
 later row completes one *experience* (its reward and done belong to the previous row's action).
 So ``experiences = rows - first_sightings``, which is what the processor must account for:

@@ -1,4 +1,4 @@
-"""Trajectory assembly: BrainInfo rows in, Trajectories out, by ARCHITECTURE.md's rules.
+"""Trajectory assembly: BrainInfo rows in, Trajectories out, by docs/architecture.md's rules.
 
 One ``TrajectoryAssembler`` serves one (session, behavior). Rules, as ML-Agents established them:
 

@@ -1,4 +1,4 @@
-"""The trajectory-assembly rules of ARCHITECTURE.md as a table: BrainInfo steps in, Trajectories out.
+"""The trajectory-assembly rules of docs/architecture.md as a table: BrainInfo steps in, Trajectories out.
 
 Independent of how steps are delivered: ``tests/unit/test_assembly.py`` feeds the steps straight
 into a ``TrajectoryAssembler``; an integration test can send the very same steps through the real
@@ -104,7 +104,7 @@ class Expect:
 
 @dataclass(frozen=True)
 class Case:
-    """One rule of ARCHITECTURE.md's "Trajectory assembly rules"."""
+    """One rule of docs/architecture.md's "Trajectory assembly rules"."""
 
     name: str
     rule: str

@@ -1,6 +1,6 @@
 """Policy export: a TensorFlow policy network in, a self-contained ``PolicyUpdate`` out.
 
-The processor acts with no trainer code (ARCHITECTURE.md, "Layout"), so every policy version
+The processor acts with no trainer code (docs/architecture.md, "The policy artifact"), so every policy version
 travels as an inference artifact the processor runs with the LiteRT interpreter: a TFLite
 flatbuffer, chosen by ``benchmarks/inference_formats.py`` (a ``tf.function`` call costs several
 hundred microseconds, the TFLite interpreter a few to a few tens).

@@ -25,7 +25,7 @@ It stops at ``max_steps``, when ``stop`` is set, when ``should_stop(result)`` ho
 closes, or on Ctrl-C (KeyboardInterrupt in the thread running it), and then writes a final
 summary and checkpoint, and a ``ReportingLearner``'s report (BC's ``bc_metrics.json``).
 
-Versions (ARCHITECTURE.md, "Staleness and versions"): at start the loop publishes a first policy
+Versions (docs/architecture.md, "Staleness and versions"): at start the loop publishes a first policy
 at ``max(policy_sink.highest_version, resumed version) + 1``, so the processor can act at once and
 a resumed trainer always continues above anything the processor has seen. Every later version is
 one higher; should the sink refuse one (another publisher went higher), the loop jumps above the

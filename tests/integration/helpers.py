@@ -5,7 +5,7 @@ A real policy samples the actions, so no test knows them in advance: every clien
 ``ActionResult`` of each BrainInfo, and expectations are built from the rows sent and the answers
 received, by ``from_expect`` (a hand-written ``tests.assembly_cases.Expect``, its action code
 ``100 * agent + step`` read as "the action returned to that agent at that step") or by
-``reference_trajectories`` (ARCHITECTURE.md's assembly rules restated per agent, for random streams;
+``reference_trajectories`` (docs/architecture.md's assembly rules restated per agent, for random streams;
 the served assembly cases check it against the hand-written table). ``assert_published`` compares
 field by field: ids, obs, next_obs, masks, rewards, done, episode statistics and ``interrupted``
 exactly; actions against what the client got (policies act with ``clip = inf``, so the env action
@@ -330,7 +330,7 @@ class _Agent:
 
 
 def reference_trajectories(run: ServedRun, time_horizon: int) -> list[Expected]:
-    """ARCHITECTURE.md's assembly rules, restated per agent, over ``run``'s steps and answers.
+    """docs/architecture.md's assembly rules, restated per agent, over ``run``'s steps and answers.
 
     Every session ends (cleanly or not) with its partial trajectories flushed as interrupted.
     """

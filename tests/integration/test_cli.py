@@ -4,7 +4,7 @@
   subcommands are covered) exits 0 and mentions every flag;
 * a config typo is an error naming the dotted key and the file; an existing run without
   ``--resume``/``--force``, and ``--resume``/``--inference`` of a missing run, are clear errors;
-* ``train`` runs CartPole PPO end to end and writes every file of ARCHITECTURE.md's "Results
+* ``train`` runs CartPole PPO end to end and writes every file of docs/architecture.md's "Results
   layout" (one run, shared by the tests below through a module-scoped fixture; tests that change a
   run work on a copy);
 * ``--resume`` continues above the first run's steps and policy versions;

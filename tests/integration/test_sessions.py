@@ -1,7 +1,7 @@
 """Sessions through the real server: batching across them, their ends (clean, abrupt, replaced,
 server shutdown), conservation of experiences, and the policy they act with (first wait, swap).
 
-Every run's trajectories are checked field by field against ``reference_trajectories`` (ARCHITECTURE.md's
+Every run's trajectories are checked field by field against ``reference_trajectories`` (docs/architecture.md's
 rules restated per agent over the rows sent and the answers received; see ``helpers``).
 """
 

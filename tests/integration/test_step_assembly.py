@@ -1,6 +1,6 @@
 """Trajectory assembly through the real server: EnvSession -> gRPC Step stream -> trajectory topic.
 
-Every rule of ARCHITECTURE.md's "Trajectory assembly rules" is a named case of
+Every rule of docs/architecture.md's "Trajectory assembly rules" is a named case of
 ``tests/assembly_cases.py``; here its BrainInfos travel through a ProcessorServer on loopback, a
 real MLP policy acts, and what the test's subscriber queue receives is checked field by field
 against the case's hand-written expectation, with the actions the client actually got (see

@@ -1,4 +1,4 @@
-"""TrajectoryAssembler against the rule table of ``tests/assembly_cases.py`` (ARCHITECTURE.md).
+"""TrajectoryAssembler against the rule table of ``tests/assembly_cases.py`` (docs/architecture.md).
 
 Each case's steps go straight into one assembler per session, with the deterministic actions of
 ``actions_for``; every session is flushed after the last step. What comes out is matched to the

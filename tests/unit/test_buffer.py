@@ -1,4 +1,4 @@
-"""AgentBufferField, AgentBuffer and ProcessingBuffer: every rule of ARCHITECTURE.md "Buffers",
+"""AgentBufferField, AgentBuffer and ProcessingBuffer: every rule of docs/architecture.md "Buffers",
 pinned on small hand-computed examples."""
 
 from __future__ import annotations
