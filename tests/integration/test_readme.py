@@ -33,6 +33,15 @@ NOT_RUN = {
 """First line of each README ``sh`` block this test does not run, and why."""
 FAST_BUDGETS = {"ppo": 512, "sac": 300, "bc": 300}
 """``max_steps`` per trainer type in the scratch ``configs/`` (summaries and checkpoints scale down with it)."""
+ML_AGENTS_TAGS = (
+    "Environment/Cumulative Reward",
+    "Environment/Episode Length",
+    "Policy/Learning Rate",
+    "Policy/Extrinsic Reward",
+    "Losses/Value Loss",
+    "Losses/Policy Loss",
+)
+"""Tags an ML-Agents PPO run writes, which the README's CartPole run must write as scalars too."""
 COMMAND_TIMEOUT_S = 120.0
 """Liveness bound of one command (each takes seconds)."""
 BLOCK = re.compile(r"^```sh\n(.*?)^```", re.MULTILINE | re.DOTALL)
@@ -106,6 +115,14 @@ def test_every_readme_sh_block_runs_as_written(tmp_path: Path) -> None:
             assert "Traceback" not in proc.stdout, f"{shlex.join(argv)}\n{tail(proc.stdout)}"
             ran.append(shlex.join(argv))
     assert len(ran) >= 5, ran
+
+    # The README says scripts written for ML-Agents' event files read ours: its CartPole run's events.
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(tmp_path / "results" / "cartpole" / "CartPole"))
+    events.Reload()
+    for tag in ML_AGENTS_TAGS:
+        assert events.Scalars(tag), f"no {tag!r} scalars in {sorted(events.Tags()['scalars'])}"
 
 
 def test_the_readme_names_no_config_the_repository_lacks() -> None:
