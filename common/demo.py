@@ -22,7 +22,7 @@ Rules, as ML-Agents 1.1.0's loader applies them unless noted:
 - Images are PNG data decoded to floats in [0, 1]; ``common.demo_images`` gives the layout rule for
   files that declare them channels-last. *Ours:* declared sizes are bounded before anything is
   decoded or allocated: ``MAX_IMAGE_PIXELS`` per PNG (from its header) and ``MAX_DECODED_BYTES``
-  per file (its observation arrays plus its PNGs' decoded pixels); see ``common.demo_images``.
+  per file (its observation arrays plus the observation being decoded); see ``common.demo_images``.
 - A directory reads every ``*.demo`` file in it, in name order; all must have the same spec.
 
 Update-buffer rows (``demo_to_buffer``): one per record but the last of each file. Row i has the

@@ -23,9 +23,10 @@ allocated, from the declarations and each PNG's ``IHDR`` header:
 
 - a PNG may have at most ``MAX_IMAGE_PIXELS`` pixels (width x height), and its height and width
   must be the declared shape's (either layout);
-- one file may decode to at most ``MAX_DECODED_BYTES``, counting its float32 observation arrays
-  (records x declared values x 4 bytes) and the float32 pixels of every PNG it decodes
-  (``DecodeBudget``).
+- one file may hold at most ``MAX_DECODED_BYTES`` at once while it is read: its float32
+  observation arrays (records x declared values x 4 bytes, charged before the first is allocated)
+  plus the float32 pixels of the observation being decoded (``DecodeBudget``). The bound is per
+  file: a larger recording reads as several files of one folder.
 
 Either breach is a ``DemoFormatError`` naming the record, the sizes and the bound.
 """
@@ -43,9 +44,9 @@ PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 MAX_IMAGE_PIXELS = 2048 * 2048
 """The most pixels (width x height) one PNG of a .demo file may declare; ML-Agents' cameras are
 rarely above 256 x 256, and Pillow's own bomb check (89 M pixels) comes far later."""
-MAX_DECODED_BYTES = 512 * 1024 * 1024
-"""The most bytes one .demo file may decode to: its float32 observation arrays plus the float32
-pixels of its PNGs while they decode (14,000 records of 84 x 84 x 3 images fit)."""
+MAX_DECODED_BYTES = 1 << 30
+"""The most bytes (1 GiB) one .demo file may hold decoded: its float32 observation arrays plus the
+float32 pixels of the observation being decoded (12,600 records of 84 x 84 x 3 images fit)."""
 FLOAT32_BYTES = 4
 _IHDR_CHANNELS = {0: 1, 2: 3, 3: 3, 4: 3, 6: 4}
 """Decoded channels per PNG colour type, as ``_decode_png`` converts them: gray 1, RGB 3, palette
@@ -61,24 +62,33 @@ class DemoFormatError(DemoError):
 
 
 class DecodeBudget:
-    """The bytes one .demo file has decoded so far, against ``MAX_DECODED_BYTES``."""
+    """The bytes one .demo file holds decoded, against ``MAX_DECODED_BYTES`` (module docstring)."""
 
     def __init__(self, limit: int | None = None) -> None:
         self.limit = MAX_DECODED_BYTES if limit is None else limit
         self.used = 0
+        """Bytes held for the rest of the read (the observation arrays)."""
 
     def charge(self, nbytes: int, what: str, where: str) -> None:
-        """Count ``nbytes`` more, before they are allocated.
+        """Count ``nbytes`` held from now on, before they are allocated.
 
         Raises:
             DemoFormatError: the file would pass ``limit``; the message names ``what`` and the sizes.
         """
+        self.check(nbytes, what, where)
+        self.used += nbytes
+
+    def check(self, nbytes: int, what: str, where: str) -> None:
+        """Refuse ``nbytes`` more held for a moment (an observation's PNGs while they decode).
+
+        Raises:
+            DemoFormatError: ``used + nbytes`` would pass ``limit``.
+        """
         if self.used + nbytes > self.limit:
             raise DemoFormatError(
-                f"{where}: {what} decodes to {nbytes} bytes, which with the {self.used} bytes before it is over "
+                f"{where}: {what} decodes to {nbytes} bytes, which with the {self.used} bytes held is over "
                 f"the {self.limit} bytes a .demo file may decode to (MAX_DECODED_BYTES): does not fit in memory"
             )
-        self.used += nbytes
 
 
 def png_header(png: bytes, where: str) -> tuple[int, int, int]:
@@ -168,7 +178,7 @@ def _check_headers(pngs: list[bytes], declared: tuple[int, ...], where: str, bud
     if any(h[:2] != (height, width) for h in headers):
         raise DemoFormatError(f"{where}: its PNGs differ in size: {[f'{h[0]}x{h[1]}' for h in headers]}")
     if budget is not None:
-        budget.charge(height * width * channels * FLOAT32_BYTES, f"its PNG data ({height}x{width}x{channels})", where)
+        budget.check(height * width * channels * FLOAT32_BYTES, f"its PNG data ({height}x{width}x{channels})", where)
 
 
 def decode_image(
@@ -181,7 +191,7 @@ def decode_image(
         declared: the observation's declared shape, ``[C, H, W]`` or ``[H, W, C]``.
         mapping: ``compressed_channel_mapping`` (empty: the channel rule).
         where: file, record and observation, for messages.
-        budget: the file's decode budget, charged with each PNG's decoded bytes before it decodes.
+        budget: the file's decode budget, checked against the PNGs' decoded bytes before they decode.
 
     Raises:
         DemoFormatError: the data is not PNG, is over a size bound (module docstring), does not

@@ -275,24 +275,26 @@ def test_four_5000x5000_images_are_refused_before_decoding(tmp_path: Path) -> No
 
 
 def test_a_file_decoding_past_max_decoded_bytes_is_refused_before_allocating(tmp_path: Path) -> None:
-    """33 records of 2048x2048 images (each within MAX_IMAGE_PIXELS) would decode to 528 MiB."""
-    path = image_demo(tmp_path / "many.demo", png_of(2048, 2048), [1, 2048, 2048], records=33)
-    with pytest.raises(DemoFormatError, match=r"observation 0 of shape \[1, 2048, 2048\] in 33 records decodes to 553648128"):
-        demo_to_buffer(path)
-    assert demo_images.MAX_IMAGE_PIXELS == 2048 * 2048 and demo_images.MAX_DECODED_BYTES == 512 * 2**20
-
-
-def test_the_decode_budget_counts_png_pixels_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Arrays that fit, with PNGs whose decoded channels do not: refused at the PNG that passes the bound."""
-    # Declared [1, 4, 5] (80 bytes a record) from RGB PNGs (240 bytes each while they decode): 4 records
-    # take 320 bytes of arrays, and a budget of 600 runs out at the second record's PNG.
-    monkeypatch.setattr(demo_images, "MAX_DECODED_BYTES", 600, raising=False)
-    path = image_demo(tmp_path / "budget.demo", png_of(5, 4, "RGB"), [1, 4, 5], records=4)
+    """65 records of 2048x2048 images (each within MAX_IMAGE_PIXELS) would decode to 1040 MiB."""
+    path = image_demo(tmp_path / "many.demo", png_of(2048, 2048), [1, 2048, 2048], records=65)
     with pytest.raises(
-        DemoFormatError, match=r"record 1 observation 0: its PNG data \(4x5x3\) decodes to 240 bytes.*over the 600"
+        DemoFormatError, match=r"observation 0 of shape \[1, 2048, 2048\] in 65 records decodes to 1090519040 bytes"
     ):
         demo_to_buffer(path)
-    monkeypatch.setattr(demo_images, "MAX_DECODED_BYTES", 80 * 4 + 240 * 4)
+    assert demo_images.MAX_IMAGE_PIXELS == 2048 * 2048 and demo_images.MAX_DECODED_BYTES == 2**30
+
+
+def test_the_decode_budget_counts_the_pngs_being_decoded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Arrays that fit, with an observation whose PNG pixels, while they decode, do not."""
+    # Declared [1, 4, 5] (80 bytes a record) from RGB PNGs (240 bytes each while they decode): 4 records
+    # hold 320 bytes of arrays, and each record's decode needs 240 more for a moment.
+    monkeypatch.setattr(demo_images, "MAX_DECODED_BYTES", 320 + 240 - 1, raising=False)
+    path = image_demo(tmp_path / "budget.demo", png_of(5, 4, "RGB"), [1, 4, 5], records=4)
+    with pytest.raises(
+        DemoFormatError, match=r"record 0 observation 0: its PNG data \(4x5x3\) decodes to 240 bytes.*320 bytes held"
+    ):
+        demo_to_buffer(path)
+    monkeypatch.setattr(demo_images, "MAX_DECODED_BYTES", 320 + 240)
     assert demo_to_buffer(path)[1].num_experiences == 3
 
 
