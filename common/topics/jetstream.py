@@ -323,8 +323,11 @@ class JetStreamTrajectoryTopic:
     ``subscribe`` or ``publish`` (module docstring for the mapping of the topic's semantics).
     """
 
-    def __init__(self, conn: JetStreamConnection, behavior_name: str, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
+    def __init__(
+        self, conn: JetStreamConnection, behavior_name: str, max_bytes: int = DEFAULT_MAX_BYTES, ack_wait_s: float = ACK_WAIT_S
+    ) -> None:
         self._conn = conn
+        self._ack_wait_s = ack_wait_s
         self.behavior_name = behavior_name
         token = subject_token(behavior_name)
         self.stream_name = f"trajectories_{token}"
@@ -399,7 +402,7 @@ class JetStreamTrajectoryTopic:
             durable_name=consumer,
             ack_policy=api.AckPolicy.EXPLICIT,
             deliver_policy=api.DeliverPolicy.ALL,
-            ack_wait=ACK_WAIT_S,
+            ack_wait=self._ack_wait_s,
             max_ack_pending=size,
             max_deliver=-1,
         )
@@ -487,10 +490,16 @@ class JetStreamTrajectoryTopic:
             self._unrouted += 1
             return
         backoff = PUBLISH_BACKOFF_S[0]
-        started: float | None = None
+        waiting_since: float | None = None
+        """When this publish began to wait: a refusal, or an attempt made while the broker was away."""
         try:
             while True:
                 self._check_open()
+                attempt_started = time.monotonic()
+                disconnects = self._conn.disconnects
+                if waiting_since is None and not self._conn.nc.is_connected:
+                    waiting_since = attempt_started
+                    self._blocked_publishers += 1
                 why = ""
                 try:
                     ack = await self._conn.js.publish(
@@ -506,19 +515,22 @@ class JetStreamTrajectoryTopic:
                 except _UNREACHABLE as err:
                     why = f"the broker is unreachable ({type(err).__name__})"
                 else:
+                    if waiting_since is None and self._conn.disconnects != disconnects:
+                        waiting_since = attempt_started  # buffered by the client until the broker came back
+                        self._blocked_publishers += 1
                     self._published += 1
                     self._duplicates += bool(ack.duplicate)
                     return
-                if started is None:
-                    started = time.monotonic()
+                if waiting_since is None:
+                    waiting_since = attempt_started
                     self._blocked_publishers += 1
                 if expired(remaining_s(deadline)):
                     raise TopicFullError(f"topic {self.name!r}: no room for {msg_id} within timeout_s={timeout_s}: {why}")
                 backoff = await _pause(backoff, deadline)
         finally:
-            if started is not None:
+            if waiting_since is not None:
                 self._blocked_publishers -= 1
-                self._blocked_seconds += time.monotonic() - started
+                self._blocked_seconds += time.monotonic() - waiting_since
 
     async def _has_consumers(self) -> bool:
         info = await self._conn.js.stream_info(self.stream_name)
@@ -700,8 +712,9 @@ class JetStreamSubscription:
             while True:
                 self._check_attached()
                 with self._lock:
-                    if self._buffer:
-                        return self._hand(max_items)
+                    taken = self._hand(max_items) if self._buffer else []
+                if taken:
+                    return taken
                 remaining = remaining_s(deadline)
                 if not first and expired(remaining):
                     return []
@@ -1061,6 +1074,7 @@ class JetStreamTopics:
     Args:
         url: ``nats://host:port`` of the broker.
         max_bytes: ``max_bytes`` of every trajectory stream this creates.
+        ack_wait_s: ``ack_wait`` of every durable consumer this declares.
         follow_policies: whether ``policies()`` follows the bucket (readers: the processor); a
             trainer that only publishes passes False.
         name, token, tls, connect_timeout_s: as in ``JetStreamConnection``.
@@ -1071,6 +1085,7 @@ class JetStreamTopics:
         url: str,
         *,
         max_bytes: int = DEFAULT_MAX_BYTES,
+        ack_wait_s: float = ACK_WAIT_S,
         follow_policies: bool = True,
         name: str = "stepstream",
         token: str | None = None,
@@ -1079,6 +1094,7 @@ class JetStreamTopics:
     ) -> None:
         self.connection = JetStreamConnection(url, name=name, token=token, tls=tls, connect_timeout_s=connect_timeout_s)
         self._max_bytes = max_bytes
+        self._ack_wait_s = ack_wait_s
         self._follow_policies = follow_policies
         self._lock = threading.Lock()
         self._trajectories: dict[str, JetStreamTrajectoryTopic] = {}
@@ -1091,7 +1107,7 @@ class JetStreamTopics:
             topic = self._trajectories.get(behavior_name)
             if topic is None:
                 topic = self._trajectories[behavior_name] = JetStreamTrajectoryTopic(
-                    self.connection, behavior_name, self._max_bytes
+                    self.connection, behavior_name, self._max_bytes, self._ack_wait_s
                 )
             return topic
 

@@ -1,0 +1,220 @@
+"""What only the JetStream transport has: a broker that dies and comes back, payload limits, the Object Store.
+
+Every test starts its own ``nats-server`` (``tests.nats_server``) on a free port with a temporary
+store, and kills it with SIGKILL where it says so. The role contract shared with the other
+transports is in ``test_topic_roles.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import nats
+import numpy as np
+import pytest
+
+from common.errors import TopicFullError
+from common.topics import TRAINER_SUBSCRIBER, Deduplicator
+from common.topics.jetstream import JetStreamSubscription, JetStreamTopics, subject_token
+from common.trajectory import Trajectory, TrajectoryId
+from protos import pb
+from tests.integration.test_topics_grpc import BEHAVIOR, LIVENESS_S, auntil, make_trajectory, sequences, take
+from tests.nats_server import NatsServer, nats_server
+
+__all__ = ["nats_server"]  # the fixture, used by name below
+
+RESTART_LIVENESS_S = 60.0
+
+
+@pytest.fixture
+def small_broker(tmp_path: Path) -> Iterator[NatsServer]:
+    """A broker at NATS's default ``max_payload`` of 1 MB."""
+    server = NatsServer(tmp_path / "nats-1mb", max_payload="1MB").start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def image_trajectory(sequence: int, steps: int = 64) -> Trajectory:
+    """One 84x84x3 uint8 trajectory at time_horizon 64: about 1.35 MB encoded."""
+    trajectory = make_trajectory(sequence, steps=steps)
+    trajectory.obs = [np.zeros((steps, 84, 84, 3), dtype=np.uint8)]
+    trajectory.next_obs = [np.zeros((84, 84, 3), dtype=np.uint8)]
+    return trajectory
+
+
+def trainer_subscription(topics: JetStreamTopics) -> JetStreamSubscription:
+    """The trainer's subscription of BEHAVIOR (a context manager: detached on exit)."""
+    return topics.trajectories(BEHAVIOR).subscribe(TRAINER_SUBSCRIBER)
+
+
+def test_subject_token_is_injective_and_valid() -> None:
+    assert subject_token("CartPole") == "CartPole"
+    assert subject_token("My Walker.v2") == "My_20Walker_2Ev2"
+    assert subject_token("a_b") != subject_token("a b")
+    assert subject_token("é") == "_C3_A9"
+    with pytest.raises(ValueError):
+        subject_token("")
+
+
+async def test_broker_sigkill_mid_publish_loses_no_acknowledged_trajectory(nats_server: NatsServer) -> None:
+    """SIGKILL the broker while a publisher and a subscriber run, restart it on the same store.
+
+    Both reconnect by themselves; every trajectory whose publish the broker acknowledged reaches
+    the subscriber, exactly once after its Deduplicator (a retried publish is stored once by
+    ``Nats-Msg-Id``; an ack lost with the broker may bring a copy, which the Deduplicator drops).
+    """
+    count = 300
+    processor = JetStreamTopics(nats_server.url, name="processor")
+    trainer = JetStreamTopics(nats_server.url, name="trainer", follow_policies=False)
+    topic = processor.trajectories(BEHAVIOR)
+    await asyncio.to_thread(topic.declare, TRAINER_SUBSCRIBER, 64)
+    subscription = await asyncio.to_thread(trainer.trajectories(BEHAVIOR).subscribe, TRAINER_SUBSCRIBER)
+    taken_in: list[int] = []
+    deliveries_seen = 0
+    done = threading.Event()
+
+    def learner() -> None:  # the trainer's thread: take, "train", ack
+        nonlocal deliveries_seen
+        dedup: Deduplicator[TrajectoryId] = Deduplicator(capacity=4 * count)
+        while not done.is_set():
+            deliveries = subscription.get(32, timeout_s=0.5)
+            deliveries_seen += len(deliveries)
+            taken_in.extend(d.item.id.sequence for d in deliveries if not dedup.seen(d.item.id))
+            subscription.ack(d.tag for d in deliveries)
+
+    acknowledged: list[int] = []
+
+    async def publisher() -> None:
+        for sequence in range(count):
+            await topic.publish(make_trajectory(sequence), timeout_s=RESTART_LIVENESS_S)
+            acknowledged.append(sequence)
+
+    thread = threading.Thread(target=learner, daemon=True)
+    thread.start()
+    publishing = asyncio.ensure_future(publisher())
+    try:
+        await auntil(lambda: len(acknowledged) >= count // 3)
+        nats_server.kill()
+        killed_at = len(acknowledged)
+        await asyncio.sleep(1.0)  # the broker is down for a while: the publisher waits, it does not fail
+        assert not publishing.done()
+        await asyncio.to_thread(nats_server.start)
+        await asyncio.wait_for(publishing, RESTART_LIVENESS_S)
+        deadline = time.monotonic() + RESTART_LIVENESS_S
+        while len(taken_in) < count and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+    finally:
+        done.set()
+        await asyncio.to_thread(thread.join, LIVENESS_S)
+    assert killed_at < count
+    assert acknowledged == list(range(count))
+    assert sorted(taken_in) == acknowledged, "every acknowledged trajectory, exactly once"
+    assert processor.connection.reconnects >= 1 and trainer.connection.reconnects >= 1
+    assert topic.stats().blocked_seconds > 0  # the wait while the broker was down is counted
+    await asyncio.to_thread(subscription.detach)
+    await asyncio.to_thread(trainer.close)
+    await asyncio.to_thread(processor.close)
+
+
+async def test_pulls_and_policies_resume_after_a_restart_with_nothing_in_flight(nats_server: NatsServer) -> None:
+    """A subscriber idle in ``aget`` and a policy follower both see what is published after a restart (nats.py#504)."""
+    processor = JetStreamTopics(nats_server.url, name="processor")
+    trainer = JetStreamTopics(nats_server.url, name="trainer", follow_policies=False)
+    topic = processor.trajectories(BEHAVIOR)
+    await asyncio.to_thread(topic.declare, TRAINER_SUBSCRIBER)
+    subscription = await asyncio.to_thread(trainer.trajectories(BEHAVIOR).subscribe, TRAINER_SUBSCRIBER)
+    source = await asyncio.to_thread(processor.policies, BEHAVIOR)
+    sink = await asyncio.to_thread(trainer.policies, BEHAVIOR)
+    waiting = asyncio.ensure_future(subscription.aget(10, timeout_s=RESTART_LIVENESS_S))
+    await asyncio.to_thread(nats_server.restart)
+    await auntil(lambda: processor.connection.reconnects >= 1 and trainer.connection.reconnects >= 1)
+    await topic.publish(make_trajectory(0), timeout_s=LIVENESS_S)
+    assert sequences(await asyncio.wait_for(waiting, RESTART_LIVENESS_S)) == [0]
+    update = pb.PolicyUpdate(behavior_name=BEHAVIOR)
+    assert await asyncio.to_thread(sink.publish, update, 5)
+    newest = await source.await_newer(-1, timeout_s=LIVENESS_S)
+    assert newest is not None and newest[0] == 5
+    for closing in (subscription.detach, trainer.close, processor.close):
+        await asyncio.to_thread(closing)
+
+
+async def test_a_trajectory_above_max_payload_is_refused_with_the_numbers(small_broker: NatsServer) -> None:
+    """At the default 1 MB, a 1.35 MB image trajectory is refused before it is sent; the stream goes on."""
+    processor = JetStreamTopics(small_broker.url, name="processor")
+    topic = processor.trajectories(BEHAVIOR)
+    await asyncio.to_thread(topic.declare, TRAINER_SUBSCRIBER)
+    big = image_trajectory(0)
+    size = len(big.to_proto().SerializeToString())
+    with pytest.raises(TopicFullError, match=rf"{size} bytes.*{topic.max_payload_bytes} bytes.*max_payload 1048576"):
+        await topic.publish(big, timeout_s=LIVENESS_S)
+    await topic.publish(make_trajectory(1), timeout_s=LIVENESS_S)
+    with trainer_subscription(processor) as subscription:
+        assert sequences(await take(subscription, 1)) == [1]
+    await asyncio.to_thread(processor.close)
+
+
+async def test_an_image_trajectory_fits_at_8_mb(nats_server: NatsServer) -> None:
+    processor = JetStreamTopics(nats_server.url, name="processor")
+    topic = processor.trajectories(BEHAVIOR)
+    await asyncio.to_thread(topic.declare, TRAINER_SUBSCRIBER)
+    await topic.publish(image_trajectory(3), timeout_s=LIVENESS_S)
+    with trainer_subscription(processor) as subscription:
+        (delivery,) = await take(subscription, 1)
+    assert delivery.item.obs[0].shape == (64, 84, 84, 3) and delivery.item.obs[0].dtype == np.uint8
+    await asyncio.to_thread(processor.close)
+
+
+async def test_a_policy_above_max_payload_goes_through_the_object_store(small_broker: NatsServer) -> None:
+    processor = JetStreamTopics(small_broker.url, name="processor")
+    trainer = JetStreamTopics(small_broker.url, name="trainer", follow_policies=False)
+    sink = await asyncio.to_thread(trainer.policies, BEHAVIOR)
+    source = await asyncio.to_thread(processor.policies, BEHAVIOR)
+    model = np.random.default_rng(0).integers(0, 256, 3 * 1024 * 1024, dtype=np.uint8).tobytes()  # a CNN's size
+    for version in (1, 2):
+        update = pb.PolicyUpdate(behavior_name=BEHAVIOR, artifact=pb.InferenceArtifact(model=model[version:]))
+        assert await asyncio.to_thread(sink.publish, update, version)
+        newest = await source.await_newer(version - 1, timeout_s=LIVENESS_S)
+        assert newest is not None and newest[0] == version and newest[1].artifact.model == model[version:]
+    assert not await asyncio.to_thread(sink.publish, update, 1)
+    store = await asyncio.to_thread(processor.connection.run, processor.connection.js.object_store(sink.object_bucket))
+    names = await asyncio.to_thread(processor.connection.run, store.list(ignore_deletes=True))
+    assert [info.name for info in names] == ["v2"]  # the replaced artifact was deleted
+    late = JetStreamTopics(small_broker.url, name="late-processor")  # reads the stored version at start
+    assert (await asyncio.to_thread(late.policies, BEHAVIOR)).highest_version == 2
+    for closing in (late.close, trainer.close, processor.close):
+        await asyncio.to_thread(closing)
+
+
+async def test_an_undecodable_message_is_terminated_and_counted(nats_server: NatsServer) -> None:
+    processor = JetStreamTopics(nats_server.url, name="processor")
+    topic = processor.trajectories(BEHAVIOR)
+    await asyncio.to_thread(topic.declare, TRAINER_SUBSCRIBER)
+    raw = await nats.connect(nats_server.url)
+    await raw.jetstream().publish(topic.subject, b"\xff not a trajectory")
+    await raw.close()
+    await topic.publish(make_trajectory(1), timeout_s=LIVENESS_S)
+    with trainer_subscription(processor) as subscription:
+        assert sequences(await take(subscription, 1)) == [1]
+        assert subscription.stats().dropped == 1
+    await asyncio.to_thread(processor.close)
+
+
+async def test_a_subscriber_that_dies_without_detaching_gets_redelivered_after_ack_wait(nats_server: NatsServer) -> None:
+    processor = JetStreamTopics(nats_server.url, name="processor", ack_wait_s=1.0)
+    topic = processor.trajectories(BEHAVIOR)
+    await asyncio.to_thread(topic.declare, TRAINER_SUBSCRIBER)
+    await topic.publish(make_trajectory(0), timeout_s=LIVENESS_S)
+    dying = JetStreamTopics(nats_server.url, name="dying-trainer")
+    subscription = await asyncio.to_thread(dying.trajectories(BEHAVIOR).subscribe, TRAINER_SUBSCRIBER)
+    assert sequences(await take(subscription, 1, ack=False)) == [0]
+    await asyncio.to_thread(dying.connection.close)  # gone without a NAK, as a SIGKILL would
+    with trainer_subscription(processor) as second:
+        (again,) = await take(second, 1)
+    assert again.item.id.sequence == 0 and again.redelivered
+    await asyncio.to_thread(processor.close)
