@@ -146,7 +146,9 @@ class Transport:
 
 
 @pytest.fixture(params=TRANSPORTS)
-async def transport(request: pytest.FixtureRequest, start_processor: StartProcessor, tmp_path: Path) -> AsyncIterator[Transport]:
+async def transport(
+    request: pytest.FixtureRequest, start_processor: StartProcessor, tmp_path: Path
+) -> AsyncIterator[Transport]:
     """Each role test once per transport; everything it opened is closed (and the broker stopped) at teardown."""
     opened = Transport(request.param, start_processor, tmp_path)
     try:

@@ -1,0 +1,235 @@
+"""The nats client of a process on its own event loop thread, with explicit reconnects (see the package docstring)."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import threading
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import nats
+import nats.errors
+import nats.js.errors
+from nats.aio.client import Client
+from nats.js import JetStreamContext
+
+from common.errors import DeadlineExceededError, ProtocolError, StepstreamError, TopicClosedError
+from common.topics.waiting import deadline_after, expired, remaining_s
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+PING_INTERVAL_S = 2.0
+"""The client pings the broker this often..."""
+MAX_OUTSTANDING_PINGS = 2
+"""...and declares it dead (and reconnects) after this many unanswered pings."""
+RECONNECT_WAIT_S = 0.5
+"""Pause between reconnect attempts; the attempts are unbounded."""
+CONNECT_TIMEOUT_S = 30.0
+"""How long the first connect keeps trying before it gives up (``DeadlineExceededError``)."""
+PENDING_BYTES = 64 * 1024 * 1024
+"""What the client buffers while reconnecting; a publish beyond it fails and is retried."""
+REQUEST_TIMEOUT_S = 5.0
+"""Timeout of one JetStream API request or publish acknowledgement (a publish is then retried)."""
+PUBLISH_BACKOFF_S = (0.005, 0.5)
+"""The first and the largest pause between retries of a refused (full) or failed request; it doubles."""
+HEADER_ROOM_BYTES = 1024
+"""Room left in ``max_payload`` for headers (Nats-Msg-Id, KV headers)."""
+
+UNREACHABLE: tuple[type[BaseException], ...] = (
+    nats.errors.TimeoutError,
+    nats.errors.NoRespondersError,
+    nats.errors.ConnectionReconnectingError,
+    nats.errors.OutboundBufferLimitError,
+    nats.errors.StaleConnectionError,
+    nats.js.errors.NoStreamResponseError,
+    nats.js.errors.ServiceUnavailableError,
+    asyncio.TimeoutError,
+)
+"""Errors that mean "the broker is not answering right now": wait and try again."""
+
+
+def subject_token(behavior_name: str) -> str:
+    """``behavior_name`` as one subject token, stream, bucket and consumer name (injective).
+
+    Letters, digits and ``-`` stay; every other character becomes ``_XX`` per UTF-8 byte, so
+    ``"My Walker"`` -> ``"My_20Walker"`` and no two names collide.
+
+    Raises:
+        ValueError: the name is empty.
+    """
+    if not behavior_name:
+        raise ValueError("behavior_name must not be empty")
+    out = []
+    for char in behavior_name:
+        if char.isascii() and (char.isalnum() or char == "-"):
+            out.append(char)
+        else:
+            out.extend(f"_{byte:02X}" for byte in char.encode())
+    return "".join(out)
+
+
+class JetStreamConnection:
+    """One nats client on a private event loop thread; any thread or loop runs calls on it.
+
+    Args:
+        url: ``nats://host:port`` (or several, comma-separated).
+        name: the client name the broker shows.
+        token: the broker's auth token, if it requires one.
+        tls: a client ``ssl.SSLContext`` for a TLS broker.
+        connect_timeout_s: how long the first connect keeps trying.
+
+    Raises:
+        DeadlineExceededError: no broker answered within ``connect_timeout_s``.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        name: str = "stepstream",
+        token: str | None = None,
+        tls: Any = None,
+        connect_timeout_s: float = CONNECT_TIMEOUT_S,
+    ) -> None:
+        self.url = url
+        self.disconnects = 0
+        self.reconnects = 0
+        self._reconnect_hooks: list[Callable[[], Awaitable[None]]] = []
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name=f"nats/{name}", daemon=True)
+        self._thread.start()
+        self._closed = False
+        try:
+            self.nc: Client = self.run(self._connect(url.split(","), name, token, tls, connect_timeout_s))
+        except BaseException:
+            self._stop_loop()
+            raise
+        self.js: JetStreamContext = self.nc.jetstream(timeout=REQUEST_TIMEOUT_S)
+
+    async def _connect(self, servers: list[str], name: str, token: str | None, tls: Any, timeout_s: float) -> Client:
+        deadline = deadline_after(timeout_s)
+        while True:
+            try:
+                return await nats.connect(
+                    servers=servers,
+                    name=name,
+                    token=token,
+                    tls=tls,
+                    allow_reconnect=True,
+                    max_reconnect_attempts=-1,
+                    reconnect_time_wait=RECONNECT_WAIT_S,  # type: ignore[arg-type]
+                    ping_interval=PING_INTERVAL_S,  # type: ignore[arg-type]
+                    max_outstanding_pings=MAX_OUTSTANDING_PINGS,
+                    connect_timeout=2,
+                    pending_size=PENDING_BYTES,
+                    disconnected_cb=self._disconnected,
+                    reconnected_cb=self._reconnected,
+                    error_cb=self._error,
+                )
+            except (nats.errors.NoServersError, OSError, asyncio.TimeoutError) as err:
+                if expired(remaining_s(deadline)):
+                    raise DeadlineExceededError(f"no NATS broker answered at {self.url} within {timeout_s} s: {err}") from err
+                await asyncio.sleep(RECONNECT_WAIT_S)
+
+    async def _disconnected(self) -> None:
+        self.disconnects += 1
+        if not self._closed:
+            logger.warning("NATS broker %s: disconnected; reconnecting", self.url)
+
+    async def _reconnected(self) -> None:
+        self.reconnects += 1
+        logger.info("NATS broker %s: reconnected", self.url)
+        for hook in list(self._reconnect_hooks):
+            try:
+                await hook()
+            except Exception:
+                logger.exception("after reconnecting to %s", self.url)
+
+    async def _error(self, err: Exception) -> None:
+        logger.debug("NATS client error: %r", err)
+
+    def on_reconnect(self, hook: Callable[[], Awaitable[None]]) -> None:
+        """Run ``hook()`` on the connection's loop after every reconnect."""
+        self._reconnect_hooks.append(hook)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        return self._loop
+
+    @property
+    def max_payload(self) -> int:
+        """The connected broker's ``max_payload`` in bytes."""
+        return int(self.nc.max_payload)
+
+    def submit(self, coro: Awaitable[T]) -> concurrent.futures.Future[T]:
+        """Schedule ``coro`` on the connection's loop."""
+        if self._closed:
+            raise TopicClosedError(f"the connection to {self.url} is closed")
+        return asyncio.run_coroutine_threadsafe(coro, self._loop)  # type: ignore[arg-type]
+
+    def run(self, coro: Awaitable[T], timeout_s: float | None = None) -> T:
+        """Run ``coro`` on the connection's loop and wait for its result in this thread.
+
+        Raises:
+            RuntimeError: called on the connection's own loop thread (it would deadlock).
+        """
+        if threading.current_thread() is self._thread:
+            raise RuntimeError("JetStreamConnection.run called on its own loop thread")
+        return self.submit(coro).result(timeout_s)
+
+    async def arun(self, coro: Awaitable[T]) -> T:
+        """Run ``coro`` on the connection's loop and await its result from another loop (shielded:
+        cancelling the caller does not cancel ``coro``)."""
+        return await asyncio.shield(asyncio.wrap_future(self.submit(coro)))
+
+    def close(self) -> None:
+        """Drain nothing, close the client and stop the loop thread. Idempotent."""
+        if self._closed:
+            return
+        try:
+            self.run(self.nc.close(), timeout_s=5.0)
+        except Exception:
+            logger.debug("closing the NATS client", exc_info=True)
+        self._closed = True
+        self._stop_loop()
+
+    def _stop_loop(self) -> None:
+        self._closed = True
+        if self._thread.is_alive():
+            try:
+                asyncio.run_coroutine_threadsafe(_cancel_other_tasks(), self._loop).result(5.0)
+            except (concurrent.futures.TimeoutError, RuntimeError):
+                logger.debug("cancelling the NATS client's tasks", exc_info=True)
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(5.0)
+        if not self._thread.is_alive():
+            self._loop.close()
+
+
+async def _cancel_other_tasks() -> None:
+    """Cancel and await every task of the running loop but this one (the client's own, a watcher's)."""
+    tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def pause(backoff_s: float, deadline: float | None) -> float:
+    """Sleep ``backoff_s`` (capped at the deadline); return the next, doubled, backoff."""
+    remaining = remaining_s(deadline)
+    await asyncio.sleep(backoff_s if remaining is None else max(0.0, min(backoff_s, remaining)))
+    return min(backoff_s * 2, PUBLISH_BACKOFF_S[1])
+
+
+def broker_error(what: str, err: BaseException) -> StepstreamError:
+    if isinstance(err, nats.js.errors.APIError):
+        return ProtocolError(f"{what}: the broker refused: {err.description} (code {err.code}, err_code {err.err_code})")
+    return StepstreamError(f"{what}: {err!r}")

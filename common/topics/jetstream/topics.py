@@ -1,0 +1,86 @@
+"""``JetStreamTopics``: the JetStream topics of every behavior over one connection."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from common.topics.jetstream.connection import CONNECT_TIMEOUT_S, JetStreamConnection, subject_token
+from common.topics.jetstream.policy_bucket import JetStreamPolicyTopic
+from common.topics.jetstream.stream import ACK_WAIT_S, DEFAULT_MAX_BYTES, JetStreamTrajectoryTopic
+
+
+class JetStreamTopics:
+    """Get-or-create the JetStream topics of each behavior, over one connection; a ``TopicRegistry`` stand-in.
+
+    Args:
+        url: ``nats://host:port`` of the broker.
+        max_bytes: ``max_bytes`` of every trajectory stream this creates.
+        ack_wait_s: ``ack_wait`` of every durable consumer this declares.
+        follow_policies: whether ``policies()`` follows the bucket (readers: the processor); a
+            trainer that only publishes passes False.
+        name, token, tls, connect_timeout_s: as in ``JetStreamConnection``.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        ack_wait_s: float = ACK_WAIT_S,
+        follow_policies: bool = True,
+        name: str = "stepstream",
+        token: str | None = None,
+        tls: Any = None,
+        connect_timeout_s: float = CONNECT_TIMEOUT_S,
+    ) -> None:
+        self.connection = JetStreamConnection(url, name=name, token=token, tls=tls, connect_timeout_s=connect_timeout_s)
+        self._max_bytes = max_bytes
+        self._ack_wait_s = ack_wait_s
+        self._follow_policies = follow_policies
+        self._lock = threading.Lock()
+        self._trajectories: dict[str, JetStreamTrajectoryTopic] = {}
+        self._policies: dict[str, JetStreamPolicyTopic] = {}
+
+    def trajectories(self, behavior_name: str) -> JetStreamTrajectoryTopic:
+        """The topic ``trajectories/<behavior_name>`` (its stream is created at first use)."""
+        subject_token(behavior_name)
+        with self._lock:
+            topic = self._trajectories.get(behavior_name)
+            if topic is None:
+                topic = self._trajectories[behavior_name] = JetStreamTrajectoryTopic(
+                    self.connection, behavior_name, self._max_bytes, self._ack_wait_s
+                )
+            return topic
+
+    def policies(self, behavior_name: str) -> JetStreamPolicyTopic:
+        """The topic ``policies/<behavior_name>`` (its bucket is created here if absent; one request)."""
+        subject_token(behavior_name)
+        with self._lock:
+            topic = self._policies.get(behavior_name)
+            if topic is None:
+                topic = self._policies[behavior_name] = JetStreamPolicyTopic(
+                    self.connection, behavior_name, follow=self._follow_policies
+                )
+            return topic
+
+    def behavior_names(self) -> list[str]:
+        with self._lock:
+            return sorted(self._trajectories.keys() | self._policies.keys())
+
+    def close(self) -> None:
+        """Close every topic and the connection; what the broker stores stays. Idempotent."""
+        with self._lock:
+            topics: list[JetStreamTrajectoryTopic | JetStreamPolicyTopic] = [
+                *self._trajectories.values(),
+                *self._policies.values(),
+            ]
+        for topic in topics:
+            topic.close()
+        self.connection.close()
+
+    def __enter__(self) -> JetStreamTopics:
+        return self
+
+    def __exit__(self, *unused_exc: object) -> None:
+        self.close()
