@@ -56,6 +56,13 @@ def _add_processor(sub: argparse._SubParsersAction) -> None:
         help="what a publish does when a trainer's trajectory queue is full: block (backpressure env clients; default) "
         "or drop_oldest (drop and count the oldest unacknowledged trajectory)",
     )
+    parser.add_argument(
+        "--topics",
+        metavar="URL",
+        default=os.environ.get("STEPSTREAM_TOPICS") or None,
+        help="nats://HOST:4222: the trajectory and policy topics on that NATS JetStream broker (many processors, "
+        "durable) instead of in this process [env STEPSTREAM_TOPICS]",
+    )
     add_server_security_flags(parser)
     add_metrics_flags(parser)
     parser.set_defaults(func=_run_processor)
@@ -124,6 +131,13 @@ def _add_trainer(sub: argparse._SubParsersAction) -> None:
     )
     parser.add_argument(
         "--seed", type=int, metavar="S", help="the learner's random seed (default: env_settings.seed; -1 picks one)"
+    )
+    parser.add_argument(
+        "--topics",
+        metavar="URL",
+        default=os.environ.get("STEPSTREAM_TOPICS") or None,
+        help="nats://HOST:4222: the trajectory and policy topics on that NATS JetStream broker (many processors, "
+        "durable) instead of the processor's over gRPC (BrainParameters still come from --processor) [env STEPSTREAM_TOPICS]",
     )
     add_client_security_flags(parser)
     add_metrics_flags(parser)
@@ -221,7 +235,12 @@ def _run_processor(args: argparse.Namespace) -> int:
     options = ServerOptions(
         host=args.host, port=args.port, security=security, metrics_host=args.metrics_host, metrics_port=args.metrics_port
     )
-    server = ProcessorServer(settings, options)
+    topics = None
+    if args.topics:
+        from common.topics.jetstream import open_topics
+
+        topics = open_topics(args.topics, name="processor")
+    server = ProcessorServer(settings, options, topics)  # type: ignore[arg-type]  # the same surface as TopicRegistry
     asyncio.run(server.serve(grace_s=args.grace_s))
     return 0
 

@@ -77,6 +77,8 @@ class TrainerOptions:
     metrics_host: str = DEFAULT_METRICS_HOST
     metrics_port: int | None = None
     """Port of the Prometheus endpoint (``trainer.metrics``); None serves none."""
+    topics: str | None = None
+    """``nats://`` URL of the broker holding the topics; None: the processor's, over gRPC."""
 
 
 def trainer_options_from_args(args: Any) -> TrainerOptions:
@@ -91,6 +93,7 @@ def trainer_options_from_args(args: Any) -> TrainerOptions:
         args.resume,
         args.seed,
         **service_options_from_args(args),
+        topics=args.topics,
     )
 
 
@@ -261,9 +264,17 @@ class TrainerService:
         from common.topics.grpc_transport import GrpcTrajectorySubscription
         from trainer.loop import TOPIC_CLOSED, TrainerLoop
 
-        subscription = GrpcTrajectorySubscription(
-            self.options.processor, self.name, TRAINER_SUBSCRIBER, security=self.options.security
-        )
+        broker = None
+        if self.options.topics:  # trajectories and policies through the broker; BrainParameters still from the processor
+            from common.topics.jetstream import open_topics
+
+            broker = open_topics(self.options.topics, name=f"trainer/{self.name}", follow_policies=False)
+            subscription: Any = broker.trajectories(self.name).subscribe(TRAINER_SUBSCRIBER)
+            publisher = broker.policies(self.name)
+        else:
+            subscription = GrpcTrajectorySubscription(
+                self.options.processor, self.name, TRAINER_SUBSCRIBER, security=self.options.security
+            )
         loop = TrainerLoop(
             self.name,
             learner,
@@ -286,6 +297,8 @@ class TrainerService:
             return TOPIC_CLOSED, True
         finally:
             subscription.detach()
+            if broker is not None:
+                broker.close()
         return result.stopped_by, result.stopped_by == TOPIC_CLOSED
 
 

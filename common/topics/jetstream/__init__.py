@@ -70,7 +70,7 @@ from common.topics.jetstream.stream import (
     RECOMMENDED_MAX_PAYLOAD_BYTES,
     JetStreamTrajectoryTopic,
 )
-from common.topics.jetstream.topics import JetStreamTopics
+from common.topics.jetstream.topics import JetStreamTopics, open_topics
 
 __all__ = [
     "ACK_WAIT_S",
@@ -88,5 +88,6 @@ __all__ = [
     "JetStreamSubscription",
     "JetStreamTopics",
     "JetStreamTrajectoryTopic",
+    "open_topics",
     "subject_token",
 ]

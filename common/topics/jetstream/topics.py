@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+from common.errors import ConfigError
 from common.topics.jetstream.connection import CONNECT_TIMEOUT_S, JetStreamConnection, subject_token
 from common.topics.jetstream.policy_bucket import JetStreamPolicyTopic
 from common.topics.jetstream.stream import ACK_WAIT_S, DEFAULT_MAX_BYTES, JetStreamTrajectoryTopic
@@ -84,3 +85,15 @@ class JetStreamTopics:
 
     def __exit__(self, *unused_exc: object) -> None:
         self.close()
+
+
+def open_topics(url: str, *, name: str, follow_policies: bool = True) -> JetStreamTopics:
+    """The topics on the broker at ``url`` (``--topics nats://host:4222``), connected.
+
+    Raises:
+        ConfigError: ``url`` is not a ``nats://`` (or ``tls://``) address.
+        DeadlineExceededError: no broker answered within ``CONNECT_TIMEOUT_S``.
+    """
+    if not all(part.strip().startswith(("nats://", "tls://")) for part in url.split(",")):
+        raise ConfigError(f"--topics {url!r}: expected nats://HOST:PORT (or several, comma-separated)")
+    return JetStreamTopics(url, name=name, follow_policies=follow_policies)
