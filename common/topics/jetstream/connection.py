@@ -103,6 +103,7 @@ class JetStreamConnection:
         self._thread = threading.Thread(target=self._loop.run_forever, name=f"nats/{name}", daemon=True)
         self._thread.start()
         self._closed = False
+        self._closing = False
         try:
             self.nc: Client = self.run(self._connect(url.split(","), name, token, tls, connect_timeout_s))
         except BaseException:
@@ -137,7 +138,7 @@ class JetStreamConnection:
 
     async def _disconnected(self) -> None:
         self.disconnects += 1
-        if not self._closed:
+        if not self._closing:
             logger.warning("NATS broker %s: disconnected; reconnecting", self.url)
 
     async def _reconnected(self) -> None:
@@ -194,6 +195,7 @@ class JetStreamConnection:
         """Drain nothing, close the client and stop the loop thread. Idempotent."""
         if self._closed:
             return
+        self._closing = True
         try:
             self.run(self.nc.close(), timeout_s=5.0)
         except Exception:

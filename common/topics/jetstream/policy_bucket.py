@@ -58,6 +58,8 @@ class JetStreamPolicyTopic:
         """Publishes accepted by the compare-and-set."""
         self.ignored = 0
         """Publishes ignored because the stored version was not below theirs."""
+        self._known: tuple[int, int, str | None] | None = None
+        """(revision, version, Object Store name) of the value last read or written here."""
         self._kv: KeyValue = conn.run(self._open())
         initial = conn.run(self._read())
         if initial is not None:
@@ -86,6 +88,11 @@ class JetStreamPolicyTopic:
 
     async def _read(self) -> tuple[int, pb.PolicyUpdate] | None:
         entry = await self._entry()
+        self._known = self._known_of(entry)
+        return await self._decode(entry)
+
+    async def _decode(self, entry: KeyValue.Entry | None) -> tuple[int, pb.PolicyUpdate] | None:
+        """(version, PolicyUpdate) of a stored value, its artifact fetched from the Object Store if it is there."""
         if entry is None or not entry.value:
             return None
         version, kind = _POLICY_HEADER.unpack_from(entry.value)
@@ -96,6 +103,15 @@ class JetStreamPolicyTopic:
             assert result.data is not None
             body = result.data
         return version, pb.PolicyUpdate.FromString(body)
+
+    @staticmethod
+    def _known_of(entry: KeyValue.Entry | None) -> tuple[int, int, str | None]:
+        """(revision, version, Object Store name or None) of a stored value; (0, -1, None) for none."""
+        if entry is None or not entry.value or entry.revision is None:
+            return 0, -1, None
+        version, kind = _POLICY_HEADER.unpack_from(entry.value)
+        name = entry.value[_POLICY_HEADER.size :].decode() if kind == _IN_OBJECT_STORE else None
+        return entry.revision, version, name
 
     async def _entry(self) -> KeyValue.Entry | None:
         try:
@@ -160,22 +176,28 @@ class JetStreamPolicyTopic:
             object_name = f"v{version}"
             await store.put(object_name, body)
             value = _POLICY_HEADER.pack(version, _IN_OBJECT_STORE) + object_name.encode()
+        known = self._known  # the last value read or written here: no read before a write in the common case
         while True:
-            entry = await self._entry()
-            stored = self._version_of(entry)
+            if known is None:
+                known = self._known_of(await self._entry())
+            revision, stored, replaced_object = known
             if version <= stored:
                 logger.warning("policy topic %r: version %d ignored, not above %d", self.name, version, stored)
                 if object_name is not None:
                     await self._delete_object(object_name)
+                self._known = known
                 return False
             try:
-                if entry is None:
-                    await self._kv.create(_POLICY_KEY, value)
+                if revision == 0:
+                    written = await self._kv.create(_POLICY_KEY, value)
                 else:
-                    await self._kv.update(_POLICY_KEY, value, last=entry.revision)
+                    written = await self._kv.update(_POLICY_KEY, value, last=revision)
             except nats.js.errors.KeyWrongLastSequenceError:
-                continue  # another trainer wrote in between: read again
-            await self._prune_objects(stored, entry)
+                known = None  # another trainer wrote in between: read again
+                continue
+            self._known = (written, version, object_name)
+            if replaced_object is not None:
+                await self._delete_object(replaced_object)
             return True
 
     async def _object_store(self) -> Any:
@@ -184,13 +206,6 @@ class JetStreamPolicyTopic:
             return await js.object_store(self.object_bucket)
         except nats.js.errors.BucketNotFoundError:
             return await js.create_object_store(self.object_bucket, config=api.ObjectStoreConfig(storage=api.StorageType.FILE))
-
-    async def _prune_objects(self, replaced_version: int, replaced: KeyValue.Entry | None) -> None:
-        """Delete the artifact the new version replaced, if it was in the Object Store (best effort)."""
-        if replaced is None or not replaced.value:
-            return
-        if _POLICY_HEADER.unpack_from(replaced.value)[1] == _IN_OBJECT_STORE:
-            await self._delete_object(replaced.value[_POLICY_HEADER.size :].decode())
 
     async def _delete_object(self, object_name: str) -> None:
         try:
@@ -206,9 +221,10 @@ class JetStreamPolicyTopic:
             self._wake_follower.set()
 
     async def _follow(self) -> None:
-        """Watch the key and poll it; publish every newer version into the local topic."""
+        """Watch the key, and poll the bucket's last revision; publish every newer version into the local topic."""
         self._wake_follower = asyncio.Event()
         watcher = None
+        seen_revision = 0
         while not self._local.closed:
             try:
                 if watcher is None:
@@ -218,10 +234,16 @@ class JetStreamPolicyTopic:
                 except nats.errors.TimeoutError:
                     entry = None
                 if entry is None or self._wake_follower.is_set():
+                    # The poll, so a watch gone silent across a restart hides nothing: a small request, then
+                    # the value only when the bucket moved on.
                     self._wake_follower.clear()
-                    entry = await self._entry()  # the poll: a silent watch cannot hide a version
+                    info = await self._conn.js.stream_info(f"KV_{self.bucket}")
+                    entry = await self._entry() if (info.state.last_seq or 0) > seen_revision else None
+                if entry is None or entry.revision is None:
+                    continue
+                seen_revision = max(seen_revision, entry.revision)
                 if self._version_of(entry) > self._local.highest_version:
-                    latest = await self._read()
+                    latest = await self._decode(entry)
                     if latest is not None and latest[0] > self._local.highest_version:
                         self._local.publish(latest[1], latest[0])
             except asyncio.CancelledError:

