@@ -85,6 +85,9 @@ class ProcessorServer:
         self.behaviors = BehaviorTable(self.settings, self.topics)
         self.sessions = SessionTable()
         self.servicer = AgentProcessorServicer(self.behaviors, self.sessions, self.options.max_message_bytes)
+        broker_limit = getattr(self.topics, "max_payload_bytes", None)  # a broker's (JetStream) bounds a trajectory too
+        if broker_limit is not None:
+            self.servicer.max_trajectory_bytes = min(self.servicer.max_trajectory_bytes, broker_limit)
         self.health = health.aio.HealthServicer() if hasattr(health, "aio") else health.HealthServicer()
         self._server: grpc.aio.Server | None = None
         self._metrics: MetricsServer | None = None

@@ -13,15 +13,21 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import grpc
 import nats
 import numpy as np
 import pytest
 
 from common.errors import TopicFullError
+from common.specs import ActionSpec, BrainParameters, ObservationSpec
 from common.topics import TRAINER_SUBSCRIBER, Deduplicator
 from common.topics.jetstream import JetStreamSubscription, JetStreamTopics, subject_token
 from common.trajectory import Trajectory, TrajectoryId
+from processor.behaviors import ProcessorSettings
+from processor.server import ProcessorServer, ServerOptions
+from processor.wire import TrajectorySize
 from protos import pb
+from tests.integration.test_hardening import hello, raw_step
 from tests.integration.test_topics_grpc import BEHAVIOR, LIVENESS_S, auntil, make_trajectory, sequences, take
 from tests.nats_server import NatsServer, nats_server
 
@@ -218,3 +224,24 @@ async def test_a_subscriber_that_dies_without_detaching_gets_redelivered_after_a
         (again,) = await take(second, 1)
     assert again.item.id.sequence == 0 and again.redelivered
     await asyncio.to_thread(processor.close)
+
+
+async def test_a_hello_whose_trajectories_exceed_the_brokers_max_payload_is_refused_with_the_numbers(
+    small_broker: NatsServer,
+) -> None:
+    """A behavior as wide as an 84x84x3 uint8 image (21,168 bytes a step: about 1.35 MB a trajectory at time_horizon
+    64) cannot be published to a 1 MB broker (images themselves are not supported yet)."""
+    topics = JetStreamTopics(small_broker.url, name="processor")
+    server = ProcessorServer(ProcessorSettings(), ServerOptions(host="127.0.0.1", port=0), topics)  # type: ignore[arg-type]
+    port = await server.start()
+    try:
+        image = BrainParameters("Pixels", (ObservationSpec((84 * 84 * 3 // 4,), np.dtype(np.float32)),), ActionSpec(0, (3,)))
+        code, details, _ = await raw_step(f"127.0.0.1:{port}", hello(image))
+        assert code == grpc.StatusCode.INVALID_ARGUMENT, f"{code.name}: {details}"
+        limit = topics.max_payload_bytes
+        assert limit == 1024 * 1024 - 1024
+        longest = TrajectorySize.of(image).longest_within(limit)
+        for part in ("behavior 'Pixels'", "time_horizon 64", f"{limit:,}-byte message limit", f"at most {longest}"):
+            assert part in details, f"{part!r} not in {details!r}"
+    finally:
+        await server.stop(1.0)

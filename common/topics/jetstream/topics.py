@@ -6,7 +6,7 @@ import threading
 from typing import Any
 
 from common.errors import ConfigError
-from common.topics.jetstream.connection import CONNECT_TIMEOUT_S, JetStreamConnection, subject_token
+from common.topics.jetstream.connection import CONNECT_TIMEOUT_S, HEADER_ROOM_BYTES, JetStreamConnection, subject_token
 from common.topics.jetstream.policy_bucket import JetStreamPolicyTopic
 from common.topics.jetstream.stream import ACK_WAIT_S, DEFAULT_MAX_BYTES, JetStreamTrajectoryTopic
 
@@ -64,6 +64,31 @@ class JetStreamTopics:
                     self.connection, behavior_name, follow=self._follow_policies
                 )
             return topic
+
+    def discard(self, behavior_name: str) -> int | None:
+        """Forget this process's handles of ``behavior_name``'s topics (its policy follower stops).
+
+        The stream, its consumers and the bucket stay on the broker: other processors may publish
+        there, and the trajectories stored wait for their subscribers. A later lookup opens them again.
+
+        Returns:
+            0 (nothing is dropped), or None if this process had no topic of the behavior.
+        """
+        with self._lock:
+            trajectories = self._trajectories.pop(behavior_name, None)
+            policies = self._policies.pop(behavior_name, None)
+        if trajectories is None and policies is None:
+            return None
+        for topic in (trajectories, policies):
+            if topic is not None:
+                topic.close()
+        return 0
+
+    @property
+    def max_payload_bytes(self) -> int:
+        """The largest encoded trajectory the broker takes (its ``max_payload`` less room for headers): the
+        processor refuses at Hello a behavior whose worst-case trajectory would not fit."""
+        return self.connection.max_payload - HEADER_ROOM_BYTES
 
     def behavior_names(self) -> list[str]:
         with self._lock:
