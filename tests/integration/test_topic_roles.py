@@ -266,3 +266,17 @@ async def test_policy_latest_wins_and_older_versions_are_ignored(transport: Tran
     assert newest is not None and newest[0] == 3 and newest[1].version == 3
     assert source.highest_version == 3
     assert await source.await_newer(3, timeout_s=0.05) is None
+
+
+async def test_a_cancelled_aget_loses_nothing(transport: Transport) -> None:
+    roles = await transport.open()
+    trainer = await subscribe(roles, "trainer")
+    waiting = asyncio.ensure_future(trainer.aget(10, timeout_s=LIVENESS_S))
+    await asyncio.sleep(0.05)  # let it start waiting (a liveness aid, not a proof)
+    waiting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+    await roles.sink.publish(make_trajectory(7), LIVENESS_S)
+    assert sequences(await take(trainer, 1)) == [7]
+    assert await trainer.aget(timeout_s=0) == []
+    await asyncio.to_thread(trainer.detach)

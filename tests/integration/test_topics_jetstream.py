@@ -245,3 +245,20 @@ async def test_a_hello_whose_trajectories_exceed_the_brokers_max_payload_is_refu
             assert part in details, f"{part!r} not in {details!r}"
     finally:
         await server.stop(1.0)
+
+
+async def test_a_full_block_stream_refuses_a_thread_publisher_after_timeout_s(nats_server: NatsServer) -> None:
+    """``publish_blocking`` from a thread: DiscardNew refuses, the publisher retries until ``timeout_s``, then gives up."""
+    processor = JetStreamTopics(nats_server.url, name="processor")
+    topic = processor.trajectories(BEHAVIOR)
+    await asyncio.to_thread(topic.declare, TRAINER_SUBSCRIBER, 1)
+    await asyncio.to_thread(topic.publish_blocking, make_trajectory(0), LIVENESS_S)
+    with pytest.raises(TopicFullError, match=r"no room for s0/7/1 within timeout_s=0.3: the stream is full"):
+        await asyncio.to_thread(topic.publish_blocking, make_trajectory(1), 0.3)
+    stats = topic.stats()
+    assert stats.published == 1 and stats.blocked_seconds >= 0.3 and stats.blocked_publishers == 0
+    with trainer_subscription(processor) as subscription:
+        assert sequences(await take(subscription, 1)) == [0]
+        await asyncio.to_thread(topic.publish_blocking, make_trajectory(2), LIVENESS_S)  # the ack made room
+        assert sequences(await take(subscription, 1)) == [2]
+    await asyncio.to_thread(processor.close)
