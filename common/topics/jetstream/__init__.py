@@ -31,16 +31,19 @@ Trajectories (``trajectories/<behavior>``):
   The broker should run with ``max_payload: 8MB`` (``RECOMMENDED_MAX_PAYLOAD_BYTES``; NATS's default
   is 1 MB, and one 84x84x3 trajectory at time_horizon 64 is about 1.35 MB). A trajectory larger than
   the connected broker's limit is refused at publish with ``TopicFullError`` naming both sizes,
-  before anything is sent, so nothing can wedge the stream; ``max_payload_bytes`` tells the
-  processor the limit up front. A stored message that does not decode is terminated (never
-  redelivered) and counted as dropped.
+  before anything is sent, so nothing can wedge the stream. ``JetStreamTopics.max_payload_bytes``
+  tells the processor the limit up front: it refuses at Hello, with the numbers, a behavior whose
+  longest trajectory (at its time_horizon) would not fit. A stored message that does not decode is
+  terminated (never redelivered) and counted as dropped.
 
 Policies (``policies/<behavior>``): a KV bucket ``policies_<behavior>`` with history 1 and one
-key, written with compare-and-set on the key's revision: a publish reads the stored version and
-writes only above it, so versions never go backwards even with racing trainers. An artifact
-larger than what fits a KV value goes to the Object Store bucket ``policy_artifacts_<behavior>``
-and the KV value holds its name. Readers follow the key with a watch, plus a poll every
-``POLICY_POLL_S`` (and at once after a reconnect) in case a watch went silent across a restart.
+key, written with compare-and-set on the key's revision: a publish writes only above the stored
+version, expecting the revision it last read or wrote (it reads again when another writer moved
+it), so versions never go backwards even with racing trainers. An artifact larger than what fits
+a KV value goes to the Object Store bucket ``policy_artifacts_<behavior>``, the KV value holds its
+name, and the replaced artifact is deleted. Readers follow the key with a watch; every
+``POLICY_POLL_S`` (and at once after a reconnect) they also compare the bucket's last revision (one
+small request), so a watch gone silent across a restart hides no version.
 
 Connection: one nats client per ``JetStreamTopics``, on a private event loop thread, so the
 trainer's thread (``get``) and the processor's loop (``publish``, ``aget``) both reach it.
@@ -49,8 +52,14 @@ ping every ``PING_INTERVAL_S`` with ``MAX_OUTSTANDING_PINGS`` unanswered notices
 about ``PING_INTERVAL_S * (MAX_OUTSTANDING_PINGS + 1)`` seconds (a killed server on the same host
 is noticed at once). Fetches are issued in slices of ``FETCH_SLICE_S``, so a pull lost with a
 restarted server is re-issued within a slice (nats.py#504). While the broker is down, publishers
-wait and retry like on a full stream: an env client waits at most the processor's
-``publish_timeout_s``, then that trajectory is counted unpublished.
+wait and retry like on a full stream, and the wait counts in ``blocked_seconds``: env clients wait
+as long as the processor's ``publish_timeout_s`` allows (default: no limit; past it, the trajectory
+is counted unpublished). The client buffers up to ``PENDING_BYTES`` while reconnecting. Each call from another
+thread or loop crosses to the connection's loop and back (two wake-ups): with few publishes in
+flight that hop, not the broker, bounds the throughput (``benchmarks/broker.py``).
+
+Choose it with ``--topics nats://HOST:4222`` on ``stepstream processor`` and ``stepstream trainer``
+(``open_topics``); the trainer still asks the processor for the BrainParameters.
 """
 
 from common.topics.jetstream.connection import (
