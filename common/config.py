@@ -51,6 +51,7 @@ from common.config_schema import (
 )
 from common.config_sections import (
     REWARD_SIGNAL_SETTINGS_FOR,
+    ActivationType,
     BCHyperparameters,
     BehavioralCloningSettings,
     ConfigKeyError,
@@ -74,6 +75,7 @@ __all__ = [
     "SIMPLE_BEHAVIOR",
     "SIMPLE_KINDS",
     "SIMPLE_PREFIX",
+    "ActivationType",
     "BCHyperparameters",
     "BehaviorSettings",
     "BehavioralCloningSettings",

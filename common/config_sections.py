@@ -42,6 +42,10 @@ class NotSupportedKeyError(NotSupportedYetError):
         return (type(self), (self.key, self.detail, self.source))
 
 
+STEPSTREAM_KEY = {"stepstream": True}
+"""Field metadata of a key stepstream adds to a section, one ML-Agents' YAML does not have."""
+
+
 def require(ok: bool, key: str, detail: str) -> None:
     """Raise ``ConfigKeyError(key, detail)`` unless ``ok``."""
     if not ok:
@@ -71,6 +75,14 @@ class EncoderType(str, Enum):
     RESNET = "resnet"
     MATCH3 = "match3"
     FULLY_CONNECTED = "fully_connected"
+
+
+class ActivationType(str, Enum):
+    """Activation of PPO's hidden layers (stepstream's own ``hyperparameters.activation``)."""
+
+    TANH = "tanh"
+    RELU = "relu"
+    SWISH = "swish"
 
 
 class TrainerType(str, Enum):
@@ -116,6 +128,15 @@ class PPOHyperparameters:
     """Schedule of beta (linear ends at 1e-5); None follows learning_rate_schedule, as in ML-Agents."""
     epsilon_schedule: ScheduleType | None = None
     """Schedule of epsilon (linear ends at 0.1); None follows learning_rate_schedule, as in ML-Agents."""
+    # Stepstream's own keys (ML-Agents' YAML has none): the variants where the defaults follow SB3's PPO.
+    clip_value_loss: bool = field(default=False, metadata=STEPSTREAM_KEY)
+    """Clip the value loss around the old value estimates by epsilon, as ML-Agents does; false: SB3's plain MSE."""
+    max_grad_norm: float | None = field(default=0.5, metadata=STEPSTREAM_KEY)
+    """Clip each minibatch's global gradient norm to this (SB3's max_grad_norm); > 0; null: no clipping (ML-Agents)."""
+    activation: ActivationType = field(default=ActivationType.TANH, metadata=STEPSTREAM_KEY)
+    """Activation of the policy's and value network's hidden layers: tanh (SB3), relu, or swish (ML-Agents)."""
+    orthogonal_init: bool = field(default=True, metadata=STEPSTREAM_KEY)
+    """Orthogonal kernels (gain sqrt(2) hidden, 0.01 policy head, 1 value head: SB3); false: Glorot (ML-Agents)."""
 
     def __post_init__(self) -> None:
         at_least(self.batch_size, 1, "batch_size")
@@ -125,6 +146,8 @@ class PPOHyperparameters:
         positive(self.epsilon, "epsilon")
         require(0 <= self.lambd <= 1, "lambd", f"must be in [0, 1], got {self.lambd!r}")
         at_least(self.num_epoch, 1, "num_epoch")
+        if self.max_grad_norm is not None:
+            positive(self.max_grad_norm, "max_grad_norm")
 
     @property
     def num_minibatches(self) -> int:

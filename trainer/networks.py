@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from common.config import ActivationType
 from common.policy_contract import LOG_STD, LOGITS, MASKED_LOGIT, MEAN, NORMALIZATION_CLIP, NORMALIZATION_EPSILON
 from common.specs import ActionSpec
 
@@ -71,9 +72,22 @@ def swish(x: tf.Tensor) -> tf.Tensor:
     return x * tf.sigmoid(x)
 
 
+ACTIVATIONS: dict[ActivationType, Callable[[tf.Tensor], tf.Tensor]] = {
+    ActivationType.TANH: tf.tanh,
+    ActivationType.RELU: tf.nn.relu,
+    ActivationType.SWISH: swish,
+}
+"""The hidden layers' activation for each ``activation`` setting (PPO's ``hyperparameters.activation``)."""
+
+
+def activation_function(activation: ActivationType) -> Callable[[tf.Tensor], tf.Tensor]:
+    """The function of an ``activation`` setting (``ACTIVATIONS``)."""
+    return ACTIVATIONS[activation]
+
+
 def orthogonal(gain: float) -> tf.keras.initializers.Initializer:
     """Orthogonal weights scaled by ``gain`` (Saxe et al. 2014), as SB3 and CleanRL initialise PPO; unseeded,
-    like Keras' default initialisers (``keras.utils.set_random_seed`` makes them repeatable)."""
+    like Keras' default initialisers (``trainer.seeding.seeded_initializers`` makes them repeatable)."""
     return tf.keras.initializers.Orthogonal(gain=gain)
 
 

@@ -1,13 +1,28 @@
 """Proximal Policy Optimization (Schulman et al. 2017, arXiv:1707.06347), as ML-Agents trains it.
 
-Top to bottom: ML-Agents' fixed constants, GAE, the losses (pure: tensors in and out), then ``PPOLearner``,
-the ``trainer.learner.Learner``. One update, as ML-Agents' ``PPOTrainer._update_policy``: learning rate,
-epsilon and beta are read off their schedules (``trainer.schedules``) at the trainer step; ``num_epoch`` shuffled
-passes over the update buffer in minibatches of ``batch_size`` (a last partial one is dropped) each take
-one Adam step on the policy and value networks together; then the buffer is cleared (PPO is on-policy).
-Three details follow SB3 instead of ML-Agents (unclipped value loss, gradient norm clipping, tanh bodies
-with orthogonal init): see ``CLIP_VALUE_LOSS`` and its neighbours. The whole update is one call of one graph
-(``trainer.ppo_buffer``: the update buffer's rows and minibatches, and why one graph).
+Top to bottom: the constants, GAE, the minibatch and the losses (pure: tensors in and out), the update buffer's
+rows and minibatches, then ``PPOLearner``, the ``trainer.learner.Learner``. Its settings are
+``common.config.PPOHyperparameters`` (the YAML's ``hyperparameters``).
+
+One update, as ML-Agents' ``PPOTrainer._update_policy``: learning rate, epsilon and beta are read off their
+schedules (``trainer.schedules``) at the trainer step; ``num_epoch`` shuffled passes over the update buffer in
+minibatches of ``batch_size`` (a last partial one is dropped) each take one Adam step on the policy and value
+networks together; then the buffer is cleared (PPO is on-policy).
+
+Four variants are stepstream settings (ML-Agents' YAML has no key for them), with SB3's choices as defaults:
+``clip_value_loss``, ``max_grad_norm``, ``activation`` and ``orthogonal_init`` (``PPOHyperparameters``). On
+CartPole-v1 (configs/cartpole_ppo.yaml, seeds 0-1) ML-Agents' choices needed 66-93k steps (or did not solve
+within 100k); SB3's, 30-36k (benchmarks/time_to_solve.py):
+
+* ``clip_value_loss`` false: the value loss is plain ``mean((R - V)^2)``, as SB3 (``clip_range_vf=None``) and
+  CleanRL recommend. ML-Agents' clipped value loss lets V move at most epsilon (0.2) per update from its old
+  estimate: with unnormalised returns of up to 1 / (1 - gamma) = 50 the critic takes hundreds of updates to
+  catch up, and the advantages stay noise.
+* ``max_grad_norm`` 0.5: the global norm of each minibatch's gradient is clipped (SB3's ``max_grad_norm``;
+  ML-Agents does not clip).
+* ``activation`` tanh and ``orthogonal_init``: SB3's MlpPolicy (orthogonal kernels, gain sqrt(2) hidden, 0.01
+  policy head, 1 value head) instead of ML-Agents' swish and Keras' Glorot init. This one change took CartPole
+  from 57-39k to 30-36k steps (value clipping off, gradients clipped, seeds 0-1).
 
 Reward signals (``trainer.reward_signals``: extrinsic, gail, curiosity): the value network has one output, a
 value head, per signal, in ``reward_signals`` order. Each signal's strength-scaled reward gets its own GAE with
@@ -16,65 +31,72 @@ the mean: the same after the per-minibatch normalisation). After the PPO steps, 
 its own takes one step on each of the update's minibatches, and ``behavioral_cloning`` (``trainer.bc_component``)
 runs its cloning steps. None of it reaches the exported policy.
 
-Shapes: ``T`` experiences of one trajectory, ``N`` of many, ``B`` rows of a minibatch, ``C``
-continuous action dimensions, ``nB`` discrete branches, ``M = sum(branches)``, ``K`` reward signals.
+Speed: the whole update is one call of one graph (every epoch's shuffled minibatches stacked by
+``epoch_minibatches``, looped with ``tf.while_loop`` by ``summed_over_minibatches``), traced without autograph.
+On the 2-core machine, CartPole's update (256 rows, 20 epochs, 2x64) takes ~12 ms instead of ~53 ms for one
+call per epoch plus an ``AgentBuffer.shuffle`` each, and the warm-up trace ~0.3 s instead of ~0.9 s.
+
+Shapes: ``T`` experiences of one trajectory, ``N`` of many, ``B`` rows of a minibatch, ``S`` minibatches of an
+update, ``C`` continuous action dimensions, ``nB`` discrete branches, ``M = sum(branches)``, ``K`` reward signals.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
-import keras
 import numpy as np
 import tensorflow as tf
 
 from common import trajectory as tr
 from common.buffer import AgentBuffer
-from common.config import BehaviorSettings, PPOHyperparameters
-from common.errors import ConfigError
-from common.specs import BrainParameters
+from common.config import BehaviorSettings, ConfigKeyError, PPOHyperparameters
+from common.specs import ActionSpec, BrainParameters
 from protos import pb
-from trainer import networks, ppo_buffer
+from trainer import networks
 from trainer.bc_component import BCComponent
 from trainer.export import TFLiteExporter, make_policy_update, normalizer_state
-from trainer.networks import Normalizer, PolicyNetwork, ValueNetwork
-from trainer.ppo_buffer import ADVANTAGES, RETURNS, SIGNAL_REWARDS, VALUE_ESTIMATES, MiniBatch
-from trainer.reward_signals import SignalBatch, make_reward_signals, signal_checkpoint_objects
-from trainer.schedules import decayed_value
+from trainer.networks import Normalizer, PolicyNetwork, ValueNetwork, activation_function
+from trainer.optimizer import adam
+from trainer.reward_signals import RewardSignal, SignalBatch, make_reward_signals, signal_checkpoint_objects, update_signals
+from trainer.schedules import MIN_LEARNING_RATE, decayed_value
+from trainer.seeding import seeded_initializers
 
 logger = logging.getLogger(__name__)
 
 #: ML-Agents' TensorBoard tags for what ``update`` returns.
-POLICY_LOSS, VALUE_LOSS, ENTROPY = "Losses/Policy Loss", "Losses/Value Loss", "Policy/Entropy"
-LEARNING_RATE, EPSILON, BETA = "Policy/Learning Rate", "Policy/Epsilon", "Policy/Beta"
+POLICY_LOSS = "Losses/Policy Loss"
+VALUE_LOSS = "Losses/Value Loss"
+ENTROPY = "Policy/Entropy"
+LEARNING_RATE = "Policy/Learning Rate"
+EPSILON = "Policy/Epsilon"
+BETA = "Policy/Beta"
 VALUE_ESTIMATE = "Policy/Extrinsic Value Estimate"
-#: ML-Agents' constants its YAML does not expose: the value loss weight, the advantage std floor and
-#: Adam's epsilon (PyTorch's default); where linear schedules end at max_steps (ModelUtils.DecayedValue);
-#: and the clip mode's bound: the env gets clip(u, -1, 1) of the Gaussian sample u, as SB3 and CleanRL clip
-#: to the action bounds. ML-Agents' clip(u, -3, 3) / 3 needs |u| >= 3 for a full-scale action: on the 1-D task
+
+#: ML-Agents' constants its YAML does not expose: the value loss weight, the advantage std floor, Adam's epsilon
+#: (PyTorch's default), and where the linear schedules of epsilon and beta end at max_steps (the learning rate's
+#: is ``trainer.schedules.MIN_LEARNING_RATE``).
+VALUE_LOSS_COEFFICIENT = 0.5
+ADVANTAGE_EPSILON = 1e-10
+ADAM_EPSILON = 1e-8
+MIN_EPSILON = 0.1
+MIN_BETA = 1e-5
+#: The clip mode's bound: the env gets clip(u, -1, 1) of the Gaussian sample u, as SB3 and CleanRL clip to the
+#: action bounds. ML-Agents' clip(u, -3, 3) / 3 needs |u| >= 3 for a full-scale action: on the 1-D task
 #: continuous PPO took 2100-6700 steps to reach 0.9 with it (8 seeds), 435-950 with full scale at |u| = 0.6.
-VALUE_LOSS_COEFFICIENT, ADVANTAGE_EPSILON, ADAM_EPSILON = 0.5, 1e-10, 1e-8
-MIN_LEARNING_RATE, MIN_EPSILON, MIN_BETA, ACTION_CLIP = 1e-10, 0.1, 1e-5, 1.0
-#: Where we follow SB3's PPO (RL-Zoo's peer) rather than ML-Agents, none of it exposed by ML-Agents' YAML.
-#: On CartPole-v1 (configs/cartpole_ppo.yaml, seeds 0-1) the ML-Agents versions needed 66-93k steps (or did
-#: not solve within 100k); with these three, 30-36k (benchmarks/time_to_solve.py):
-#:
-#: * ``CLIP_VALUE_LOSS`` False: the value loss is plain ``mean((R - V)^2)``, as SB3 (``clip_range_vf=None``)
-#:   and CleanRL recommend. ML-Agents' clipped value loss (``clipped_value_loss``, kept for users who want it)
-#:   lets V move at most epsilon (0.2) per update from its old estimate: with unnormalised returns of up to
-#:   1 / (1 - gamma) = 50 the critic takes hundreds of updates to catch up, and the advantages stay noise.
-#: * ``MAX_GRAD_NORM`` 0.5: the global norm of each minibatch's gradient is clipped (SB3's ``max_grad_norm``;
-#:   ML-Agents does not clip).
-#: * ``ACTIVATION`` tanh and ``ORTHOGONAL_INIT``: SB3's MlpPolicy (orthogonal kernels, gain sqrt(2) hidden,
-#:   0.01 policy head, 1 value head) instead of ML-Agents' swish and Keras' Glorot init. This one change
-#:   took CartPole from 57-39k to 30-36k steps (value clipping off, gradients clipped, seeds 0-1).
-CLIP_VALUE_LOSS = False
-MAX_GRAD_NORM = 0.5
-ACTIVATION = tf.tanh
-ORTHOGONAL_INIT = True
+ACTION_CLIP = 1.0
+
+#: Update-buffer keys PPO adds to the trajectory's own (``common.trajectory``): float32 [N] advantages (summed over
+#: signals), and [N, K] returns, value estimates and strength-scaled rewards, a column per reward signal.
+ADVANTAGES = "advantages"
+RETURNS = "returns"
+VALUE_ESTIMATES = "value_estimates"
+SIGNAL_REWARDS = "signal_rewards"
+
+
+# -- returns -------------------------------------------------------------------------------------
 
 
 def gae(rewards: np.ndarray, values: np.ndarray, next_value: float, gamma: float, lambd: float) -> np.ndarray:
@@ -100,6 +122,57 @@ def gae(rewards: np.ndarray, values: np.ndarray, next_value: float, gamma: float
         running = delta[t] + gamma * lambd * running
         advantages[t] = running
     return advantages
+
+
+# -- the losses: pure functions, tensors in and out -------------------------------------------------
+
+
+class MiniBatch(NamedTuple):
+    """``B`` update-buffer rows: a whole shuffled buffer (one epoch) or one minibatch; numpy in, tensors inside.
+
+    ``obs``: one float32 [B, size_i] per observation, raw (normalised inside the step);
+    ``continuous_actions`` float32 [B, C]; ``discrete_actions`` int32 [B, nB]; ``action_mask``
+    float32 [B, M], 1 = allowed ([B, 0] with no branches); ``old_log_probs`` float32 [B], the
+    processor's log-probs summed over dimensions and branches; ``advantages`` float32 [B] (summed over the
+    signals); ``returns`` (value targets: each signal's advantages + old values) and ``old_values`` (V when
+    the trajectory was added) float32 [B, K], a column per reward signal. Stacked for one update
+    (``epoch_minibatches``), every field gains a leading ``[S]`` axis.
+    """
+
+    obs: tuple[tf.Tensor, ...]
+    continuous_actions: tf.Tensor
+    discrete_actions: tf.Tensor
+    action_mask: tf.Tensor
+    old_log_probs: tf.Tensor
+    advantages: tf.Tensor
+    returns: tf.Tensor
+    old_values: tf.Tensor
+
+    @classmethod
+    def from_buffer(cls, buffer: AgentBuffer, n_obs: int, branches: Sequence[int]) -> MiniBatch:
+        """Every row of ``buffer``, as numpy; ``branches``: the action's (with none, the rows have no action mask)."""
+        obs = tuple(buffer[tr.obs_key(i)].data for i in range(n_obs))
+        continuous = buffer[tr.CONTINUOUS_ACTIONS].data
+        discrete = buffer[tr.DISCRETE_ACTIONS].data
+        mask = buffer[tr.ACTION_MASK].data if branches else np.zeros((buffer.num_experiences, 0), np.float32)
+        old_log_probs = buffer[tr.CONTINUOUS_LOG_PROBS].data.sum(axis=1) + buffer[tr.DISCRETE_LOG_PROBS].data.sum(axis=1)
+        advantages = buffer[ADVANTAGES].data
+        returns = buffer[RETURNS].data
+        old_values = buffer[VALUE_ESTIMATES].data
+        return cls(obs, continuous, discrete, mask, old_log_probs.astype(np.float32), advantages, returns, old_values)
+
+    @classmethod
+    def stacked_signature(cls, obs_specs: tuple[tf.TensorSpec, ...], action_spec: ActionSpec, signals: int) -> MiniBatch:
+        """``tf.TensorSpec`` of every field of ``S`` stacked minibatches (``[S, B, ...]``), for any S and B, given the
+        observations' ``[None, size_i]`` specs: an update graph's input signature."""
+        rows = tf.TensorSpec([None], tf.float32)
+        heads = tf.TensorSpec([None, signals])
+        continuous = tf.TensorSpec([None, action_spec.continuous_size])
+        mask = tf.TensorSpec([None, action_spec.mask_width])
+        discrete = tf.TensorSpec([None, action_spec.num_branches], tf.int32)
+        batch_spec = cls(obs_specs, continuous, discrete, mask, rows, rows, heads, heads)
+        stacked: MiniBatch = tf.nest.map_structure(lambda spec: tf.TensorSpec([None, *spec.shape], spec.dtype), batch_spec)
+        return stacked
 
 
 class PPOLosses(NamedTuple):
@@ -133,29 +206,42 @@ def clipped_surrogate_loss(
 
 
 def clipped_value_loss(values: tf.Tensor, old_values: tf.Tensor, returns: tf.Tensor, epsilon: tf.Tensor) -> tf.Tensor:
-    """ML-Agents' (and OpenAI baselines') clipped value loss, all inputs ``[B]``:
+    """ML-Agents' (and OpenAI baselines') clipped value loss, all inputs ``[B]`` (or ``[B, K]``):
     ``mean(max((R - V)^2, (R - V_clip)^2))`` with ``V_clip = V_old + clip(V - V_old, -eps, eps)``."""
     clipped_values = old_values + tf.clip_by_value(values - old_values, -epsilon, epsilon)
     return tf.reduce_mean(tf.maximum(tf.square(returns - values), tf.square(returns - clipped_values)))
 
 
+def squared_value_loss(values: tf.Tensor, returns: tf.Tensor) -> tf.Tensor:
+    """SB3's and CleanRL's value loss, ``mean((R - V)^2)``, inputs ``[B]`` (or ``[B, K]``)."""
+    return tf.reduce_mean(tf.square(returns - values))
+
+
 def ppo_losses(
-    log_probs: tf.Tensor, entropy: tf.Tensor, values: tf.Tensor, batch: MiniBatch, epsilon: tf.Tensor, beta: tf.Tensor
+    log_probs: tf.Tensor,
+    entropy: tf.Tensor,
+    values: tf.Tensor,
+    batch: MiniBatch,
+    epsilon: tf.Tensor,
+    beta: tf.Tensor,
+    clip_value_loss: bool,
 ) -> PPOLosses:
     """``L = -L^CLIP + 0.5 * L_value - beta * mean(entropy)`` (eq. 9, signs for minimisation) of one minibatch.
 
     ``log_probs``, ``entropy`` [B] and ``values`` [B, K] come from the current networks; ``batch`` gives
     the old log-probs, old values, returns and advantages, which are normalised per minibatch here. The value
-    loss averages over rows and value heads (ML-Agents averages the heads' losses).
+    loss averages over rows and value heads (ML-Agents averages the heads' losses); ``clip_value_loss`` picks
+    ``clipped_value_loss`` over ``squared_value_loss`` (module docstring).
     """
     advantages = normalized_advantages(batch.advantages)
     policy = clipped_surrogate_loss(log_probs, batch.old_log_probs, advantages, epsilon)
-    if CLIP_VALUE_LOSS:
+    if clip_value_loss:
         value = clipped_value_loss(values, batch.old_values, batch.returns, epsilon)
     else:
-        value = tf.reduce_mean(tf.square(batch.returns - values))
+        value = squared_value_loss(values, batch.returns)
     mean_entropy = tf.reduce_mean(entropy)
-    return PPOLosses(policy + VALUE_LOSS_COEFFICIENT * value - beta * mean_entropy, policy, value, mean_entropy)
+    total = policy + VALUE_LOSS_COEFFICIENT * value - beta * mean_entropy
+    return PPOLosses(total, policy, value, mean_entropy)
 
 
 def action_log_probs_and_entropy(
@@ -181,6 +267,96 @@ def action_log_probs_and_entropy(
     return tf.add_n(log_probs), tf.add_n(entropies)
 
 
+# -- the update buffer: its rows, and the minibatches of one update -----------------------------------
+# ML-Agents' ``update_buffer`` of its PPO trainer: an ``AgentBuffer`` with one row per experience taken in since
+# the last update. A row holds the trajectory's own fields (observations, actions, the processor's log-probs, the
+# action mask: ``common.trajectory`` keys), what PPO computed for it (``ADVANTAGES`` ...), and, when a reward
+# signal has networks of its own, the transition its updates read (next observation, done, env reward).
+
+
+def observations(trajectories: Sequence[tr.Trajectory], n_obs: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """(obs, next_obs) per observation i: float32 [N, size_i], every experience of ``trajectories`` in order, and
+    float32 [len(trajectories), size_i], the observation after each trajectory's last experience."""
+    obs = [np.concatenate([t.obs[i] for t in trajectories]).astype(np.float32, copy=False) for i in range(n_obs)]
+    next_obs = [np.stack([t.next_obs[i] for t in trajectories]).astype(np.float32, copy=False) for i in range(n_obs)]
+    return obs, next_obs
+
+
+def trajectory_rows(
+    trajectories: Sequence[tr.Trajectory],
+    obs: Sequence[np.ndarray],
+    branches: Sequence[int],
+    computed: Mapping[str, np.ndarray],
+    transitions: SignalBatch | None,
+) -> dict[str, np.ndarray]:
+    """The update-buffer rows of ``trajectories``, in order.
+
+    Args:
+        obs: float32 [N, size_i] per observation, the trajectories' observations concatenated.
+        branches: the action's; with any, each row keeps its action mask (as float32 [N, M]).
+        computed: PPO's columns (``ADVANTAGES`` ...), [N] or [N, K] each.
+        transitions: the same rows as the reward signals read them, kept for their own updates; or None when no
+            signal has networks of its own.
+    """
+    rows = {tr.obs_key(i): o for i, o in enumerate(obs)}
+    for key in (tr.CONTINUOUS_ACTIONS, tr.DISCRETE_ACTIONS, tr.CONTINUOUS_LOG_PROBS, tr.DISCRETE_LOG_PROBS):
+        rows[key] = np.concatenate([getattr(t, key) for t in trajectories])
+    if branches:  # the processor always sends a mask with branches (all True when the env gave none)
+        rows[tr.ACTION_MASK] = np.concatenate([t.action_mask for t in trajectories]).astype(np.float32)
+    rows.update(computed)
+    if transitions is not None:  # what the signals' own updates read (SignalBatch.from_rows)
+        rows.update({tr.next_obs_key(i): o for i, o in enumerate(transitions.next_obs)})
+        rows[tr.DONE] = transitions.done
+        rows[tr.REWARDS] = transitions.rewards
+    return rows
+
+
+def epoch_minibatches(
+    buffer: AgentBuffer, n_obs: int, branches: Sequence[int], num_epoch: int, batch_size: int, rng: np.random.Generator
+) -> tuple[MiniBatch, np.ndarray]:
+    """Every minibatch of ``num_epoch`` shuffled passes over the ``N`` rows of ``buffer``, epochs back to back,
+    stacked: ``MiniBatch`` fields ``[S, B, ...]``, with their row indices int [S, B]; ``S = num_epoch * (N // B)``.
+
+    One shuffle per epoch, composed as ``AgentBuffer.shuffle`` would compose them in place; each epoch keeps its
+    first ``(N // batch_size) * batch_size`` rows (a last partial minibatch is dropped).
+    """
+    n = buffer.num_experiences
+    per_epoch = n // batch_size
+    order = np.arange(n)
+    index = []
+    for _ in range(num_epoch):
+        order = order[rng.permutation(n)]
+        index.append(order[: per_epoch * batch_size])
+    take = np.concatenate(index).reshape(num_epoch * per_epoch, batch_size)
+    stacked: MiniBatch = tf.nest.map_structure(lambda x: x[take], MiniBatch.from_buffer(buffer, n_obs, branches))
+    return stacked, take
+
+
+def summed_over_minibatches(step: Callable[[MiniBatch], tf.Tensor], batches: MiniBatch, width: int) -> tf.Tensor:
+    """Inside a graph: ``step`` on each of the ``S`` minibatches stacked in ``batches`` (``[S, B, ...]`` per field),
+    in order, in one ``tf.while_loop``; returns the sum of its float32 [width] results."""
+
+    def body(i: tf.Tensor, sums: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        return i + 1, sums + step(tf.nest.map_structure(lambda x: x[i], batches))
+
+    steps = tf.shape(batches.advantages)[0]
+    _, sums = tf.while_loop(lambda i, _: i < steps, body, (tf.constant(0), tf.zeros([width])))
+    return sums
+
+
+def signal_summaries(buffer: AgentBuffer, signals: Sequence[RewardSignal]) -> dict[str, float]:
+    """Each signal's mean value estimate and mean reward per step over the rows of ``buffer``, under its
+    ``value_tag`` and ``reward_tag``."""
+    values = buffer[VALUE_ESTIMATES].data
+    rewards = buffer[SIGNAL_REWARDS].data
+    out = {signal.value_tag: float(np.mean(values[:, k])) for k, signal in enumerate(signals)}
+    out.update({signal.reward_tag: float(np.mean(rewards[:, k])) for k, signal in enumerate(signals)})
+    return out
+
+
+# -- the learner -----------------------------------------------------------------------------------
+
+
 class PPOLearner:
     """PPO for one behavior: a Gaussian (state-independent log_std) and/or masked-categorical policy,
     a separate value network, one Adam optimiser over both, and an on-policy update buffer.
@@ -197,33 +373,48 @@ class PPOLearner:
         2 cores), so the first update does not keep env clients waiting on a policy (tests skip it).
 
         Raises:
-            ConfigError: ``settings`` are not PPO's.
+            ConfigKeyError: ``settings`` are not PPO's.
             NotSupportedKeyError: a reward signal option not supported (``trainer.reward_signals``).
             DemoError: a ``demo_path`` (gail, behavioral_cloning) that cannot be read for this behavior.
         """
         if not isinstance(settings.hyperparameters, PPOHyperparameters):
-            raise ConfigError(f"PPOLearner needs PPO hyperparameters, got {type(settings.hyperparameters).__name__}")
-        self.brain_parameters, self.settings = brain_parameters, settings
+            detail = f"PPOLearner needs PPO hyperparameters, got {type(settings.hyperparameters).__name__}"
+            raise ConfigKeyError("hyperparameters", detail)
+        self.brain_parameters = brain_parameters
+        self.settings = settings
         self.hyperparameters: PPOHyperparameters = settings.hyperparameters
         self.normalize = settings.network_settings.normalize
         action_spec = brain_parameters.action_spec
         self.branches = tuple(action_spec.discrete_branches)
-        # The Keras initialisers draw from Keras' global seed: seeding it makes the initial weights
-        # repeatable (a process-wide side effect, as with any Keras model built unseeded).
-        keras.utils.set_random_seed(seed)
         self._rng = np.random.default_rng(seed)
 
         sizes = [spec.shape[0] for spec in brain_parameters.observation_specs]
-        net, hp = settings.network_settings, self.hyperparameters
+        net = settings.network_settings
+        hp = self.hyperparameters
         self.normalizers = [Normalizer(size, name=f"normalizer_{i}") for i, size in enumerate(sizes)]
-        body = {"activation": ACTIVATION, "orthogonal_init": ORTHOGONAL_INIT}
-        self.policy = PolicyNetwork(sizes, action_spec, net.hidden_units, net.num_layers, state_dependent_std=False, **body)
-        self.signals = make_reward_signals(brain_parameters, settings.reward_signals, seed)
+        activation = activation_function(hp.activation)
+        with seeded_initializers(seed):
+            self.policy = PolicyNetwork(
+                sizes,
+                action_spec,
+                net.hidden_units,
+                net.num_layers,
+                state_dependent_std=False,
+                activation=activation,
+                orthogonal_init=hp.orthogonal_init,
+            )
+            self.signals = make_reward_signals(brain_parameters, settings.reward_signals, seed)
+            self.value = ValueNetwork(
+                net.hidden_units,
+                net.num_layers,
+                sum(sizes),
+                len(self.signals),
+                activation=activation,
+                orthogonal_init=hp.orthogonal_init,
+            )
         self._transitions = any(s.checkpoint_objects() for s in self.signals)  # a signal with networks of its own
-        self.value = ValueNetwork(net.hidden_units, net.num_layers, sum(sizes), len(self.signals), **body)
         self._variables = (*self.policy.trainable_variables, *self.value.trainable_variables)
-        self.optimizer = keras.optimizers.Adam(learning_rate=self.hyperparameters.learning_rate, epsilon=ADAM_EPSILON)
-        self.optimizer.build(self._variables)  # slot variables now, so a checkpoint restores them at once
+        self.optimizer = adam(hp.learning_rate, self._variables, epsilon=ADAM_EPSILON)
         self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")
         self.update_buffer = AgentBuffer()
         self.bc = BCComponent.from_behavior(settings, brain_parameters, self.policy, self._normalized, hp.num_epoch, seed=seed)
@@ -232,7 +423,8 @@ class PPOLearner:
         # ``_train_epoch`` runs every epoch of an update (the name predates that; tests read its tracing count).
         obs_specs = tuple(tf.TensorSpec([None, size], tf.float32) for size in sizes)
         self._value_estimates = tf.function(self._values, input_signature=[obs_specs], autograph=False)
-        stacked, scalar = MiniBatch.stacked_signature(obs_specs, action_spec, len(self.signals)), tf.TensorSpec([], tf.float32)
+        stacked = MiniBatch.stacked_signature(obs_specs, action_spec, len(self.signals))
+        scalar = tf.TensorSpec([], tf.float32)
         self._train_epoch = tf.function(self._epochs, input_signature=[stacked, scalar, scalar], autograph=False)
         if warm_up:  # no rows: nothing trains, but the graphs are built and optimised
             empty = tf.nest.map_structure(lambda spec: tf.zeros([0, 0, *spec.shape[2:]], spec.dtype), stacked)
@@ -250,28 +442,7 @@ class PPOLearner:
         normalized = self._normalized(obs)
         return self.value(normalized[0] if len(normalized) == 1 else tf.concat(normalized, axis=-1))
 
-    def _gradient_step(self, batch: MiniBatch, epsilon: tf.Tensor, beta: tf.Tensor) -> PPOLosses:
-        """One Adam step on one minibatch; returns its losses."""
-        with tf.GradientTape() as tape:
-            outputs = self.policy(*self._normalized(batch.obs))
-            log_probs, entropy = action_log_probs_and_entropy(outputs, batch, self.branches)
-            losses = ppo_losses(log_probs, entropy, self._values(batch.obs), batch, epsilon, beta)
-        gradients = tape.gradient(losses.total, self._variables)
-        if MAX_GRAD_NORM is not None:
-            gradients, _ = tf.clip_by_global_norm(gradients, MAX_GRAD_NORM)
-        self.optimizer.apply_gradients(zip(gradients, self._variables, strict=True))
-        return losses
-
-    def _epochs(self, batches: MiniBatch, epsilon: tf.Tensor, beta: tf.Tensor) -> tf.Tensor:
-        """Every gradient step of one update: ``batches`` holds ``S`` minibatches stacked on a leading axis
-        (``[S, B, ...]`` per field, epochs back to back), looped over inside the graph; returns the summed
-        (policy, value, entropy) losses."""
-
-        def step(batch: MiniBatch) -> tf.Tensor:
-            losses = self._gradient_step(batch, epsilon, beta)
-            return tf.stack([losses.policy, losses.value, losses.entropy])
-
-        return ppo_buffer.summed_over_minibatches(step, batches, 3)
+    # -- taking trajectories in: values, GAE, rows ----------------------------------------------------
 
     def set_step(self, step: int) -> None:
         """Overrules the trainer step the schedules read (agent experiences consumed)."""
@@ -279,7 +450,8 @@ class PPOLearner:
 
     def schedules(self, step: int | None = None) -> tuple[float, float, float]:
         """(learning rate, epsilon, beta) at ``step`` (default: the current trainer step)."""
-        hp, max_steps = self.hyperparameters, self.settings.max_steps
+        hp = self.hyperparameters
+        max_steps = self.settings.max_steps
         step = int(self.step.numpy()) if step is None else step
         return (
             decayed_value(hp.learning_rate_schedule, hp.learning_rate, MIN_LEARNING_RATE, max_steps, step),
@@ -293,6 +465,7 @@ class PPOLearner:
         """GAE per trajectory and per signal (rewards, values [N, K], next_values [len(trajectories), K]); returns
         the advantages [N, K], column k with signal k's gamma."""
         advantages = np.empty_like(values)
+        lambd = self.hyperparameters.lambd
         for k, signal in enumerate(self.signals):
             start = 0
             for j, trajectory in enumerate(trajectories):
@@ -303,7 +476,6 @@ class PPOLearner:
                 # that ignores done (curiosity) bootstraps after a terminal too.
                 terminal = trajectory.done_reached and not trajectory.interrupted and not signal.ignore_done
                 bootstrap = 0.0 if terminal else float(next_values[j, k])
-                lambd = self.hyperparameters.lambd
                 advantages[start:end, k] = gae(rewards[start:end, k], values[start:end, k], bootstrap, signal.gamma, lambd)
                 start = end
         return advantages
@@ -317,26 +489,57 @@ class PPOLearner:
         if not trajectories:
             return 0
         n_obs = len(self.normalizers)
-        obs, next_obs = ppo_buffer.observations(trajectories, n_obs)
+        obs, next_obs = observations(trajectories, n_obs)
         if self.normalize:  # as ML-Agents: fold the new observations in before estimating values with them
             for normalizer, o in zip(self.normalizers, obs, strict=True):
                 normalizer.update(o)
         n = len(obs[0])  # one value-network call below for every obs and every next_obs
         all_values = self._value_estimates(tuple(np.concatenate(pair) for pair in zip(obs, next_obs, strict=True))).numpy()
-        values, next_values = all_values[:n], all_values[n:]
+        values = all_values[:n]
+        next_values = all_values[n:]
         # Signals with networks read whole transitions; extrinsic alone needs only the rewards.
         batch = SignalBatch.from_trajectories(trajectories, n_obs, transitions=self._transitions)
         rewards = np.stack([signal.rewards(batch) for signal in self.signals], axis=1)
         advantages = self._advantages(trajectories, rewards, values, next_values)
-        computed = {ADVANTAGES: advantages.sum(axis=1), RETURNS: advantages + values, VALUE_ESTIMATES: values}
-        computed[SIGNAL_REWARDS] = rewards
+        computed = {
+            ADVANTAGES: advantages.sum(axis=1),
+            RETURNS: advantages + values,
+            VALUE_ESTIMATES: values,
+            SIGNAL_REWARDS: rewards,
+        }
         transitions = batch if self._transitions else None
-        self.update_buffer.extend_rows(ppo_buffer.trajectory_rows(trajectories, obs, self.branches, computed, transitions))
+        self.update_buffer.extend_rows(trajectory_rows(trajectories, obs, self.branches, computed, transitions))
         self.step.assign_add(n)
         return n
 
+    # -- the update --------------------------------------------------------------------------------------
+
     def ready_to_update(self) -> bool:
         return self.update_buffer.num_experiences >= self.hyperparameters.buffer_size
+
+    def _gradient_step(self, batch: MiniBatch, epsilon: tf.Tensor, beta: tf.Tensor) -> PPOLosses:
+        """One Adam step on one minibatch; returns its losses."""
+        hp = self.hyperparameters
+        with tf.GradientTape() as tape:
+            outputs = self.policy(*self._normalized(batch.obs))
+            log_probs, entropy = action_log_probs_and_entropy(outputs, batch, self.branches)
+            losses = ppo_losses(log_probs, entropy, self._values(batch.obs), batch, epsilon, beta, hp.clip_value_loss)
+        gradients = tape.gradient(losses.total, self._variables)
+        if hp.max_grad_norm is not None:
+            gradients, _ = tf.clip_by_global_norm(gradients, hp.max_grad_norm)
+        self.optimizer.apply_gradients(zip(gradients, self._variables, strict=True))
+        return losses
+
+    def _epochs(self, batches: MiniBatch, epsilon: tf.Tensor, beta: tf.Tensor) -> tf.Tensor:
+        """Every gradient step of one update: ``batches`` holds ``S`` minibatches stacked on a leading axis
+        (``[S, B, ...]`` per field, epochs back to back), looped over inside the graph; returns the summed
+        (policy, value, entropy) losses."""
+
+        def step(batch: MiniBatch) -> tf.Tensor:
+            losses = self._gradient_step(batch, epsilon, beta)
+            return tf.stack([losses.policy, losses.value, losses.entropy])
+
+        return summed_over_minibatches(step, batches, 3)
 
     def update(self) -> dict[str, float]:
         """``num_epoch`` shuffled passes over the update buffer, then clears it (module docstring).
@@ -353,12 +556,13 @@ class PPOLearner:
         batch_size = min(self.hyperparameters.batch_size, n)
         learning_rate, epsilon, beta = self.schedules()
         self.optimizer.learning_rate.assign(learning_rate)
-        signal_stats = ppo_buffer.signal_summaries(self.update_buffer, self.signals)
-        n_obs, epochs = len(self.normalizers), self.hyperparameters.num_epoch
-        batches, take = ppo_buffer.epoch_minibatches(self.update_buffer, n_obs, self.branches, epochs, batch_size, self._rng)
+        signal_stats = signal_summaries(self.update_buffer, self.signals)
+        n_obs = len(self.normalizers)
+        epochs = self.hyperparameters.num_epoch
+        batches, take = epoch_minibatches(self.update_buffer, n_obs, self.branches, epochs, batch_size, self._rng)
         sums = self._train_epoch(batches, epsilon, beta).numpy()
         if self._transitions:  # the signals with networks of their own take a step on each minibatch
-            signal_stats.update(ppo_buffer.train_signals(self.update_buffer, take, self.signals, n_obs))
+            signal_stats.update(self._update_signals(take))
         self.update_buffer.reset_agent()
         policy, value, entropy = sums / len(take)  # take: the row indices [S, B] of the S minibatches
         traces = self._train_epoch.experimental_get_tracing_count()  # 1, unless something forces a retrace
@@ -375,10 +579,20 @@ class PPOLearner:
             **signal_stats,
         }
 
+    def _update_signals(self, minibatches: np.ndarray) -> dict[str, float]:
+        """One ``update`` of every signal on each of the update's minibatches (row indices int [S, B]) of the update
+        buffer, in order, as ML-Agents updates its reward signals on the policy's minibatches; returns each summary's
+        mean over them."""
+        rows = SignalBatch.from_buffer(self.update_buffer, len(self.normalizers))
+        return update_signals(self.signals, (rows.take(index) for index in minibatches))
+
+    # -- policy, checkpoints -------------------------------------------------------------------------------
+
     def export_policy(self, version: int, trainer_step: int) -> pb.PolicyUpdate:
         """The policy network as TFLite, with the normaliser state when ``normalize`` is on."""
         normalizers = [normalizer_state(*n.state()) for n in self.normalizers] if self.normalize else []
-        name, spec = self.brain_parameters.behavior_name, self.brain_parameters.action_spec.to_proto()
+        name = self.brain_parameters.behavior_name
+        spec = self.brain_parameters.action_spec.to_proto()
         model = self._exporter.export()
         return make_policy_update(name, version, trainer_step, model, spec, normalizers, tanh_squash=False, clip=ACTION_CLIP)
 
@@ -388,7 +602,10 @@ class PPOLearner:
         objects: dict[str, object] = {"policy": self.policy, "value": self.value, "optimizer": self.optimizer}
         objects["trainer_step"] = self.step  # not "step": trainer.checkpoint reserves that name
         objects.update({f"normalizer_{i}": normalizer for i, normalizer in enumerate(self.normalizers)})
-        return {**objects, **signal_checkpoint_objects(self.signals), **(self.bc.checkpoint_objects() if self.bc else {})}
+        objects.update(signal_checkpoint_objects(self.signals))
+        if self.bc is not None:
+            objects.update(self.bc.checkpoint_objects())
+        return objects
 
     def save_extra(self, directory: Path) -> None:
         """Nothing: the update buffer is cleared after every update, and the rest is in the TF checkpoint."""

@@ -1,14 +1,19 @@
 """Hyperparameter schedules over a run's agent steps: ML-Agents' ``DecayedValue`` (``ModelUtils.DecayedValue``).
 
-``trainer.ppo`` reads its learning rate, epsilon and beta off ``decayed_value``. SAC's linear learning rate
-(``trainer.sac``), BC's (``trainer.bc``) and behavioral_cloning's strength (``trainer.bc_component``) keep
-formulas of their own: the same line, but rounded differently, and SAC and BC hold the initial value when
-``max_steps`` is 0 where ``decayed_value`` gives the minimum.
+The one linear-decay formula of the trainers. PPO reads its learning rate, epsilon and beta off ``decayed_value``;
+SAC (``trainer.sac``) and BC (``trainer.bc``) their learning rates; ``behavioral_cloning`` (``trainer.bc_component``)
+its annealed strength, which falls to 0 at ``behavioral_cloning.steps``.
+
+A schedule with no horizon (``max_steps`` 0) sits at its minimum. No learner trains at ``max_steps`` 0 (the loop
+stops before the first update), so only the strength annealing meets the case, and it asks for a constant there.
 """
 
 from __future__ import annotations
 
 from common.config import ScheduleType
+
+MIN_LEARNING_RATE = 1e-10
+"""Where a linear learning-rate schedule ends at ``max_steps`` (ML-Agents' value)."""
 
 
 def decayed_value(schedule: ScheduleType, initial: float, minimum: float, max_steps: int, step: int) -> float:
