@@ -40,12 +40,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import keras
 import numpy as np
 import tensorflow as tf
 
 from common.buffer import AgentBuffer
-from common.config import BCHyperparameters, BehaviorSettings, ScheduleType
+from common.config import BCHyperparameters, BehaviorSettings, ConfigKeyError
 from common.demo import demo_to_buffer
 from common.specs import BrainParameters
 from common.trajectory import ACTION_MASK, CONTINUOUS_ACTIONS, DISCRETE_ACTIONS, Trajectory, obs_key
@@ -53,6 +52,9 @@ from protos import pb
 from trainer.bc_metrics import BC_METRICS_FILE, HOLDOUT_FRACTION, HOLDOUT_SEED, branch_accuracy, r_squared, split_rows
 from trainer.export import TFLiteExporter, make_policy_update, normalizer_state
 from trainer.networks import Normalizer, PolicyNetwork, masked_log_softmax
+from trainer.optimizer import adam
+from trainer.schedules import MIN_LEARNING_RATE, decayed_value
+from trainer.seeding import seeded_initializers
 from trainer.summaries import CLONING_LOSS, LEARNING_RATE
 
 logger = logging.getLogger(__name__)
@@ -61,8 +63,6 @@ ACTION_CLIP = 3.0
 """Clip bound of the exported policy (clip mode, as PPO's): env action = clip(u, -3, 3) / 3."""
 ACTING_STD = 0.05
 """Fixed standard deviation of the exported Gaussian, in env-action units."""
-MIN_LEARNING_RATE = 1e-10
-"""Floor of the linear learning-rate schedule (ML-Agents' ``DecayedValue`` minimum)."""
 _EVAL_CHUNK = 4096
 
 
@@ -89,14 +89,6 @@ def discrete_cloning_loss(logits: tf.Tensor, mask: tf.Tensor, expert_actions: tf
     return tf.reduce_mean(total)
 
 
-def linear_learning_rate(initial: float, schedule: ScheduleType, step: int, max_steps: int) -> float:
-    """ML-Agents' decayed value: ``initial`` constant, or linearly down to ``MIN_LEARNING_RATE`` at ``max_steps``."""
-    if schedule is ScheduleType.CONSTANT or max_steps <= 0:
-        return initial
-    fraction = min(step / max_steps, 1.0)
-    return max((initial - MIN_LEARNING_RATE) * (1.0 - fraction) + MIN_LEARNING_RATE, MIN_LEARNING_RATE)
-
-
 class _State(tf.Module):
     """Checkpointed counters and normalisers."""
 
@@ -113,16 +105,17 @@ class BCLearner:
     Args:
         brain_parameters: the behavior's observation and action specs.
         settings: its settings; ``hyperparameters`` must be ``BCHyperparameters``.
-        seed: seeds the network initialisation (through ``keras.utils.set_random_seed``, which is
+        seed: seeds the network initialisation (``trainer.seeding.seeded_initializers``, which is
             process-wide) and the minibatch shuffling.
 
     Raises:
-        ValueError: the settings are not a ``bc`` trainer's.
+        ConfigKeyError: the settings are not a ``bc`` trainer's.
     """
 
     def __init__(self, brain_parameters: BrainParameters, settings: BehaviorSettings, seed: int = 0) -> None:
         if not isinstance(settings.hyperparameters, BCHyperparameters):
-            raise ValueError(f"BCLearner needs BCHyperparameters, got {type(settings.hyperparameters).__name__}")
+            detail = f"BCLearner needs BCHyperparameters, got {type(settings.hyperparameters).__name__}"
+            raise ConfigKeyError("hyperparameters", detail)
         self.hyperparameters: BCHyperparameters = settings.hyperparameters
         self.brain_parameters = brain_parameters
         self.max_steps = settings.max_steps
@@ -130,13 +123,12 @@ class BCLearner:
         spec = brain_parameters.action_spec
         self._branches = tuple(spec.discrete_branches)
         sizes = [int(np.prod(s.shape)) for s in brain_parameters.observation_specs]
-        keras.utils.set_random_seed(seed)
-        self.policy = PolicyNetwork(sizes, spec, network.hidden_units, network.num_layers)
+        with seeded_initializers(seed):
+            self.policy = PolicyNetwork(sizes, spec, network.hidden_units, network.num_layers)
         self.normalize = network.normalize
         self.state = _State(
             [Normalizer(size, name=f"normalizer_{i}") for i, size in enumerate(sizes)] if self.normalize else []
         )
-        self.optimizer = keras.optimizers.Adam(self.hyperparameters.learning_rate)
         self.demonstrations = AgentBuffer()
         self._keys = [obs_key(i) for i in range(len(sizes))]
         self._rng = np.random.default_rng(seed)
@@ -148,7 +140,7 @@ class BCLearner:
         """Mean cloning loss of the newest update."""
         # The log_std variable is PPO's; BC acts with a fixed one, so it is not trained.
         self._variables = [v for v in self.policy.trainable_variables if v is not self.policy.log_std]
-        self.optimizer.build(self._variables)  # slots now: one trace, and a checkpoint restores them at once
+        self.optimizer = adam(self.hyperparameters.learning_rate, self._variables)  # built: one trace
         # A fixed signature with a dynamic batch axis: one trace for the learner's life.
         signature = [
             [tf.TensorSpec([None, *s.shape], tf.float32) for s in brain_parameters.observation_specs],
@@ -261,9 +253,8 @@ class BCLearner:
 
     def learning_rate(self) -> float:
         hp = self.hyperparameters
-        return linear_learning_rate(
-            hp.learning_rate, hp.learning_rate_schedule, int(self.state.env_steps.numpy()), self.max_steps
-        )
+        step = int(self.state.env_steps.numpy())
+        return decayed_value(hp.learning_rate_schedule, hp.learning_rate, MIN_LEARNING_RATE, self.max_steps, step)
 
     def update(self) -> Mapping[str, float]:
         """``num_epoch`` shuffled passes over the demonstrations; returns the mean cloning loss.

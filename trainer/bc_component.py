@@ -24,16 +24,17 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-import keras
 import numpy as np
 import tensorflow as tf
 
 from common import trajectory as tr
-from common.config import BehavioralCloningSettings, BehaviorSettings
+from common.config import BehavioralCloningSettings, BehaviorSettings, ScheduleType
 from common.specs import BrainParameters
 from trainer.bc import continuous_cloning_loss, discrete_cloning_loss
 from trainer.networks import PolicyNetwork
+from trainer.optimizer import adam
 from trainer.reward_signals.base import expert_rows
+from trainer.schedules import decayed_value
 from trainer.summaries import BC_STRENGTH, PRETRAINING_LOSS
 
 MIN_LEARNING_RATE = 1e-10
@@ -41,10 +42,9 @@ MIN_LEARNING_RATE = 1e-10
 
 
 def annealed_strength(strength: float, anneal_steps: int, step: int) -> float:
-    """``strength`` throughout when ``anneal_steps`` is 0, else ``strength * (1 - min(step, anneal_steps) / anneal_steps)``."""
-    if anneal_steps <= 0:
-        return strength
-    return strength * (1.0 - min(step, anneal_steps) / anneal_steps)
+    """``strength`` throughout when ``anneal_steps`` is 0, else linear to 0 at ``anneal_steps`` (``trainer.schedules``)."""
+    schedule = ScheduleType.LINEAR if anneal_steps > 0 else ScheduleType.CONSTANT
+    return decayed_value(schedule, strength, 0.0, anneal_steps, step)
 
 
 class BCComponent:
@@ -125,8 +125,7 @@ class BCComponent:
         # The policy's log_std (PPO's variable, SAC's head) gets no cloning gradient: only means and logits train.
         frozen = {id(v) for v in (policy.log_std, *(policy.log_std_head.trainable_variables if policy.log_std_head else ()))}
         self._variables = [v for v in policy.trainable_variables if id(v) not in frozen]
-        self.optimizer = keras.optimizers.Adam(policy_learning_rate * settings.strength)
-        self.optimizer.build(self._variables)  # slots now, so a checkpoint restores them
+        self.optimizer = adam(policy_learning_rate * settings.strength, self._variables)
         self._rng = np.random.default_rng(seed)
         spec = brain_parameters.action_spec
         signature = [

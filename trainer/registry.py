@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from common.config import BehaviorSettings, TrainerType
+from common.config import BehaviorSettings, ConfigKeyError, TrainerType
 from common.specs import BrainParameters
 from trainer.learner import Learner
 
@@ -23,11 +23,12 @@ def learner_class(trainer_type: TrainerType) -> Any:
     Its constructor is ``(brain_parameters, settings, seed=0)``.
 
     Raises:
-        ValueError: no learner is registered for ``trainer_type``.
+        ConfigKeyError: no learner is registered for ``trainer_type``.
     """
     target = LEARNERS.get(TrainerType(trainer_type))
     if target is None:
-        raise ValueError(f"no learner for trainer_type {trainer_type!r} (known: {', '.join(t.value for t in LEARNERS)})")
+        known = ", ".join(t.value for t in LEARNERS)
+        raise ConfigKeyError("trainer_type", f"no learner for {trainer_type!r} (known: {known})")
     module_name, class_name = target.split(":")
     return getattr(importlib.import_module(module_name), class_name)
 

@@ -15,8 +15,13 @@ continuous-only is one branch (nB' = 1) of one option of probability 1, so each 
     policy      maximise V(s) under min(Q1, Q2)                                                  (eq. 7, 12)
     alpha       minimise E[alpha (H(s) - H_target)], through log alpha                            (eq. 18)
 
+Top to bottom: the constants, ``SACSettings`` (what the learner takes from a behavior's settings), the replay
+minibatch ``SACBatch``, the maths (pure functions, tensors in and out), then ``SACLearner`` with its gradient step.
+
 The replay buffer (an AgentBuffer) holds one row per experience under the keys ``obs_i``, ``next_obs_i``
-(observation i) and the other field names of ``SACBatch`` (``trainer.sac_replay``: the rows, minibatches and file).
+(observation i; ``common.trajectory``) and the other field names of ``SACBatch``: ``SACLearner.add_trajectories``
+fills it, ``update`` samples it. Its file, beside each checkpoint with ``save_replay_buffer``, is
+``trainer.sac_replay``'s.
 
 Reward signals (``trainer.reward_signals``): the critics learn one combined reward, ``r = strength_ext * r_ext +
 sum_k r_k``, each ``r_k`` (gail, curiosity; already times its strength) computed when a minibatch is sampled,
@@ -33,11 +38,10 @@ actor's steps would outnumber the cloning steps by the due steps of the call, a 
 from __future__ import annotations
 
 import math
-import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeAlias
+from typing import Any, NamedTuple, TypeAlias
 
 import numpy as np
 import tensorflow as tf
@@ -46,28 +50,35 @@ from common import config
 from common import trajectory as tr
 from common.buffer import AgentBuffer
 from common.policy_contract import TANH_LOG_EPSILON
-from common.specs import BrainParameters
+from common.specs import ActionSpec, BrainParameters
 from protos import pb
 from trainer.bc_component import BCComponent
 from trainer.export import TFLiteExporter, make_policy_update, normalizer_state
 from trainer.networks import Normalizer, PolicyNetwork, ValueNetwork, gaussian_log_prob, masked_log_softmax
+from trainer.optimizer import adam
 from trainer.reward_signals import (
     ExtrinsicSignal,
     RewardSignal,
+    SignalBatch,
     add_signal_rewards,
     make_reward_signals,
     signal_checkpoint_objects,
+    update_signals,
 )
-from trainer.sac_replay import NEXT_ACTION_MASK, SACBatch, load_replay_buffer, save_replay_buffer, train_signals
+from trainer.sac_replay import load_replay_buffer, save_replay_buffer
+from trainer.schedules import MIN_LEARNING_RATE, decayed_value
+from trainer.seeding import seeded_initializers
 
 Tensor: TypeAlias = tf.Tensor
+Rows: TypeAlias = tf.Tensor | np.ndarray
+"""A ``SACBatch`` field: numpy as sampled from the replay buffer, a tensor inside the gradient step."""
 
 # Discrete target entropy: this times log(allowed options), per branch and row. ML-Agents' value
 # (discrete_target_entropy_scale); Christodoulou's 0.98 holds the policy near uniform for good.
 DISCRETE_TARGET_ENTROPY_SCALE = 0.2
 BUFFER_TRUNCATE_FRACTION = 0.8  # an over-full replay buffer keeps its newest 80% (ML-Agents)
-MIN_LEARNING_RATE = 1e-10  # floor of the linear schedule (ML-Agents' DecayedValue)
 SAMPLE_CHUNK_STEPS = 64  # gradient steps whose minibatches are sampled at once (bounds memory)
+NEXT_ACTION_MASK = "next_action_mask"  # the replay column of the action mask at next_obs
 
 
 @dataclass(frozen=True)
@@ -90,11 +101,52 @@ class SACSettings:
             raise config.ConfigKeyError("reward_signals", "the SAC learner needs at least one reward signal")
         extrinsic = settings.reward_signals.get(config.RewardSignalType.EXTRINSIC)
         first = extrinsic or next(iter(settings.reward_signals.values()))
-        if hyper.buffer_size < (warm_up := max(hyper.batch_size, hyper.buffer_init_steps)):
+        warm_up = max(hyper.batch_size, hyper.buffer_init_steps)
+        if hyper.buffer_size < warm_up:
             detail = f"{hyper.buffer_size} < max(batch_size, buffer_init_steps) = {warm_up}: SAC would never update"
             raise config.ConfigKeyError("hyperparameters.buffer_size", detail)
         strength = extrinsic.strength if extrinsic is not None else 0.0
         return cls(hyper, settings.network_settings, first.gamma, strength, settings.max_steps)
+
+
+class SACBatch(NamedTuple):
+    """One minibatch of ``B`` replay rows: numpy arrays as ``from_columns`` takes them from a sample of the replay
+    buffer, tensors inside the gradient step (``tf.TensorSpec`` in ``signature``).
+
+    ``obs``, ``next_obs``: one float32 [B, size_i] per observation, raw (normalised inside the step), before and
+    after the action; ``continuous_actions`` float32 [B, C], squashed (the env's action, in [-1, 1]);
+    ``discrete_actions`` int32 [B, nB]; ``action_mask`` float32 [B, M], 1 = allowed; ``next_action_mask``
+    float32 [B, M], the mask at next_obs (all ones where unknown); ``rewards`` float32 [B], already times the
+    extrinsic strength (the other signals' rewards are added when sampled); ``done`` float32 [B], 1 on a true
+    terminal only.
+    """
+
+    obs: tuple[Rows, ...]
+    next_obs: tuple[Rows, ...]
+    continuous_actions: Rows
+    discrete_actions: Rows
+    action_mask: Rows
+    next_action_mask: Rows
+    rewards: Rows
+    done: Rows
+
+    @classmethod
+    def signature(cls, obs_sizes: Sequence[int], action_spec: ActionSpec) -> SACBatch:
+        """``tf.TensorSpec`` of every field, for minibatches of any size: a gradient step's input signature."""
+        obs = tuple(tf.TensorSpec([None, size], tf.float32) for size in obs_sizes)
+        mask = tf.TensorSpec([None, action_spec.mask_width], tf.float32)
+        per_row = tf.TensorSpec([None], tf.float32)
+        continuous = tf.TensorSpec([None, action_spec.continuous_size], tf.float32)
+        discrete = tf.TensorSpec([None, len(action_spec.discrete_branches)], tf.int32)
+        return cls(obs, obs, continuous, discrete, mask, mask, per_row, per_row)
+
+    @classmethod
+    def from_columns(cls, columns: Mapping[str, np.ndarray], rows: slice, n_obs: int) -> SACBatch:
+        """The ``rows`` of sampled replay columns (``AgentBuffer`` field data by key)."""
+        obs = tuple(columns[tr.obs_key(i)][rows] for i in range(n_obs))
+        next_obs = tuple(columns[tr.next_obs_key(i)][rows] for i in range(n_obs))
+        keys = (tr.CONTINUOUS_ACTIONS, tr.DISCRETE_ACTIONS, tr.ACTION_MASK, NEXT_ACTION_MASK, tr.REWARDS, tr.DONE)
+        return cls(obs, next_obs, *(columns[key][rows] for key in keys))
 
 
 # -- the maths: pure functions, tensors in and out ---------------------------------------------
@@ -177,21 +229,28 @@ class SACLearner:
         ``trainer.reward_signals``) or DemoError (an unreadable ``demo_path``)."""
         self.brain_parameters = brain_parameters
         self.settings = SACSettings.from_behavior(settings)
-        hyper, net, spec = self.settings.hyperparameters, self.settings.network, brain_parameters.action_spec
-        self._c, self._branches, self._m = spec.continuous_size, tuple(spec.discrete_branches), spec.mask_width
+        hyper = self.settings.hyperparameters
+        net = self.settings.network
+        spec = brain_parameters.action_spec
+        self._c = spec.continuous_size
+        self._branches = tuple(spec.discrete_branches)
+        self._m = spec.mask_width
         self._obs_sizes = [int(np.prod(o.shape)) for o in brain_parameters.observation_specs]
         self._warm_up_rows = max(hyper.batch_size, hyper.buffer_init_steps)
-        random_state = random.getstate()  # Keras draws each unseeded initializer's seed from Python's random
-        random.seed(seed)
-        self.policy = PolicyNetwork(self._obs_sizes, spec, net.hidden_units, net.num_layers, state_dependent_std=True)
-        q_shape = (net.hidden_units, net.num_layers, sum(self._obs_sizes) + self._c, self._m or 1)
-        names = ("q1", "q2", "target_q1", "target_q2")
-        self.q1, self.q2, self.target_q1, self.target_q2 = [ValueNetwork(*q_shape, name=n) for n in names]
-        # Extrinsic rewards are stored (times strength) with the replay rows; the others are computed at sampling.
-        signals = make_reward_signals(brain_parameters, settings.reward_signals, seed)
-        self.signals: list[RewardSignal] = [s for s in signals if not isinstance(s, ExtrinsicSignal)]
-        self.bc = BCComponent.from_behavior(settings, brain_parameters, self.policy, self._features, 1, squash=True, seed=seed)
-        random.setstate(random_state)
+        with seeded_initializers(seed):
+            self.policy = PolicyNetwork(self._obs_sizes, spec, net.hidden_units, net.num_layers, state_dependent_std=True)
+            q_input_size = sum(self._obs_sizes) + self._c
+            q_outputs = self._m or 1
+            self.q1 = ValueNetwork(net.hidden_units, net.num_layers, q_input_size, q_outputs, name="q1")
+            self.q2 = ValueNetwork(net.hidden_units, net.num_layers, q_input_size, q_outputs, name="q2")
+            self.target_q1 = ValueNetwork(net.hidden_units, net.num_layers, q_input_size, q_outputs, name="target_q1")
+            self.target_q2 = ValueNetwork(net.hidden_units, net.num_layers, q_input_size, q_outputs, name="target_q2")
+            # Extrinsic rewards are stored (times strength) with the replay rows; the others are computed at sampling.
+            signals = make_reward_signals(brain_parameters, settings.reward_signals, seed)
+            self.signals: list[RewardSignal] = [s for s in signals if not isinstance(s, ExtrinsicSignal)]
+            self.bc = BCComponent.from_behavior(
+                settings, brain_parameters, self.policy, self._features, 1, squash=True, seed=seed
+            )
         self.normalizers = [Normalizer(size, name=f"normalizer_{i}") for i, size in enumerate(self._obs_sizes)]
         self._q_vars = [*self.q1.trainable_variables, *self.q2.trainable_variables]
         self._target_vars = [*self.target_q1.trainable_variables, *self.target_q2.trainable_variables]
@@ -200,30 +259,32 @@ class SACLearner:
         # One entropy coefficient per action kind: [continuous (when C > 0), branch 0, branch 1, ...].
         self._kinds = int(self._c > 0) + len(self._branches)
         self.log_alpha = tf.Variable(tf.fill([self._kinds], math.log(hyper.init_entcoef)), name="log_alpha")
-        lr = hyper.learning_rate
-        self.policy_optimizer, self.q_optimizer, self.entropy_optimizer = [tf.keras.optimizers.Adam(lr) for _ in range(3)]
-        # Built now, so that a checkpoint restores their slots directly.
-        self.policy_optimizer.build(self.policy.trainable_variables)
-        self.q_optimizer.build(self._q_vars)
-        self.entropy_optimizer.build([self.log_alpha])
+        self.policy_optimizer = adam(hyper.learning_rate, self.policy.trainable_variables)
+        self.q_optimizer = adam(hyper.learning_rate, self._q_vars)
+        self.entropy_optimizer = adam(hyper.learning_rate, [self.log_alpha])
         self.steps = tf.Variable(0, dtype=tf.int64, trainable=False, name="steps")
         self.update_credit = tf.Variable(0.0, dtype=tf.float64, trainable=False, name="update_credit")
-        self._tf_rng, self._np_rng = tf.random.Generator.from_seed(seed), np.random.default_rng(seed)
+        self._tf_rng = tf.random.Generator.from_seed(seed)
+        self._np_rng = np.random.default_rng(seed)
         self.replay = AgentBuffer()
         self._exporter = TFLiteExporter(self.policy, [o.shape for o in brain_parameters.observation_specs])
-        g = np.repeat(np.eye(len(self._branches)), self._branches, axis=0) if self._m else np.ones((1, 1))  # G
+        # G [K, nB'] (module docstring): G[j, b] = 1 where column j is an option of branch b.
+        g = np.repeat(np.eye(len(self._branches)), self._branches, axis=0) if self._m else np.ones((1, 1))
         self._g = tf.constant(g, tf.float32)
-        batch = SACBatch.signature(self._obs_sizes, spec)
-        step = self._gradient_step_graph
-        self._gradient_step = tf.function(step, input_signature=[batch], autograph=False, jit_compile=jit_compile)
+        signature = [SACBatch.signature(self._obs_sizes, spec)]
+        self._gradient_step = tf.function(
+            self._gradient_step_graph, input_signature=signature, autograph=False, jit_compile=jit_compile
+        )
 
     def _replay_rows(self, trajectory: tr.Trajectory) -> dict[str, np.ndarray]:
         rows = trajectory.to_rows()
         out = {key: rows[key] for i in range(len(self._obs_sizes)) for key in (tr.obs_key(i), tr.next_obs_key(i))}
-        out[tr.CONTINUOUS_ACTIONS], out[tr.DISCRETE_ACTIONS] = rows[tr.CONTINUOUS_ACTIONS], rows[tr.DISCRETE_ACTIONS]
+        out[tr.CONTINUOUS_ACTIONS] = rows[tr.CONTINUOUS_ACTIONS]
+        out[tr.DISCRETE_ACTIONS] = rows[tr.DISCRETE_ACTIONS]
         mask = rows.get(tr.ACTION_MASK, np.ones((trajectory.length, self._m), np.float32))
+        out[tr.ACTION_MASK] = mask
         # Row j's next mask is row j+1's; after the last row it is unknown: everything allowed.
-        out[tr.ACTION_MASK], out[NEXT_ACTION_MASK] = mask, np.concatenate([mask[1:], np.ones((1, self._m), np.float32)])
+        out[NEXT_ACTION_MASK] = np.concatenate([mask[1:], np.ones((1, self._m), np.float32)])
         out[tr.REWARDS] = rows[tr.REWARDS].astype(np.float32) * np.float32(self.settings.reward_strength)
         # Only a true terminal is done. An interrupted last step (max_reached, or a segment flushed at
         # session end) is stored as not done: the episode did not end there, so the critic target
@@ -244,7 +305,8 @@ class SACLearner:
         after = self.replay.num_experiences
         self.update_credit.assign_add(float(max(0, after - max(before, self._warm_up_rows))))  # class docstring
         self.steps.assign_add(after - before)
-        if after > (buffer_size := self.settings.hyperparameters.buffer_size):
+        buffer_size = self.settings.hyperparameters.buffer_size
+        if after > buffer_size:
             self.replay.truncate(int(buffer_size * BUFFER_TRUNCATE_FRACTION))
         return after - before
 
@@ -259,14 +321,14 @@ class SACLearner:
 
     def update(self) -> dict[str, float]:
         """Runs the due gradient steps and returns their mean metrics ({} when none is due)."""
-        hyper, due, n_obs = self.settings.hyperparameters, self._due_gradient_steps(), len(self._obs_sizes)
+        hyper = self.settings.hyperparameters
+        due = self._due_gradient_steps()
         if due == 0:
             return {}
+        n_obs = len(self._obs_sizes)
+        b = hyper.batch_size
         self.update_credit.assign(max(0.0, float(self.update_credit.numpy()) - due * hyper.steps_per_update))
-        learning_rate, b = hyper.learning_rate, hyper.batch_size
-        if hyper.learning_rate_schedule is config.ScheduleType.LINEAR and self.settings.max_steps > 0:
-            progress = min(float(self.steps.numpy()) / self.settings.max_steps, 1.0)  # linear decay to ~0 at max_steps
-            learning_rate -= (learning_rate - MIN_LEARNING_RATE) * progress
+        learning_rate = self.learning_rate()
         for optimizer in (self.policy_optimizer, self.q_optimizer, self.entropy_optimizer):
             optimizer.learning_rate.assign(learning_rate)
         stats: list[Mapping[str, Any]] = []
@@ -286,13 +348,24 @@ class SACLearner:
         means = {key: float(np.mean([np.asarray(s[key]) for s in stats if key in s])) for key in keys}
         return {**means, "Policy/Learning Rate": learning_rate}
 
+    def learning_rate(self) -> float:
+        """The learning rate of all three optimisers at the current step: ``learning_rate_schedule`` over
+        ``max_steps`` (``trainer.schedules``)."""
+        hyper = self.settings.hyperparameters
+        max_steps = self.settings.max_steps
+        step = int(self.steps.numpy())
+        return decayed_value(hyper.learning_rate_schedule, hyper.learning_rate, MIN_LEARNING_RATE, max_steps, step)
+
     def _update_signals(self, due: int) -> dict[str, float]:
-        """The signals' own steps after ``due`` gradient steps, each on a fresh replay minibatch (module docstring)."""
+        """The signals' own steps after ``due`` gradient steps, each an ``update`` of every signal on a fresh replay
+        minibatch sampled with replacement, as ML-Agents (module docstring); returns each summary's mean."""
         if not self.signals:
             return {}
-        hyper, n_obs = self.settings.hyperparameters, len(self._obs_sizes)
+        hyper = self.settings.hyperparameters
+        n_obs = len(self._obs_sizes)
         steps = max(1, round(due * hyper.steps_per_update / hyper.effective_reward_signal_steps_per_update))
-        return train_signals(self.replay, self.signals, steps, hyper.batch_size, n_obs, self._np_rng)
+        sampled = (self.replay.sample_mini_batch(hyper.batch_size, rng=self._np_rng) for _ in range(steps))
+        return update_signals(self.signals, (SignalBatch.from_buffer(rows, n_obs) for rows in sampled))
 
     def _features(self, obs: Sequence[Tensor]) -> list[Tensor]:
         normalize = self.settings.network.normalize
@@ -300,8 +373,10 @@ class SACLearner:
 
     def _policy_sample(self, features: list[Tensor], mask: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         """(a_c [B, C], log pi_c [B, C], probs [B, K], log-probs [B, K]) of the current policy."""
-        out, rows = self.policy(*features), tf.shape(features[0])[0]
-        actions = log_probs = tf.zeros([rows, 0])
+        out = self.policy(*features)
+        rows = tf.shape(features[0])[0]
+        actions = tf.zeros([rows, 0])
+        log_probs = tf.zeros([rows, 0])
         if self._c:
             noise = self._tf_rng.normal(tf.shape(out["mean"]))
             actions, log_probs = squashed_gaussian_sample(out["mean"], out["log_std"], noise)
@@ -312,12 +387,16 @@ class SACLearner:
 
     def _gradient_step_graph(self, batch: SACBatch) -> dict[str, Tensor]:
         """One gradient step of critics, policy and entropy coefficients, then the target update."""
-        g, gamma, tau = self._g, tf.constant(self.settings.gamma), tf.constant(self.settings.hyperparameters.tau)
+        g = self._g
+        gamma = tf.constant(self.settings.gamma)
+        tau = tf.constant(self.settings.hyperparameters.tau)
         alpha = tf.exp(self.log_alpha)
         alpha_c = alpha[0] if self._c else tf.constant(0.0)
         alpha_d = alpha[int(self._c > 0) :] if self._m else tf.zeros([1])
-        features, next_features = self._features(batch.obs), self._features(batch.next_obs)
-        s, next_s = tf.concat(features, axis=1), tf.concat(next_features, axis=1)
+        features = self._features(batch.obs)
+        next_features = self._features(batch.next_obs)
+        s = tf.concat(features, axis=1)
+        next_s = tf.concat(next_features, axis=1)
 
         next_a, next_log_pi_c, next_probs, next_log_probs = self._policy_sample(next_features, batch.next_action_mask)
         next_q_input = tf.concat([next_s, next_a], axis=1)
@@ -342,14 +421,16 @@ class SACLearner:
             pi_loss = policy_loss(soft_state_value(q, probs, log_probs, log_pi_c, g, alpha_c, alpha_d))
         self.policy_optimizer.apply_gradients(zip(tape.gradient(pi_loss, policy_vars), policy_vars, strict=True))
 
-        entropies, targets = [], []  # per action kind, [B, kinds]
+        entropies: list[Tensor] = []  # per action kind, [B, kinds]
+        targets: list[Tensor] = []
         if self._c:  # H = -log pi(a|s) of the sampled a; target -C (Haarnoja 2018, sec. 5)
             entropies.append(-tf.reduce_sum(log_pi_c, axis=1, keepdims=True))
             targets.append(-float(self._c) * tf.ones_like(entropies[-1]))
         if self._m:  # the exact H_b; target a fraction of the most entropy the row's mask allows in branch b
             entropies.append(-tf.matmul(probs * log_probs, g))
             targets.append(DISCRETE_TARGET_ENTROPY_SCALE * tf.math.log(tf.maximum(tf.matmul(batch.action_mask, g), 1.0)))
-        entropy, target_entropy = tf.concat(entropies, axis=1), tf.concat(targets, axis=1)
+        entropy = tf.concat(entropies, axis=1)
+        target_entropy = tf.concat(targets, axis=1)
         with tf.GradientTape() as tape:
             alpha_loss = entropy_coefficient_loss(self.log_alpha, entropy, target_entropy)
         self.entropy_optimizer.apply_gradients([(tape.gradient(alpha_loss, self.log_alpha), self.log_alpha)])
@@ -371,19 +452,33 @@ class SACLearner:
     def export_policy(self, version: int, trainer_step: int) -> pb.PolicyUpdate:
         """The current policy as a PolicyUpdate: TFLite artifact, tanh squash, normaliser states."""
         normalizers = [normalizer_state(*n.state()) for n in self.normalizers] if self.settings.network.normalize else []
-        model, spec = self._exporter.export(), self.brain_parameters.action_spec.to_proto()
+        model = self._exporter.export()
+        spec = self.brain_parameters.action_spec.to_proto()
         name = self.brain_parameters.behavior_name
         return make_policy_update(name, version, trainer_step, model, spec, normalizers, tanh_squash=True)
 
     def checkpoint_objects(self) -> dict[str, object]:
         """Networks, targets, optimisers, entropy coefficients, normalisers, counters, the TF RNG, and the reward
         signals' and behavioral_cloning's networks and optimisers."""
-        nets = {"policy": self.policy, "q1": self.q1, "q2": self.q2, "target_q1": self.target_q1, "target_q2": self.target_q2}
-        optimizers = {"policy_optimizer": self.policy_optimizer, "q_optimizer": self.q_optimizer}
-        optimizers["entropy_optimizer"] = self.entropy_optimizer
-        counters = {"log_alpha": self.log_alpha, "steps": self.steps, "update_credit": self.update_credit, "rng": self._tf_rng}
-        objects = {**nets, **optimizers, **counters, **{f"normalizer_{i}": n for i, n in enumerate(self.normalizers)}}
-        return {**objects, **signal_checkpoint_objects(self.signals), **(self.bc.checkpoint_objects() if self.bc else {})}
+        objects: dict[str, object] = {
+            "policy": self.policy,
+            "q1": self.q1,
+            "q2": self.q2,
+            "target_q1": self.target_q1,
+            "target_q2": self.target_q2,
+            "policy_optimizer": self.policy_optimizer,
+            "q_optimizer": self.q_optimizer,
+            "entropy_optimizer": self.entropy_optimizer,
+            "log_alpha": self.log_alpha,
+            "steps": self.steps,
+            "update_credit": self.update_credit,
+            "rng": self._tf_rng,
+        }
+        objects.update({f"normalizer_{i}": n for i, n in enumerate(self.normalizers)})
+        objects.update(signal_checkpoint_objects(self.signals))
+        if self.bc is not None:
+            objects.update(self.bc.checkpoint_objects())
+        return objects
 
     def save_extra(self, directory: Path) -> None:
         """With save_replay_buffer, writes the replay buffer to ``directory / replay_buffer.hdf5`` (``trainer.sac_replay``)."""

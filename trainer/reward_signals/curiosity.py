@@ -30,6 +30,7 @@ import tensorflow as tf
 from common.config import CuriositySettings, NotSupportedKeyError
 from common.specs import ActionSpec, BrainParameters
 from trainer.networks import masked_log_softmax, mlp, swish
+from trainer.optimizer import adam
 from trainer.reward_signals.base import SignalBatch, action_features, batch_signature
 from trainer.summaries import CURIOSITY_FORWARD_LOSS, CURIOSITY_INVERSE_LOSS, CURIOSITY_REWARD, CURIOSITY_VALUE_ESTIMATE
 
@@ -101,8 +102,7 @@ class CuriositySignal:
         size = sum(int(np.prod(o.shape)) for o in brain_parameters.observation_specs)
         net = settings.network_settings
         self.model = CuriosityModel(size, self._spec, net.hidden_units, net.num_layers)
-        self.optimizer = keras.optimizers.Adam(settings.learning_rate)
-        self.optimizer.build(self.model.trainable_variables)  # slots now, so a checkpoint restores them
+        self.optimizer = adam(settings.learning_rate, self.model.trainable_variables)
         signature = batch_signature(brain_parameters)
         self._errors = tf.function(self._errors_graph, input_signature=[signature], autograph=False)
         self._train_step = tf.function(self._train_step_graph, input_signature=[signature], autograph=False)

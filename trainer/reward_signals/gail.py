@@ -27,6 +27,7 @@ import tensorflow as tf
 from common.config import GAILSettings, NotSupportedKeyError
 from common.specs import BrainParameters
 from trainer.networks import mlp
+from trainer.optimizer import adam
 from trainer.reward_signals.base import SignalBatch, action_features, batch_signature, expert_rows
 from trainer.summaries import GAIL_EXPERT_ESTIMATE, GAIL_LOSS, GAIL_POLICY_ESTIMATE, GAIL_REWARD, GAIL_VALUE_ESTIMATE
 
@@ -105,8 +106,7 @@ class GAILSignal:
             size += self._spec.continuous_size + self._spec.mask_width + 1
         net = settings.network_settings
         self.discriminator = Discriminator(size, net.hidden_units, net.num_layers)
-        self.optimizer = keras.optimizers.Adam(settings.learning_rate)
-        self.optimizer.build(self.discriminator.trainable_variables)  # slots now, so a checkpoint restores them
+        self.optimizer = adam(settings.learning_rate, self.discriminator.trainable_variables)
         self._rng = np.random.default_rng(seed)
         self._tf_rng = tf.random.Generator.from_seed(seed)
         signature = batch_signature(brain_parameters)
