@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from common.config import (
+    ActivationType,
     BCHyperparameters,
     BehavioralCloningSettings,
     BehaviorSettings,
@@ -45,8 +46,14 @@ def _behavior(settings: dict[str, Any], name: str = "CartPole", **top: Any) -> R
 
 
 def _defaults(cls: type, **required: Any) -> dict[str, Any]:
+    """The defaults of ``cls``'s ML-Agents keys (``stepstream`` metadata marks the keys stepstream adds)."""
     instance = cls(**required)
-    return {f.name: getattr(instance, f.name) for f in dataclasses.fields(instance) if f.name not in required}
+    fields = [f for f in dataclasses.fields(instance) if f.name not in required and not f.metadata.get("stepstream")]
+    return {f.name: getattr(instance, f.name) for f in fields}
+
+
+def _stepstream_keys(cls: type) -> set[str]:
+    return {f.name for f in dataclasses.fields(cls) if f.metadata.get("stepstream")}
 
 
 # --- defaults ---------------------------------------------------------------------------------
@@ -133,6 +140,45 @@ ML_AGENTS_DEFAULTS = [
 @pytest.mark.parametrize(("cls", "required", "expected"), ML_AGENTS_DEFAULTS, ids=lambda v: getattr(v, "__name__", ""))
 def test_section_defaults_match_ml_agents(cls: type, required: dict[str, Any], expected: dict[str, Any]) -> None:
     assert _defaults(cls, **required) == expected
+
+
+def test_stepstream_ppo_keys_default_to_sb3s_variants() -> None:
+    """PPO's variants that ML-Agents' YAML cannot set: stepstream keys, defaulting to SB3's choices."""
+    ppo = PPOHyperparameters()
+    assert {key: getattr(ppo, key) for key in _stepstream_keys(PPOHyperparameters)} == {
+        "clip_value_loss": False,
+        "max_grad_norm": 0.5,
+        "activation": ActivationType.TANH,
+        "orthogonal_init": True,
+    }
+    for cls in (SACHyperparameters, BCHyperparameters, NetworkSettings, RewardSignalSettings, BehaviorSettings):
+        assert _stepstream_keys(cls) == set(), cls
+
+
+def test_stepstream_ppo_keys_parse_strictly() -> None:
+    ml_agents = {"clip_value_loss": True, "max_grad_norm": None, "activation": "swish", "orthogonal_init": False}
+    ppo = _behavior({"trainer_type": "ppo", "hyperparameters": ml_agents}).behaviors["CartPole"].hyperparameters
+    assert ppo == PPOHyperparameters(
+        clip_value_loss=True, max_grad_norm=None, activation=ActivationType.SWISH, orthogonal_init=False
+    )
+    relu = (
+        _behavior({"trainer_type": "ppo", "hyperparameters": {"activation": "relu", "max_grad_norm": 2}})
+        .behaviors["CartPole"]
+        .hyperparameters
+    )
+    assert isinstance(relu, PPOHyperparameters)
+    assert (relu.activation, relu.max_grad_norm) == (ActivationType.RELU, 2.0)
+    key = "behaviors.CartPole.hyperparameters"
+    with pytest.raises(ConfigKeyError, match=rf"{key}\.max_grad_norm: must be > 0, got 0\.0"):
+        _behavior({"trainer_type": "ppo", "hyperparameters": {"max_grad_norm": 0}})
+    with pytest.raises(ConfigKeyError, match=rf"{key}\.activation: expected one of tanh, relu, swish, got str 'Tanh'"):
+        _behavior({"trainer_type": "ppo", "hyperparameters": {"activation": "Tanh"}})
+    with pytest.raises(ConfigKeyError, match=rf"{key}\.clip_value_loss: expected true or false, got str 'yes'"):
+        _behavior({"trainer_type": "ppo", "hyperparameters": {"clip_value_loss": "yes"}})
+    with pytest.raises(ConfigKeyError, match=rf"{key}\.orthogonal_init: expected true or false, got int 1"):
+        _behavior({"trainer_type": "ppo", "hyperparameters": {"orthogonal_init": 1}})
+    with pytest.raises(ConfigKeyError, match=r"'max_grad_norm' is a ppo hyperparameter"):
+        _behavior({"trainer_type": "sac", "hyperparameters": {"max_grad_norm": 0.5}})
 
 
 def test_behavior_defaults_match_ml_agents() -> None:

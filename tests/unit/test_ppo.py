@@ -14,6 +14,7 @@ import pytest
 import tensorflow as tf
 
 from common.config import (
+    ActivationType,
     BehaviorSettings,
     GAILSettings,
     NetworkSettings,
@@ -28,6 +29,7 @@ from common.errors import ConfigError, NotSupportedYetError
 from common.specs import ActionSpec, BrainParameters, ObservationSpec
 from common.trajectory import Trajectory, TrajectoryId
 from processor.inference import Policy
+from trainer.networks import swish
 from trainer.ppo import (
     ACTION_CLIP,
     ADVANTAGES,
@@ -47,6 +49,8 @@ from trainer.ppo import (
     clipped_value_loss,
     decayed_value,
     gae,
+    ppo_losses,
+    squared_value_loss,
 )
 from trainer.summaries import EXTRINSIC_REWARD
 
@@ -328,3 +332,83 @@ def test_rejects_what_it_cannot_train() -> None:
     vail = {RewardSignalType.GAIL: GAILSettings(demo_path="unused.demo", use_vail=True)}
     with pytest.raises(NotSupportedYetError, match=r"reward_signals\.gail\.use_vail"):
         PPOLearner(brain(CONTINUOUS), BehaviorSettings(reward_signals=vail))
+
+
+# -- the variants: stepstream settings (clip_value_loss, max_grad_norm, activation, orthogonal_init) -----
+
+
+def one_minibatch(learner: PPOLearner, spec: ActionSpec, rows: int = 16) -> MiniBatch:
+    """The learner's first ``rows`` update-buffer rows, with old values 1 below the current estimates: far outside
+    epsilon, so that clipping the value loss changes it."""
+    learner.add_trajectories([trajectory(spec, rows, seed=3)])
+    full = MiniBatch.from_buffer(learner.update_buffer, 1, spec.discrete_branches)
+    values = learner._values(full.obs).numpy()
+    return full._replace(old_values=values - 1.0)
+
+
+@pytest.mark.parametrize("clip", [True, False], ids=["clipped", "plain"])
+def test_clip_value_loss_picks_the_value_loss_of_the_step(clip: bool) -> None:
+    learner = PPOLearner(brain(CONTINUOUS), settings(clip_value_loss=clip), warm_up=False)
+    batch = one_minibatch(learner, CONTINUOUS)
+    values = learner._values(batch.obs)
+    epsilon = tf.constant(0.2)
+    clipped = float(clipped_value_loss(values, batch.old_values, batch.returns, epsilon))
+    plain = float(squared_value_loss(values, batch.returns))
+    assert clipped > plain + 0.1  # V_clip = V_old + 0.2 sits 0.8 below V: the clipped loss is the larger
+    losses = learner._gradient_step(batch, epsilon, tf.constant(0.0))
+    assert float(losses.value) == pytest.approx(clipped if clip else plain, rel=1e-6)
+
+
+@pytest.mark.parametrize("max_grad_norm", [0.05, None], ids=["clipped", "unclipped"])
+def test_max_grad_norm_bounds_the_applied_gradient(max_grad_norm: float | None) -> None:
+    learner = PPOLearner(brain(HYBRID), settings(max_grad_norm=max_grad_norm), warm_up=False)
+    batch = one_minibatch(learner, HYBRID)
+    applied: list[float] = []
+    apply = learner.optimizer.apply_gradients
+
+    def recording(pairs: Any) -> Any:
+        pairs = list(pairs)
+        applied.append(float(tf.linalg.global_norm([g for g, _ in pairs])))
+        return apply(pairs)
+
+    learner.optimizer.apply_gradients = recording  # type: ignore[method-assign]
+    with tf.GradientTape() as tape:  # the raw gradient of the same loss, for comparison
+        outputs = learner.policy(*learner._normalized(batch.obs))
+        log_probs, entropy = action_log_probs_and_entropy(outputs, batch, (3,))
+        values = learner._values(batch.obs)
+        total = ppo_losses(log_probs, entropy, values, batch, tf.constant(0.2), tf.constant(1e-2), False).total
+    raw = float(tf.linalg.global_norm(tape.gradient(total, learner._variables)))
+    assert raw > 0.2  # far above the clip of 0.05
+    learner._gradient_step(batch, tf.constant(0.2), tf.constant(1e-2))
+    assert applied == [pytest.approx(0.05 if max_grad_norm else raw, rel=1e-5)]
+
+
+@pytest.mark.parametrize(
+    ("activation", "function"),
+    [(ActivationType.TANH, tf.tanh), (ActivationType.RELU, tf.nn.relu), (ActivationType.SWISH, swish)],
+    ids=["tanh", "relu", "swish"],
+)
+def test_activation_is_the_hidden_layers_of_both_networks(activation: ActivationType, function: Any) -> None:
+    learner = PPOLearner(brain(CONTINUOUS), settings(activation=activation), warm_up=False)
+    x = tf.constant(np.random.default_rng(0).normal(size=(5, OBS)).astype(np.float32))
+    for body in (learner.policy.body, learner.value.body):
+        (layer,) = body.layers
+        assert layer.activation is function
+        np.testing.assert_allclose(body(x).numpy(), function(x @ layer.kernel + layer.bias).numpy(), rtol=1e-6)
+
+
+@pytest.mark.parametrize("orthogonal", [True, False], ids=["orthogonal", "glorot"])
+def test_orthogonal_init_gives_sb3s_gains_or_glorot(orthogonal: bool) -> None:
+    learner = PPOLearner(brain(CONTINUOUS), settings(orthogonal_init=orthogonal), warm_up=False)
+    hidden = learner.policy.body.layers[0].kernel.numpy()  # [3, 8]: orthogonal rows
+    mean_head = learner.policy.mean_head.kernel.numpy()  # type: ignore[union-attr]  # [8, 2]: orthogonal columns
+    value_head = learner.value.head.kernel.numpy()  # [8, 1]
+    gram = hidden @ hidden.T
+    if orthogonal:  # gains sqrt(2) hidden, 0.01 policy head, 1 value head (SB3's MlpPolicy)
+        np.testing.assert_allclose(gram, 2.0 * np.eye(OBS), atol=1e-5)
+        np.testing.assert_allclose(mean_head.T @ mean_head, 1e-4 * np.eye(2), atol=1e-9)
+        assert float(np.linalg.norm(value_head)) == pytest.approx(1.0, rel=1e-5)
+    else:  # Glorot uniform: not orthogonal, and within its bound sqrt(6 / (fan_in + fan_out))
+        assert not np.allclose(gram, np.diag(np.diag(gram)), atol=1e-3)
+        assert np.abs(hidden).max() <= math.sqrt(6 / (OBS + 8))
+        assert float(np.linalg.norm(value_head)) != pytest.approx(1.0, rel=1e-3)
