@@ -1,7 +1,8 @@
 """The sections inside one behavior of ML-Agents' trainer YAML: hyperparameters, networks, reward signals.
 
 One frozen dataclass per section. Field names and defaults are those of ML-Agents 1.x (release 20+,
-``mlagents.trainers.settings``); ``trainer_type: bc`` is stepstream's own. Every class validates its
+``mlagents.trainers.settings``); ``trainer_type: bc`` is stepstream's own, and so are the fields whose metadata
+is ``STEPSTREAM_KEY`` (PPO's variants). Every class validates its
 ranges in ``__post_init__``, so a direct construction is checked exactly like a parsed file, with a
 :class:`ConfigKeyError` whose ``key`` names the field; the parser (:mod:`common.config`) prefixes the
 dotted path and the file name. Import these names from :mod:`common.config`.

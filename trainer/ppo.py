@@ -253,7 +253,8 @@ def action_log_probs_and_entropy(
     continuous actions are the raw Gaussian samples (the processor clips only the env's copy), so
     their log-prob is the Gaussian's own; masked discrete options get ~0 probability.
     """
-    log_probs, entropies = [], []
+    log_probs: list[tf.Tensor] = []
+    entropies: list[tf.Tensor] = []
     if "mean" in outputs:
         log_p = networks.gaussian_log_prob(batch.continuous_actions, outputs["mean"], outputs["log_std"])
         log_probs.append(tf.reduce_sum(log_p, axis=-1))
