@@ -10,6 +10,9 @@ from __future__ import annotations
 import asyncio
 import math
 import os
+import re
+import signal
+import struct
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
@@ -22,6 +25,7 @@ from common.specs import BrainParameters
 from common.trajectory import Trajectory
 from envclient.unity import translate
 from envclient.unity.gateway import GatewayServer, GatewaySettings
+from envclient.unity.side_channels import ENGINE_CONFIGURATION, ENVIRONMENT_PARAMETERS, split_messages
 from protos import mlagents_demo_pb2 as demo_pb
 from protos import mlagents_unity_pb2 as unity_pb
 from tests.integration.conftest import StartProcessor
@@ -339,3 +343,58 @@ async def test_a_camera_observation_is_refused_once_naming_it(stack: Stack) -> N
     assert f"behavior {brain.brain_name!r}: observation 0" in reason and "PNG" in reason
     assert stack.gateway.gateway.stats.failed_behaviors == 1  # once, not per step
     await stack.unity.stop()
+
+
+# -- side channels and the command line -----------------------------------------------------------
+
+
+async def test_stats_channel_values_reach_the_metrics(stack: Stack) -> None:
+    from prometheus_client import generate_latest
+
+    from common.metrics import new_registry
+    from envclient.unity.metrics import UnityCollector
+    from envclient.unity.side_channels import STATS, frame
+
+    stack.declare(WALKER, _walker(1, 0))
+    await stack.unity.start()
+    stat = frame(STATS, struct.pack("<i", 9) + b"Env/Laps." + struct.pack("<fi", 3.0, 1))
+    await stack.unity.step({"Walker": [_walker(1, 0)]}, side_channel=stat + stat)
+    text = generate_latest(new_registry(UnityCollector(stack.gateway.gateway.stats))).decode()
+    assert 'stepstream_unity_stat{aggregation="most_recent",key="Env/Laps."} 3.0' in text
+    assert 'stepstream_unity_stat_messages_total{key="Env/Laps."} 2.0' in text
+    await stack.unity.stop()
+
+
+async def test_the_unity_command_sends_the_yaml_settings_and_steps_through_the_processor(
+    start_processor: StartProcessor, tmp_path: Path
+) -> None:
+    from tests.integration.test_cli import REPO, stepstream_command, subprocess_env
+
+    server, address = await start_processor(itest_settings())
+    Harness(server, address).publish_policy(translate.behavior_spec(WALKER, _walker(1, 0)), 1)
+    config = tmp_path / "unity.yaml"
+    config.write_text("engine_settings: {time_scale: 7, width: 320}\nenvironment_parameters: {gravity: 9.5}\n")
+    proc = await asyncio.create_subprocess_exec(
+        *stepstream_command(), "unity", str(config), "--port", "0", "--processor", address,
+        cwd=REPO, env=subprocess_env(), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    try:
+        port = None
+        while port is None:
+            line = (await asyncio.wait_for(proc.stdout.readline(), 30.0)).decode()
+            assert line, "stepstream unity exited before listening"
+            found = re.search(r"listening for Unity on 127\.0\.0\.1:(\d+)", line)
+            port = int(found.group(1)) if found else None
+        unity = FakeUnity(f"127.0.0.1:{port}")
+        unity.brains["Walker"] = WALKER
+        _, reset = await unity.start()
+        sent = list(split_messages(reset.unity_input.rl_input.side_channel))
+        assert (ENGINE_CONFIGURATION, struct.pack("<iii", 0, 320, 84)) in sent
+        assert (ENGINE_CONFIGURATION, struct.pack("<if", 2, 7.0)) in sent
+        assert (ENVIRONMENT_PARAMETERS, struct.pack("<i", 7) + b"gravity" + struct.pack("<if", 0, 9.5)) in sent
+        assert len(_actions(await unity.step({"Walker": [_walker(1, 0)]}), "Walker")) == 1
+        await unity.stop()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(proc.wait(), 30.0) == 0
