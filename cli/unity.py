@@ -19,9 +19,10 @@ from typing import Any
 import yaml
 
 from cli.flags import add_client_security_flags, add_metrics_flags, client_security_from_args
-from common.errors import ConfigError, NotSupportedYetError
+from common.errors import ConfigError, NotSupportedYetError, StepstreamError
 from common.metrics import serve_metrics
 from envclient.unity.gateway import DEFAULT_UNITY_PORT, RECONNECT_TIMEOUT_S, GatewayServer, GatewaySettings
+from envclient.unity.launcher import DEFAULT_BUILD_PORT, LaunchSettings, UnityBuild
 from envclient.unity.metrics import UnityCollector
 from envclient.unity.side_channels import EngineSettings, UnitySettings
 
@@ -111,7 +112,29 @@ def add_unity_parser(sub: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("config", nargs="?", help="ML-Agents-style trainer YAML (engine_settings, environment_parameters)")
     parser.add_argument(
-        "--port", type=int, default=DEFAULT_UNITY_PORT, help=f"port Unity dials (default {DEFAULT_UNITY_PORT}, the Editor's)"
+        "--port",
+        type=int,
+        help=f"port Unity dials (default {DEFAULT_UNITY_PORT}, the Editor's; {DEFAULT_BUILD_PORT} with --env; "
+        "0 with --env: any free port, passed to the build)",
+    )
+    parser.add_argument(
+        "--env",
+        metavar="PATH",
+        dest="env_path",
+        help="launch this Unity build with --mlagents-port, as mlagents-learn does; the command ends when it exits",
+    )
+    parser.add_argument(
+        "--no-graphics",
+        action="store_true",
+        default=None,
+        help="start the build with -nographics -batchmode (default: engine_settings.no_graphics)",
+    )
+    parser.add_argument("--log-dir", type=Path, help="the build writes -logFile LOG_DIR/Player-0.log")
+    parser.add_argument(
+        "--env-args",
+        nargs=argparse.REMAINDER,
+        default=[],
+        help="arguments for the build after stepstream's own (last on the command line, as in mlagents-learn)",
     )
     parser.add_argument(
         "--processor",
@@ -143,21 +166,45 @@ def run_unity(args: argparse.Namespace) -> int:
         security=client_security_from_args(args),
         reconnect_timeout_s=args.reconnect_timeout_s,
     )
-    return asyncio.run(_serve(settings, args.port, args.metrics_host, args.metrics_port))
+    build = None
+    if args.env_path is not None:
+        no_graphics = settings.unity.engine.no_graphics if args.no_graphics is None else args.no_graphics
+        build = UnityBuild(LaunchSettings(args.env_path, no_graphics, args.log_dir, tuple(args.env_args)))
+    port = args.port if args.port is not None else DEFAULT_BUILD_PORT if build is not None else DEFAULT_UNITY_PORT
+    return asyncio.run(_serve(settings, port, build, args.metrics_host, args.metrics_port))
 
 
-async def _serve(settings: GatewaySettings, port: int, metrics_host: str, metrics_port: int | None) -> int:
+async def _serve(
+    settings: GatewaySettings, port: int, build: UnityBuild | None, metrics_host: str, metrics_port: int | None
+) -> int:
+    """Serve until SIGTERM/SIGINT or, with a build, until the build exits (an error unless it exits with 0)."""
     server = GatewayServer(settings, port=port)
-    await server.start()
+    port = await server.start()
     endpoint = serve_metrics(metrics_host, metrics_port, UnityCollector(server.gateway.stats))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    exited: asyncio.Task[int] | None = None
     try:
-        await stop.wait()
+        waits: list[asyncio.Task[object]] = [asyncio.ensure_future(stop.wait())]
+        if build is not None:
+            await build.start(port)
+            exited = asyncio.ensure_future(build.wait())
+            waits.append(exited)  # type: ignore[arg-type]
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        for task in waits:
+            if task is not exited:
+                task.cancel()
     finally:
+        if build is not None:
+            await build.stop()
         await server.stop()
         if endpoint is not None:
             endpoint.stop()
+    if exited is not None and exited.done() and not stop.is_set():
+        code = exited.result()
+        if code != 0:
+            raise StepstreamError(f"the Unity build {build.executable if build else ''} exited with code {code}")
+        log.info("the Unity build exited")
     return 0

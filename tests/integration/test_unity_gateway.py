@@ -398,3 +398,71 @@ async def test_the_unity_command_sends_the_yaml_settings_and_steps_through_the_p
     finally:
         proc.send_signal(signal.SIGTERM)
         assert await asyncio.wait_for(proc.wait(), 30.0) == 0
+
+
+FAKE_BUILD = """#!{python}
+import asyncio, json, sys
+sys.path.insert(0, {repo!r})
+from tests.unity_fake import FakeUnity, agent_info, brain_proto
+
+argv = sys.argv[1:]
+with open({record!r}, "w") as f:
+    json.dump(argv, f)
+port = int(argv[argv.index("--mlagents-port") + 1])
+
+
+async def main():
+    unity = FakeUnity(f"127.0.0.1:{{port}}")
+    unity.brains["Walker"] = brain_proto("Walker", continuous=2)
+    await unity.start()
+    for t in range(3):
+        reply = await unity.step({{"Walker": [agent_info(1, [[t, 1.0, 0.5]])]}})
+        assert reply.header.status == 200 and len(reply.unity_input.rl_input.agent_actions["Walker"].value) == 1
+    await unity.stop()
+
+
+asyncio.run(main())
+sys.exit({code})
+"""
+
+
+@pytest.mark.parametrize("code", [0, 3])
+async def test_env_launches_the_build_as_mlagents_learn_does(
+    start_processor: StartProcessor, tmp_path: Path, code: int
+) -> None:
+    import json
+    import sys
+
+    from tests.integration.test_cli import REPO, stepstream_command, subprocess_env
+
+    server, address = await start_processor(itest_settings())
+    Harness(server, address).publish_policy(translate.behavior_spec(WALKER, _walker(1, 0)), 1)
+    record = tmp_path / "argv.json"
+    build = tmp_path / "Game.x86_64"  # --env Game finds it, as ML-Agents resolves a Linux build
+    build.write_text(FAKE_BUILD.format(python=sys.executable, repo=str(REPO), record=str(record), code=code))
+    build.chmod(0o755)
+    logs = tmp_path / "logs"
+    proc = await asyncio.create_subprocess_exec(
+        *stepstream_command(), "unity", "--port", "0", "--processor", address, "--env", str(tmp_path / "Game"),
+        "--no-graphics", "--log-dir", str(logs), "--env-args", "--level", "2",
+        cwd=REPO, env=subprocess_env(), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+    )  # fmt: skip
+    output, _ = await asyncio.wait_for(proc.communicate(), 60.0)
+    text = output.decode()
+    argv = json.loads(record.read_text())
+    port = argv[argv.index("--mlagents-port") + 1]
+    assert int(port) > 0
+    assert argv == [
+        "-nographics",
+        "-batchmode",
+        "--mlagents-port",
+        port,
+        "-logFile",
+        str(logs / "Player-0.log"),
+        "--level",
+        "2",
+    ]
+    if code == 0:
+        assert proc.returncode == 0, text
+    else:
+        assert proc.returncode == 2 and "exited with code 3" in text, text
