@@ -38,10 +38,13 @@ type: $(STAMP)
 	$(VENV)/bin/mypy protos common processor trainer envclient cli benchmarks
 
 # Regenerates protos/*_pb2*.py[i] from protos/*.proto with the pinned grpcio-tools.
-# mlagents_demo.proto (the .demo file messages) has no service, so no _grpc module.
+# mlagents_demo.proto (the .demo file messages) and mlagents_unity.proto (Unity's messages) have no service, so no
+# _grpc module; unity_to_external.proto holds the service Unity calls.
 protos: $(STAMP)
 	$(PY) -m grpc_tools.protoc -I. --python_out=. --pyi_out=. --grpc_python_out=. protos/stepstream.proto
 	$(PY) -m grpc_tools.protoc -I. --python_out=. --pyi_out=. protos/mlagents_demo.proto
+	$(PY) -m grpc_tools.protoc -I. --python_out=. --pyi_out=. protos/mlagents_unity.proto
+	$(PY) -m grpc_tools.protoc -I. --python_out=. --pyi_out=. --grpc_python_out=. protos/unity_to_external.proto
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -199,6 +199,12 @@ def _add_record(sub: argparse._SubParsersAction) -> None:
     add_record_parser(sub)
 
 
+def _add_unity(sub: argparse._SubParsersAction) -> None:
+    from cli.unity import add_unity_parser
+
+    add_unity_parser(sub)
+
+
 def _build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="stepstream", description="Asynchronous agent-processor service for RL.")
     parser.add_argument("--log-level", default="INFO", help="logging level (default: INFO)")
@@ -217,6 +223,7 @@ def _build_parser() -> argparse.ArgumentParser:
     _add_env(sub)
     _add_demo(sub)
     _add_record(sub)
+    _add_unity(sub)
     return parser
 
 

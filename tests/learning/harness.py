@@ -25,7 +25,7 @@ import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -87,6 +87,7 @@ def train_on_simple_env(
     results_dir: Path | None = None,
     trajectory_queue_size: int | None = None,
     timeout_s: float = 120.0,
+    client: EnvClient | None = None,
 ) -> LearningRun:
     """Train ``settings``' trainer on the 1-D task through the real processor; blocks until done.
 
@@ -103,6 +104,8 @@ def train_on_simple_env(
             clients wait for the trainer (backpressure); None: the processor's default for the
             algorithm (``BehaviorRuntime.from_settings``: about one PPO update buffer).
         timeout_s: liveness bound on the whole run.
+        client: runs one env client until its stop event (default: an ``EnvSession`` with ``run_env``);
+            ``tests/learning/test_unity_learning.py`` puts a gateway and a fake Unity there.
 
     Returns:
         The trainer's result, the env clients' counts and the processor's counters.
@@ -133,6 +136,7 @@ def train_on_simple_env(
             should_stop,
             results_dir,
             timeout_s,
+            client or _client,
         )
     )
 
@@ -160,6 +164,10 @@ def collect_expert_rows(continuous: bool, seed: int, *, num_agents: int = 16, en
     return buffer
 
 
+EnvClient = Callable[[str, int, bool, int, int, asyncio.Event], Awaitable[RunStats]]
+"""``(address, index, continuous, agents, seed, stop) -> RunStats``: one env client of a learning run."""
+
+
 async def _client(address: str, index: int, continuous: bool, agents: int, seed: int, stop: asyncio.Event) -> RunStats:
     env = SimpleEnv(agents, continuous=continuous, behavior_name=BEHAVIOR, seed=seed * 1000 + index)
     async with EnvSession(address, f"simple-env-{index}", [env.brain_parameters]) as session:
@@ -177,6 +185,7 @@ async def _run(
     should_stop: Callable[[TrainerResult], bool] | None,
     results_dir: Path | None,
     timeout_s: float,
+    client: EnvClient,
 ) -> LearningRun:
     server = ProcessorServer(processor_settings, ServerOptions(port=0))
     port = await server.start()
@@ -197,7 +206,7 @@ async def _run(
     env_stop = asyncio.Event()
     trainer = asyncio.ensure_future(asyncio.to_thread(loop.run, trainer_stop, should_stop=should_stop))
     clients = [
-        asyncio.ensure_future(_client(f"127.0.0.1:{port}", k, continuous, agents_per_env, seed, env_stop))
+        asyncio.ensure_future(client(f"127.0.0.1:{port}", k, continuous, agents_per_env, seed, env_stop))
         for k in range(num_envs)
     ]
     run = LearningRun(loop.result)

@@ -1,4 +1,4 @@
-"""The committed generated code matches ``protos/stepstream.proto`` and ``protos/mlagents_demo.proto`` byte for byte.
+"""The committed generated code matches every ``protos/*.proto`` byte for byte.
 
 Regenerates with the pinned grpcio-tools exactly as ``make protos`` does (same flags, and ``-I``
 at a copy of the repository layout, so the generated import paths are identical) and compares.
@@ -22,6 +22,11 @@ GENERATED = [
     "stepstream_pb2_grpc.py",
     "mlagents_demo_pb2.py",
     "mlagents_demo_pb2.pyi",
+    "mlagents_unity_pb2.py",
+    "mlagents_unity_pb2.pyi",
+    "unity_to_external_pb2.py",
+    "unity_to_external_pb2.pyi",
+    "unity_to_external_pb2_grpc.py",
 ]
 
 
@@ -55,6 +60,14 @@ def regenerated(tmp_path_factory: pytest.TempPathFactory) -> Path:
     ]
     result = subprocess.run(demo_command, cwd=root, capture_output=True, text=True, timeout=120, check=False)
     assert result.returncode == 0, f"protoc failed: {result.stderr}"
+    # The Unity messages (no service) and the service Unity calls, as in `make protos`.
+    for name, grpc_out in (("mlagents_unity.proto", []), ("unity_to_external.proto", ["--grpc_python_out=."])):
+        shutil.copy(PROTOS_DIR / name, root / "protos" / name)
+        unity_command = [sys.executable, "-m", "grpc_tools.protoc", "-I.", "--python_out=.", "--pyi_out=.", *grpc_out]
+        result = subprocess.run(
+            [*unity_command, f"protos/{name}"], cwd=root, capture_output=True, text=True, timeout=120, check=False
+        )
+        assert result.returncode == 0, f"protoc failed: {result.stderr}"
     return root / "protos"
 
 

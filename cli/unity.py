@@ -1,0 +1,210 @@
+"""``stepstream unity``: the ML-Agents protocol gateway in front of a processor (``envclient.unity``).
+
+The YAML's ``engine_settings`` and constant ``environment_parameters`` become the typed
+``UnitySettings`` here (``unity_settings_from_yaml``); the rest of the file is the processor's and
+the trainers' business and is not read. Samplers and curricula are not supported yet.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from cli.flags import add_client_security_flags, add_metrics_flags, client_security_from_args
+from common.errors import ConfigError, NotSupportedYetError, StepstreamError
+from common.metrics import serve_metrics
+from envclient.unity.gateway import DEFAULT_UNITY_PORT, RECONNECT_TIMEOUT_S, GatewayServer, GatewaySettings
+from envclient.unity.launcher import DEFAULT_BUILD_PORT, LaunchSettings, UnityBuild
+from envclient.unity.metrics import UnityCollector
+from envclient.unity.side_channels import EngineSettings, UnitySettings
+
+log = logging.getLogger(__name__)
+
+_ENGINE_TYPES: dict[str, type] = {
+    "width": int,
+    "height": int,
+    "quality_level": int,
+    "time_scale": float,
+    "target_frame_rate": int,
+    "capture_frame_rate": int,
+    "no_graphics": bool,
+}
+"""``EngineSettings``' fields and their types (a test checks they agree)."""
+
+
+def _engine_settings(section: Any) -> EngineSettings:
+    if section is None:
+        return EngineSettings()
+    if not isinstance(section, Mapping):
+        raise ConfigError(f"engine_settings: expected a mapping, got {type(section).__name__} {section!r}")
+    values: dict[str, Any] = {}
+    for key, value in section.items():
+        if key == "no_graphics_monitor":  # an ML-Agents key about its own monitor; nothing to tell Unity
+            continue
+        if key not in _ENGINE_TYPES:
+            raise ConfigError(f"engine_settings.{key}: unknown key (known: {', '.join(sorted(_ENGINE_TYPES))})")
+        want = _ENGINE_TYPES[key]
+        ok = isinstance(value, bool) if want is bool else isinstance(value, (int, float) if want is float else int)
+        if not ok or (want is not bool and isinstance(value, bool)):
+            raise ConfigError(f"engine_settings.{key}: expected {want.__name__}, got {type(value).__name__} {value!r}")
+        values[key] = want(value)
+    return EngineSettings(**values)
+
+
+def _environment_parameters(section: Any) -> dict[str, float]:
+    if section is None:
+        return {}
+    if not isinstance(section, Mapping):
+        raise ConfigError(f"environment_parameters: expected a mapping, got {type(section).__name__} {section!r}")
+    out: dict[str, float] = {}
+    for key, value in section.items():
+        if isinstance(value, Mapping) and set(value) == {"value"}:
+            value = value["value"]
+        if isinstance(value, Mapping):
+            kind = "a curriculum" if "curriculum" in value else "a sampler" if "sampler_type" in value else "a mapping"
+            raise NotSupportedYetError(
+                f"environment_parameters.{key}: {kind} is not supported yet; only constant numbers are sent to Unity"
+            )
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"environment_parameters.{key}: expected a number, got {type(value).__name__} {value!r}")
+        out[str(key)] = float(value)
+    return out
+
+
+def unity_settings_from_yaml(path: str | Path | None, seed: int = -1, num_areas: int = 1) -> UnitySettings:
+    """The ``engine_settings`` and ``environment_parameters`` of the YAML at ``path`` (None: the defaults).
+
+    Raises:
+        ConfigError: an unreadable file, an unknown key, a wrong type or value (the dotted path named).
+        NotSupportedYetError: a sampler or curriculum environment parameter.
+    """
+    mapping: Any = {}
+    if path is not None:
+        try:
+            mapping = yaml.safe_load(Path(path).read_text()) or {}
+        except (OSError, yaml.YAMLError) as err:
+            raise ConfigError(f"{path}: cannot read the config: {err}") from None
+        if not isinstance(mapping, Mapping):
+            raise ConfigError(f"{path}: expected a mapping at the top, got {type(mapping).__name__}")
+    return UnitySettings(
+        engine=_engine_settings(mapping.get("engine_settings")),
+        environment_parameters=_environment_parameters(mapping.get("environment_parameters")),
+        seed=seed,
+        num_areas=num_areas,
+    )
+
+
+def add_unity_parser(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser(
+        "unity",
+        help="let an unmodified Unity build or the Editor train through a processor (ML-Agents' protocol)",
+        description="Listen where Unity dials its trainer (127.0.0.1:5004, the Editor's port; a build's --mlagents-port) "
+        "and step every behavior as it appears through one session per behavior with the processor, which may be on "
+        "another host. CONFIG's engine_settings and constant environment_parameters go to Unity on its side channels.",
+    )
+    parser.add_argument("config", nargs="?", help="ML-Agents-style trainer YAML (engine_settings, environment_parameters)")
+    parser.add_argument(
+        "--port",
+        type=int,
+        help=f"port Unity dials (default {DEFAULT_UNITY_PORT}, the Editor's; {DEFAULT_BUILD_PORT} with --env; "
+        "0 with --env: any free port, passed to the build)",
+    )
+    parser.add_argument(
+        "--env",
+        metavar="PATH",
+        dest="env_path",
+        help="launch this Unity build with --mlagents-port, as mlagents-learn does; the command ends when it exits",
+    )
+    parser.add_argument(
+        "--no-graphics",
+        action="store_true",
+        default=None,
+        help="start the build with -nographics -batchmode (default: engine_settings.no_graphics)",
+    )
+    parser.add_argument("--log-dir", type=Path, help="the build writes -logFile LOG_DIR/Player-0.log")
+    parser.add_argument(
+        "--env-args",
+        nargs=argparse.REMAINDER,
+        default=[],
+        help="arguments for the build after stepstream's own (last on the command line, as in mlagents-learn)",
+    )
+    parser.add_argument(
+        "--processor",
+        metavar="ADDR",
+        default=os.environ.get("STEPSTREAM_PROCESSOR", "127.0.0.1:50051"),
+        help="host:port of the processor (default 127.0.0.1:50051) [env STEPSTREAM_PROCESSOR]",
+    )
+    parser.add_argument("--client-id", default="unity", help="session ids are <client-id>/<behavior> (default: unity)")
+    parser.add_argument("--seed", type=int, default=-1, help="the seed Unity is initialized with (default -1: Unity picks)")
+    parser.add_argument("--num-areas", type=int, default=1, help="training areas Unity instantiates (default 1)")
+    parser.add_argument(
+        "--reconnect-timeout-s",
+        type=float,
+        default=RECONNECT_TIMEOUT_S,
+        help=f"how long a step waits for an unreachable processor before Unity is told to quit "
+        f"(default {RECONNECT_TIMEOUT_S:g})",
+    )
+    add_client_security_flags(parser)
+    add_metrics_flags(parser)
+    parser.set_defaults(func=run_unity)
+
+
+def run_unity(args: argparse.Namespace) -> int:
+    """Serve Unity until SIGTERM or Ctrl-C; returns 0."""
+    settings = GatewaySettings(
+        processor=args.processor,
+        client_id=args.client_id,
+        unity=unity_settings_from_yaml(args.config, args.seed, args.num_areas),
+        security=client_security_from_args(args),
+        reconnect_timeout_s=args.reconnect_timeout_s,
+    )
+    build = None
+    if args.env_path is not None:
+        no_graphics = settings.unity.engine.no_graphics if args.no_graphics is None else args.no_graphics
+        build = UnityBuild(LaunchSettings(args.env_path, no_graphics, args.log_dir, tuple(args.env_args)))
+    port = args.port if args.port is not None else DEFAULT_BUILD_PORT if build is not None else DEFAULT_UNITY_PORT
+    return asyncio.run(_serve(settings, port, build, args.metrics_host, args.metrics_port))
+
+
+async def _serve(
+    settings: GatewaySettings, port: int, build: UnityBuild | None, metrics_host: str, metrics_port: int | None
+) -> int:
+    """Serve until SIGTERM/SIGINT or, with a build, until the build exits (an error unless it exits with 0)."""
+    server = GatewayServer(settings, port=port)
+    port = await server.start()
+    endpoint = serve_metrics(metrics_host, metrics_port, UnityCollector(server.gateway.stats))
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    exited: asyncio.Task[int] | None = None
+    try:
+        waits: list[asyncio.Task[object]] = [asyncio.ensure_future(stop.wait())]
+        if build is not None:
+            await build.start(port)
+            exited = asyncio.ensure_future(build.wait())
+            waits.append(exited)  # type: ignore[arg-type]
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        for task in waits:
+            if task is not exited:
+                task.cancel()
+    finally:
+        if build is not None:
+            await build.stop()
+        await server.stop()
+        if endpoint is not None:
+            endpoint.stop()
+    if exited is not None and exited.done() and not stop.is_set():
+        code = exited.result()
+        if code != 0:
+            raise StepstreamError(f"the Unity build {build.executable if build else ''} exited with code {code}")
+        log.info("the Unity build exited")
+    return 0

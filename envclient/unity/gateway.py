@@ -1,0 +1,311 @@
+"""``stepstream unity``: a gRPC server Unity calls, which steps Unity's behaviors through the processor.
+
+Unity is the gRPC client (``translate`` describes its sequence). The gateway listens on the Unity
+host's loopback (``127.0.0.1:5004`` by default, the Editor's port) and, for every behavior as it
+appears, opens one ``EnvSession`` with the processor, which may be on another host (TLS and the
+token through ``ClientSecurity``). One session per behavior keeps behaviors apart: a behavior that
+appears mid-run is a new Hello without touching the others, a behavior refused for bad input ends
+only its own session, and the behaviors of one step are sent concurrently.
+
+Lifecycle:
+
+- Unity's first call starts a *Unity session* (``UnityStats.sessions``); a first call while one is
+  running (Play again after a crash, a restarted build) closes the old one first, so every Unity
+  session starts with fresh processor sessions and no agent state carried over.
+- The Editor's Stop (status 400) closes every behavior's session cleanly (the processor flushes
+  their partial trajectories as interrupted) and is answered with 200.
+- A behavior refused (bad input from Unity, a camera observation, the processor's non-retryable
+  status) is logged once at ERROR with the reason, its session is closed, and its agents get no
+  actions from then on; the other behaviors go on.
+- The processor restarting or unreachable (a retryable status): the behavior's step is retried on a
+  new session with capped exponential backoff while Unity waits, for at most
+  ``GatewaySettings.reconnect_timeout_s``; the agents then start new trajectories mid-episode. Past
+  that bound Unity gets status 500 with the reason and quits.
+- Any other failure while answering: status 500 with the reason. Unity is never left without an
+  answer or a status.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+
+import grpc
+import numpy as np
+
+from common.errors import StepstreamError
+from common.security import PLAINTEXT, ClientSecurity
+from common.specs import BrainParameters
+from common.topics.grpc_transport import KEEPALIVE_OPTIONS
+from envclient.reconnect import RETRYABLE_STATUSES, SESSION_CLOSE_TIMEOUT_S, Backoff
+from envclient.session import ActionResult, EnvSession, StepRejectedError
+from envclient.unity import side_channels as sc
+from envclient.unity import translate
+from envclient.unity.metrics import UnityStats
+from protos import mlagents_unity_pb2 as unity_pb
+from protos import pb
+from protos import unity_to_external_pb2_grpc as unity_grpc
+
+log = logging.getLogger(__name__)
+
+DEFAULT_UNITY_PORT = 5004
+"""The Editor's port (``--port``); builds take theirs from ``--mlagents-port``."""
+RECONNECT_TIMEOUT_S = 60.0
+
+
+class ProcessorUnavailableError(StepstreamError):
+    """The processor stayed unreachable past ``reconnect_timeout_s`` while Unity waited."""
+
+
+@dataclass(frozen=True)
+class GatewaySettings:
+    """Where the processor is and how to reach it; what to tell Unity."""
+
+    processor: str
+    """``host:port`` of the processor."""
+    client_id: str = "unity"
+    """Each behavior's session is ``<client_id>/<behavior>``."""
+    unity: sc.UnitySettings = field(default_factory=sc.UnitySettings)
+    security: ClientSecurity = PLAINTEXT
+    reconnect_timeout_s: float = RECONNECT_TIMEOUT_S
+    """How long one step may wait for the processor to come back (seconds)."""
+    backoff_initial_s: float = 0.5
+
+
+class BehaviorLink:
+    """One behavior's session with the processor, reopened after retryable failures."""
+
+    def __init__(self, spec: BrainParameters, settings: GatewaySettings) -> None:
+        self.spec = spec
+        self.settings = settings
+        self.session: EnvSession | None = None
+        self.backoff = Backoff(initial_s=settings.backoff_initial_s)
+        self.sessions = 0
+
+    async def step(self, brain_info: pb.BrainInfo) -> ActionResult:
+        """Send one BrainInfo; reopen the session (same BrainInfo, new trajectories) while the processor is away.
+
+        Raises:
+            StepRejectedError: a non-retryable status.
+            ProcessorUnavailableError: retryable failures for longer than ``reconnect_timeout_s``.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.settings.reconnect_timeout_s
+        name = self.spec.behavior_name
+        while True:
+            try:
+                if self.session is None:
+                    self.session = EnvSession(
+                        self.settings.processor,
+                        f"{self.settings.client_id}/{name}",
+                        [self.spec],
+                        channel_options=KEEPALIVE_OPTIONS,
+                        security=self.settings.security,
+                    )
+                    await self.session.open()
+                    self.sessions += 1
+                result = await self.session.send(brain_info)
+                self.backoff.attempts = 0
+                return result
+            except StepRejectedError as err:
+                await self.close()
+                if err.code not in RETRYABLE_STATUSES:
+                    raise
+                delay_s = self.backoff.next_delay_s()
+                if loop.time() + delay_s > deadline:
+                    raise ProcessorUnavailableError(
+                        f"behavior {name!r}: the processor at {self.settings.processor} stayed unreachable for "
+                        f"{self.settings.reconnect_timeout_s:g} s ({err})"
+                    ) from err
+                log.warning(
+                    "behavior %r: no session with %s (%s); retrying in %.1f s", name, self.settings.processor, err, delay_s
+                )
+                await asyncio.sleep(delay_s)
+
+    async def close(self) -> None:
+        session, self.session = self.session, None
+        if session is not None:
+            try:
+                await session.close(SESSION_CLOSE_TIMEOUT_S)
+            except Exception as err:  # a broken stream has nothing left to flush
+                log.debug("closing behavior %r's session: %s", self.spec.behavior_name, err)
+
+
+class UnityGateway(unity_grpc.UnityToExternalProtoServicer):
+    """The servicer of ``UnityToExternalProto/Exchange``: one Unity session at a time (module docstring)."""
+
+    def __init__(self, settings: GatewaySettings, stats: UnityStats | None = None) -> None:
+        self.settings = settings
+        self.stats = stats or UnityStats()
+        self.links: dict[str, BehaviorLink] = {}
+        self.failures: dict[str, str] = {}
+        """Refused behaviors of the current Unity session, with the reason."""
+        self.unity_name: str | None = None
+        """The connected Unity's name; None between sessions."""
+        self._lock = asyncio.Lock()
+
+    async def Exchange(
+        self, request: unity_pb.UnityMessageProto, context: grpc.aio.ServicerContext
+    ) -> unity_pb.UnityMessageProto:
+        del context
+        async with self._lock:  # Unity calls one at a time; a second client must not interleave
+            self.stats.exchanges += 1
+            try:
+                return await self._answer(request)
+            except Exception as err:
+                log.exception("answering Unity failed; Unity gets status %d", translate.STATUS_ERROR)
+                return unity_pb.UnityMessageProto(header=unity_pb.HeaderProto(status=translate.STATUS_ERROR, message=str(err)))
+
+    async def _answer(self, request: unity_pb.UnityMessageProto) -> unity_pb.UnityMessageProto:
+        if request.header.status != translate.STATUS_OK:
+            log.info("Unity '%s' ended its session (status %d)", self.unity_name, request.header.status)
+            await self.end_session()
+            return _reply()
+        output = request.unity_output
+        if output.HasField("rl_output"):
+            return _reply(await self._step(output))
+        if output.HasField("rl_initialization_output"):
+            return _reply(await self._initialize(output.rl_initialization_output))
+        # Unity's second call: the first real input is a RESET with the side-channel settings.
+        return _reply(translate.reset_input(self.settings.unity))
+
+    async def _initialize(self, init: unity_pb.UnityRLInitializationOutputProto) -> unity_pb.UnityInputProto:
+        if self.unity_name is not None:
+            log.warning("Unity '%s' connected again without a Stop: closing its previous session", init.name)
+            await self.end_session()
+        translate.check_versions(init)
+        self.unity_name = init.name
+        self.stats.sessions += 1
+        log.info(
+            "Unity '%s' connected (communication %s, package %s)", init.name, init.communication_version, init.package_version
+        )
+        return translate.initialization_input(self.settings.unity)
+
+    async def end_session(self) -> None:
+        """Close every behavior's session (cleanly: the processor flushes them) and forget the Unity session."""
+        links, self.links = self.links, {}
+        await asyncio.gather(*(link.close() for link in links.values()))
+        self.failures = {}
+        self.unity_name = None
+
+    def _fail(self, name: str, reason: str) -> None:
+        log.error("behavior %r is refused and gets no more actions: %s", name, reason)
+        self.failures[name] = reason
+        self.stats.failed_behaviors += 1
+
+    def _declare(self, output: unity_pb.UnityOutputProto) -> None:
+        for brain in output.rl_initialization_output.brain_parameters:
+            name = brain.brain_name
+            infos = output.rl_output.agentInfos[name].value if name in output.rl_output.agentInfos else []
+            if name in self.links or name in self.failures or not infos:
+                continue
+            try:
+                spec = translate.behavior_spec(brain, infos[0])
+            except StepstreamError as err:
+                self._fail(name, str(err))
+                continue
+            self.links[name] = BehaviorLink(spec, self.settings)
+            log.info("behavior %r declared: %s", name, spec)
+
+    async def _step(self, output: unity_pb.UnityOutputProto) -> unity_pb.UnityInputProto:
+        if self.unity_name is None:
+            raise StepstreamError("Unity sent a decision step before its initialization message")
+        self._read_side_channel(output.rl_output.side_channel)
+        self._declare(output)
+        steps: list[tuple[BehaviorLink, np.ndarray, pb.BrainInfo]] = []
+        for name, infos in output.rl_output.agentInfos.items():
+            if not infos.value or name in self.failures:
+                continue
+            link = self.links.get(name)
+            if link is None:
+                self._fail(name, "agent infos arrived before the behavior's brain parameters")
+                continue
+            try:
+                rows = translate.behavior_step(link.spec, infos.value)
+            except StepstreamError as err:
+                self._fail(name, str(err))
+                await self._drop(name)
+                continue
+            steps.append((link, rows.done, rows.brain_info(name)))
+        results = await asyncio.gather(*(link.step(info) for link, _, info in steps), return_exceptions=True)
+        rl_input = unity_pb.UnityRLInputProto(command=unity_pb.STEP)
+        for (link, done, _), result in zip(steps, results, strict=True):
+            name = link.spec.behavior_name
+            if isinstance(result, ProcessorUnavailableError):
+                raise result
+            if isinstance(result, StepRejectedError):
+                self._fail(name, f"the processor refused its step: {result}")
+                await self._drop(name)
+                continue
+            if isinstance(result, BaseException):
+                raise result
+            translate.fill_actions(done, result, rl_input.agent_actions[name])
+        return unity_pb.UnityInputProto(rl_input=rl_input)
+
+    async def _drop(self, name: str) -> None:
+        link = self.links.pop(name, None)
+        if link is not None:
+            await link.close()
+
+    def _read_side_channel(self, data: bytes) -> None:
+        try:
+            for channel, payload in sc.split_messages(data):
+                if channel == sc.STATS:
+                    value = sc.parse_stats(payload)
+                    self.stats.record(value)
+                    log.debug("Unity stat %s = %g (%s)", value.key, value.value, value.aggregation)
+                else:
+                    log.debug("ignoring a %d-byte message on side channel %s", len(payload), channel)
+        except StepstreamError as err:
+            log.warning("Unity's side-channel bytes are malformed (the rest of this step's are skipped): %s", err)
+
+
+def _reply(unity_input: unity_pb.UnityInputProto | None = None) -> unity_pb.UnityMessageProto:
+    message = unity_pb.UnityMessageProto(header=unity_pb.HeaderProto(status=translate.STATUS_OK))
+    if unity_input is not None:
+        message.unity_input.CopyFrom(unity_input)
+    return message
+
+
+class GatewayServer:
+    """The gateway's gRPC server on ``host:port`` (port 0: any free port, see ``start``'s result)."""
+
+    def __init__(self, settings: GatewaySettings, host: str = "127.0.0.1", port: int = DEFAULT_UNITY_PORT) -> None:
+        self.gateway = UnityGateway(settings)
+        self.host = host
+        self.port = port
+        self._server: grpc.aio.Server | None = None
+
+    async def start(self) -> int:
+        """Bind and serve; returns the port."""
+        from common.topics.grpc_transport import MESSAGE_SIZE_OPTIONS
+
+        self._server = grpc.aio.server(options=list(MESSAGE_SIZE_OPTIONS))
+        unity_grpc.add_UnityToExternalProtoServicer_to_server(self.gateway, self._server)
+        # Unity dials insecurely (RpcCommunicator.cs), so the gateway listens on loopback only by default.
+        self.port = self._server.add_insecure_port(f"{self.host}:{self.port}")
+        if self.port == 0:
+            raise StepstreamError(f"cannot listen on {self.host}:{self.port} (is another trainer or gateway there?)")
+        await self._server.start()
+        log.info("listening for Unity on %s:%d: press Play in the Editor, or start the build", self.host, self.port)
+        return self.port
+
+    async def stop(self, grace_s: float = 1.0) -> None:
+        await self.gateway.end_session()
+        if self._server is not None:
+            await self._server.stop(grace_s)
+
+    async def wait(self) -> None:
+        if self._server is not None:
+            await self._server.wait_for_termination()
+
+
+__all__ = [
+    "DEFAULT_UNITY_PORT",
+    "BehaviorLink",
+    "GatewayServer",
+    "GatewaySettings",
+    "ProcessorUnavailableError",
+    "UnityGateway",
+]

@@ -1,0 +1,234 @@
+"""Unity's messages <-> stepstream's BrainInfo and ActionInfo: the gateway's core, without gRPC or asyncio.
+
+Unity (``RpcCommunicator.cs``, communication version 1.5.0) calls ``Exchange`` with one
+``UnityMessageProto`` at a time and waits for the reply:
+
+1. ``unity_output.rl_initialization_output`` (name, versions, capabilities) -> ``initialization_input``
+   (seed, versions, our capabilities, number of areas);
+2. an empty message -> ``reset_input``: the first RESET, carrying the engine configuration and the
+   environment parameters on their side channels;
+3. per decision step, ``unity_output.rl_output`` (the agent infos of every behavior, and, with the
+   first step in which a behavior has agents, its ``BrainParametersProto`` in
+   ``rl_initialization_output``) -> ``step_input``: per behavior, one action for each agent that
+   asked for a decision (the agents that are not done), in the order they appear;
+4. the Editor's Stop (or the build's shutdown): a message with ``header.status`` 400.
+
+Per behavior and step (``behavior_step``): agent ids are Unity's (an agent's id changes with each
+episode), a ``done`` agent is a terminal row (no action goes back for it), ``max_step_reached`` is
+``done`` plus ``max_reached``, and ``action_mask`` (True = masked on Unity's wire) becomes
+stepstream's mask (True = allowed). Refused, naming the behavior and the agent: non-finite
+observations or rewards, a compression type other than none, a mask whose width is not the sum of
+the branches, observations that differ from the declared ones, and group ids or group rewards
+(multi-agent groups are not supported yet). A behavior whose declaration has a PNG (camera) or any
+non-vector observation is refused once, naming the observation (images are not supported yet).
+
+Shapes: ``N`` agents of one behavior in one step, ``C`` continuous actions, ``B`` branches,
+``M = sum(branches)``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import NamedTuple
+
+import numpy as np
+
+from common.demo import spec_from_protos
+from common.errors import NotSupportedYetError, ProtocolError, StepstreamError
+from common.specs import BrainParameters
+from envclient.session import ActionResult, brain_info_message
+from envclient.unity.side_channels import UnitySettings, reset_side_channel
+from protos import mlagents_demo_pb2 as demo_pb
+from protos import mlagents_unity_pb2 as unity_pb
+from protos import pb
+
+COMMUNICATION_VERSION = "1.5.0"
+"""The ML-Agents communication version the gateway speaks (Unity refuses another major version)."""
+PACKAGE_VERSION = "1.1.0"
+"""The trainer package version the gateway reports: ML-Agents' own, within the range Unity's package accepts."""
+STATUS_OK = 200
+STATUS_STOP = 400
+"""Unity's status when it ends the session (the Editor's Stop, a build quitting)."""
+STATUS_ERROR = 500
+"""The gateway's status when it cannot answer a step; Unity then quits."""
+
+
+class UnityInputError(ProtocolError):
+    """A behavior's agent infos cannot be turned into a BrainInfo (the message names behavior and agent)."""
+
+
+class StepRows(NamedTuple):
+    """One behavior's agents in one Unity step, as ``EnvSession.step`` takes them."""
+
+    agent_ids: np.ndarray
+    """int64 [N], Unity's ids."""
+    observations: list[np.ndarray]
+    """One float32 [N, *shape] per declared observation."""
+    rewards: np.ndarray
+    """float32 [N]."""
+    done: np.ndarray
+    """bool [N]."""
+    max_reached: np.ndarray
+    """bool [N], done by ``max_step_reached``."""
+    action_mask: np.ndarray | None
+    """bool [N, M], True = allowed; None when the behavior has no branches or no agent sent a mask."""
+
+    def brain_info(self, behavior_name: str) -> pb.BrainInfo:
+        return brain_info_message(
+            behavior_name, self.agent_ids, self.observations, self.rewards, self.done, self.max_reached, self.action_mask
+        )
+
+
+def capabilities() -> unity_pb.UnityRLCapabilitiesProto:
+    """What the gateway handles: hybrid actions; no analytics, variable-length observations or groups."""
+    return unity_pb.UnityRLCapabilitiesProto(
+        baseRLCapabilities=True,
+        concatenatedPngObservations=True,
+        compressedChannelMapping=True,
+        hybridActions=True,
+        trainingAnalytics=False,
+        variableLengthObservation=False,
+        multiAgentGroups=False,
+    )
+
+
+def initialization_input(settings: UnitySettings) -> unity_pb.UnityInputProto:
+    """The reply to Unity's first call."""
+    return unity_pb.UnityInputProto(
+        rl_initialization_input=unity_pb.UnityRLInitializationInputProto(
+            seed=settings.seed,
+            communication_version=COMMUNICATION_VERSION,
+            package_version=PACKAGE_VERSION,
+            capabilities=capabilities(),
+            num_areas=settings.num_areas,
+        )
+    )
+
+
+def reset_input(settings: UnitySettings) -> unity_pb.UnityInputProto:
+    """The reply to Unity's empty second call: RESET, with the engine configuration and environment parameters."""
+    return unity_pb.UnityInputProto(
+        rl_input=unity_pb.UnityRLInputProto(command=unity_pb.RESET, side_channel=reset_side_channel(settings))
+    )
+
+
+def check_versions(init: unity_pb.UnityRLInitializationOutputProto) -> None:
+    """Refuse a Unity package whose communication version's major differs from ours.
+
+    Raises:
+        ProtocolError: naming both versions.
+    """
+    theirs = init.communication_version.split(".")
+    if theirs[0] != COMMUNICATION_VERSION.split(".")[0]:
+        raise ProtocolError(
+            f"Unity '{init.name}' speaks communication version {init.communication_version!r} "
+            f"(package {init.package_version!r}); the gateway speaks {COMMUNICATION_VERSION}"
+        )
+
+
+def _obs_label(k: int, obs: demo_pb.ObservationProto) -> str:
+    return f"observation {k}" + (f" ({obs.name!r})" if obs.name else "") + f" of shape {list(obs.shape)}"
+
+
+def behavior_spec(brain: demo_pb.BrainParametersProto, first: demo_pb.AgentInfoProto) -> BrainParameters:
+    """A behavior's spec: actions from its brain parameters, observation shapes from its first agent info.
+
+    Raises:
+        NotSupportedYetError: a PNG (camera) or non-vector observation, naming it.
+        ProtocolError: a spec the processor would refuse (no observations, no actions, ...).
+    """
+    name = brain.brain_name
+    for k, obs in enumerate(first.observations):
+        if obs.compression_type == demo_pb.PNG:
+            raise NotSupportedYetError(
+                f"behavior {name!r}: {_obs_label(k, obs)} is a PNG-compressed camera image; "
+                "image observations are not supported yet"
+            )
+        if len(obs.shape) != 1:
+            raise NotSupportedYetError(
+                f"behavior {name!r}: {_obs_label(k, obs)} is not a vector; only vector observations are supported yet"
+            )
+    spec = spec_from_protos(brain, first)  # the .demo reader's rule: the same messages, the same spec
+    return BrainParameters.from_proto(spec.to_proto())  # the processor's own checks, with its messages
+
+
+def _agent_observation(spec: BrainParameters, info: demo_pb.AgentInfoProto, k: int, where: str) -> list[float]:
+    obs = info.observations[k]
+    shape = spec.observation_specs[k].shape
+    if obs.compression_type != demo_pb.NONE:
+        kind = "PNG" if obs.compression_type == demo_pb.PNG else f"unknown ({obs.compression_type})"
+        raise UnityInputError(f"{where}: {_obs_label(k, obs)} has compression type {kind}; only float data is read")
+    if tuple(obs.shape) != shape:
+        raise UnityInputError(f"{where}: {_obs_label(k, obs)} differs from the declared shape {list(shape)}")
+    values = list(obs.float_data.data)
+    if len(values) != math.prod(shape):
+        raise UnityInputError(f"{where}: {_obs_label(k, obs)} carries {len(values)} values")
+    return values
+
+
+def behavior_step(spec: BrainParameters, infos: Sequence[demo_pb.AgentInfoProto]) -> StepRows:
+    """One behavior's agent infos of one step, as BrainInfo rows (module docstring for the rules).
+
+    Raises:
+        UnityInputError: bad input, naming the behavior and the agent.
+        NotSupportedYetError: an agent in a multi-agent group (a group id or group reward).
+    """
+    name = spec.behavior_name
+    n = len(infos)
+    width = spec.action_spec.mask_width
+    observations = [np.empty((n, *o.shape), dtype=np.float32) for o in spec.observation_specs]
+    mask = np.ones((n, width), dtype=bool)
+    any_mask = False
+    for i, info in enumerate(infos):
+        where = f"behavior {name!r}, agent {info.id}"
+        if info.group_id or info.group_reward:
+            raise NotSupportedYetError(
+                f"{where}: group id {info.group_id}, group reward {info.group_reward}; "
+                "multi-agent groups are not supported yet"
+            )
+        if len(info.observations) != len(spec.observation_specs):
+            raise UnityInputError(f"{where}: {len(info.observations)} observations, {len(spec.observation_specs)} declared")
+        for k in range(len(spec.observation_specs)):
+            observations[k][i] = np.asarray(_agent_observation(spec, info, k, where), dtype=np.float32).reshape(
+                spec.observation_specs[k].shape
+            )
+        if len(info.action_mask):
+            if len(info.action_mask) != width:
+                raise UnityInputError(
+                    f"{where}: the action mask has {len(info.action_mask)} entries; "
+                    f"the branches {list(spec.action_spec.discrete_branches)} need {width}"
+                )
+            mask[i] = np.logical_not(np.asarray(info.action_mask, dtype=bool))  # Unity: True = masked
+            any_mask = True
+    agent_ids = np.array([info.id for info in infos], dtype=np.int64)
+    rewards = np.array([info.reward for info in infos], dtype=np.float32)
+    _check_finite(name, agent_ids, rewards, "reward")
+    for k, values in enumerate(observations):
+        _check_finite(name, agent_ids, values, f"observation {k}")
+    done = np.array([info.done for info in infos], dtype=bool)
+    max_reached = done & np.array([info.max_step_reached for info in infos], dtype=bool)
+    return StepRows(agent_ids, observations, rewards, done, max_reached, mask if any_mask else None)
+
+
+def _check_finite(name: str, agent_ids: np.ndarray, values: np.ndarray, what: str) -> None:
+    finite = np.isfinite(values).reshape(len(agent_ids), -1).all(axis=1)
+    if not finite.all():
+        bad = int(agent_ids[int(np.flatnonzero(~finite)[0])])
+        raise UnityInputError(f"behavior {name!r}, agent {bad}: {what} is NaN or Inf")
+
+
+def fill_actions(done: np.ndarray, result: ActionResult, out: unity_pb.UnityRLInputProto.ListAgentActionProto) -> None:
+    """Append one ``AgentActionProto`` per agent that is not done, in row order (Unity's decision order).
+
+    Args:
+        done: bool [N], the rows' done flags.
+        result: the processor's answer to those N rows (float32 [N, C], int32 [N, B]).
+    """
+    continuous, discrete = result.continuous_actions, result.discrete_actions
+    if len(continuous) != len(done) or len(discrete) != len(done):
+        raise StepstreamError(f"the processor answered {len(continuous)} rows for {len(done)} agents")
+    for i in np.flatnonzero(~done):
+        action = out.value.add()
+        action.continuous_actions.extend(continuous[i].tolist())
+        action.discrete_actions.extend(discrete[i].tolist())
