@@ -51,6 +51,13 @@ class TopicClosedError(StepstreamError):
     """A publish or take on a topic that has been closed."""
 
 
+class SubscriberBusyError(ProtocolError):
+    """A named subscriber queue is attached to another live subscription: the holder keeps it (retry later)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, precondition=True)
+
+
 class TopicFullError(StepstreamError):
     """A publish found the topic full and its policy is to fail rather than wait or drop."""
 

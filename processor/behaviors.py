@@ -24,7 +24,7 @@ from common.config import BehaviorSettings, RunOptions
 from common.errors import ProtocolError, StepstreamError, UnknownBehaviorError
 from common.logs import set_log_context
 from common.specs import ActionSpec, BrainParameters
-from common.topics import TRAINER_SUBSCRIBER, FullPolicy, TopicRegistry
+from common.topics import DEFAULT_RELEASE_AFTER_S, TRAINER_SUBSCRIBER, FullPolicy, TopicRegistry
 from common.trajectory import Trajectory
 from processor.batching import InferenceBatcher
 from processor.inference import Policy
@@ -67,6 +67,9 @@ class ProcessorSettings:
     trajectory_queue_size: int = 1024
     """Capacity (trajectories, queued + unacknowledged) of each subscriber queue."""
     full_policy: FullPolicy = FullPolicy.BLOCK
+    subscriber_release_after_s: float | None = DEFAULT_RELEASE_AFTER_S
+    """How long a ``block`` queue whose subscriber detached keeps holding back publishers; after it, the queue
+    drops its oldest items instead (metric ``queue_released``) until a subscriber attaches. None: for ever."""
     publish_timeout_s: float | None = None
     """How long a session waits for room on a full ``block`` topic; None waits forever."""
     max_batch_rows: int = 4096
@@ -284,7 +287,12 @@ class BehaviorTable:
     def _declare_topics(self, name: str) -> None:
         topic = self.topics.trajectories(name)
         for subscriber in self.settings.declared_subscribers:
-            topic.declare(subscriber, self.queue_size(name), self.settings.full_policy)
+            topic.declare(
+                subscriber,
+                self.queue_size(name),
+                self.settings.full_policy,
+                release_after_s=self.settings.subscriber_release_after_s,
+            )
 
     def __getitem__(self, name: str) -> Behavior:
         behavior = self._behaviors.get(name)

@@ -1,4 +1,4 @@
-"""Server interceptors of the processor: the shared-token check and the log context.
+"""Server interceptors of the processor: the stopping gate, the shared-token check and the log context.
 
 Both run once per RPC, when the call arrives and before its handler: a Step stream pays them once
 per session, never per step.
@@ -8,6 +8,9 @@ per session, never per step.
   no session is opened, no subscription attached, no policy published. The gRPC health service is
   exempt (``EXEMPT_METHOD_PREFIXES``): it creates no state and reveals only SERVING / NOT_SERVING, and
   orchestrators' probes cannot always send metadata. ``stepstream health`` sends the token anyway.
+* ``StoppingInterceptor`` refuses new calls of the named methods (the Step stream) with UNAVAILABLE
+  once ``stop()`` was called: while the processor drains (``processor.server``), subscribers and
+  trainers still reach it, but no new session opens whose flush would come too late.
 * ``LogContextInterceptor`` sets the client id and behavior the client named in its metadata
   (``common.logs.identity_metadata``) as the log context of the call; grpc.aio runs interceptors and
   the handler in one ``contextvars.Context``, so every line the handler logs carries them.
@@ -85,6 +88,32 @@ class TokenAuthInterceptor(grpc.aio.ServerInterceptor):
         self.refused += 1
         log.warning("%s refused: missing or wrong token", method)
         return _refusal(handler, grpc.StatusCode.UNAUTHENTICATED, "missing or wrong token (authorization: Bearer <token>)")
+
+
+class StoppingInterceptor(grpc.aio.ServerInterceptor):
+    """Once ``stop()`` was called, refuse new calls of ``methods`` with UNAVAILABLE (a client retries elsewhere or later).
+
+    Attributes:
+        refused: calls refused since ``stop()``.
+    """
+
+    def __init__(self, methods: tuple[str, ...]) -> None:
+        self._methods = methods
+        self._stopping = False
+        self.refused = 0
+
+    def stop(self) -> None:
+        """Refuse every later call of the methods. Idempotent."""
+        self._stopping = True
+
+    async def intercept_service(
+        self, continuation: Continuation, handler_call_details: grpc.HandlerCallDetails
+    ) -> grpc.RpcMethodHandler | None:
+        handler = await continuation(handler_call_details)
+        if handler is None or not self._stopping or handler_call_details.method not in self._methods:  # type: ignore[attr-defined]
+            return handler
+        self.refused += 1
+        return _refusal(handler, grpc.StatusCode.UNAVAILABLE, "the processor is stopping")
 
 
 class LogContextInterceptor(grpc.aio.ServerInterceptor):

@@ -152,6 +152,9 @@ class ProcessorCollector(Collector):
         capacity = _gauge("queue_capacity", "Capacity of the subscriber queue (queued + in flight).", labels)
         dropped = _counter("queue_dropped", "Trajectories the subscriber queue let go unacknowledged (drop_oldest).", labels)
         attached = _gauge("queue_attached", "1 while a subscriber (a trainer) is attached to the queue.", labels)
+        released = _gauge(
+            "queue_released", "1 while a block queue no longer holds back publishers: its subscriber is gone too long.", labels
+        )
         blocked = _counter("publish_blocked_seconds", "Seconds sessions waited for room on a full topic (backpressure).")
         waiting = _gauge("blocked_publishers", "Sessions waiting for room on a full topic right now.")
         for behavior_name in behavior_names:
@@ -165,7 +168,8 @@ class ProcessorCollector(Collector):
                 capacity.add_metric(key, s.max_size)
                 dropped.add_metric(key, s.dropped)
                 attached.add_metric(key, int(s.attached))
-        yield from (depth, in_flight, capacity, dropped, attached, blocked, waiting)
+                released.add_metric(key, int(s.released))
+        yield from (depth, in_flight, capacity, dropped, attached, released, blocked, waiting)
 
     def _session_metrics(self) -> Iterator[Metric]:
         sessions = self._server.sessions

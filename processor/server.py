@@ -1,15 +1,27 @@
 """ProcessorServer: the grpc.aio server that owns the processor's lifecycle.
 
 ``start()`` binds and returns the port (port 0 picks a free one, as tests do), ``stop(grace_s)``
-drains: new streams are refused, in-flight steps are answered, every session's partial
-trajectories are flushed to the topics, and only then do the topics close. ``serve()`` runs it
-until SIGTERM or SIGINT.
+drains in this order, so that nothing flushed at shutdown is lost on the way:
+
+1. new Step streams are refused (UNAVAILABLE, ``processor.interceptors.StoppingInterceptor``) and
+   health says NOT_SERVING; open Step streams get ``grace_s`` to end by themselves, then their
+   handlers are cancelled, and each flushes its session's partial trajectories to the topics;
+2. the subscribers still attached take and ack what is queued, for at most
+   ``ServerOptions.deliver_timeout_s``;
+3. only then do the topics close, which ends each Subscribe stream with OK, and the gRPC server
+   stops (what is left, e.g. health watches, is cancelled after ``STREAM_END_GRACE_S``).
+
+``serve()`` runs it until SIGTERM or SIGINT.
 
 Security (``ServerOptions.security``, built by ``common.security``): TLS when given a certificate and
 key (mutual TLS when also given a CA for clients), and a shared token checked on every call by
 ``processor.interceptors.TokenAuthInterceptor``; plaintext and no token by default, on loopback.
 Metrics (``ServerOptions.metrics_port``): a Prometheus endpoint of ``processor.metrics``, started and
 stopped with the server; off by default.
+
+The health service is exempt from the token, so it must stay cheap for anyone: ``BoundedHealthServicer``
+refuses service names over ``MAX_HEALTH_SERVICE_NAME_BYTES`` and more than ``MAX_HEALTH_WATCHES``
+concurrent Watch streams.
 """
 
 from __future__ import annotations
@@ -17,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+import time
 from dataclasses import dataclass, field
 
 import grpc
@@ -26,7 +39,7 @@ from common.metrics import DEFAULT_METRICS_HOST, MetricsServer, serve_metrics
 from common.security import ServerSecurity
 from common.topics import TopicRegistry
 from processor.behaviors import BehaviorTable, ProcessorSettings
-from processor.interceptors import DecodeCheckInterceptor, LogContextInterceptor, TokenAuthInterceptor
+from processor.interceptors import DecodeCheckInterceptor, LogContextInterceptor, StoppingInterceptor, TokenAuthInterceptor
 from processor.metrics import ProcessorCollector
 from processor.servicer import AgentProcessorServicer
 from processor.sessions import SessionTable
@@ -35,6 +48,61 @@ from protos import stepstream_pb2_grpc as pb_grpc
 log = logging.getLogger(__name__)
 
 SERVICE_NAME = "stepstream.v1.AgentProcessor"
+STEP_METHOD = f"/{SERVICE_NAME}/Step"
+
+MAX_HEALTH_SERVICE_NAME_BYTES = 256
+"""Longest service name (UTF-8 bytes) a health Check or Watch may ask about; ours is 28 bytes long."""
+MAX_HEALTH_WATCHES = 64
+"""Concurrent health Watch streams at most; a Watch holds its stream (and its request) until the client ends it."""
+STREAM_END_GRACE_S = 1.0
+"""After the topics closed, how long ``stop`` lets the remaining streams end before the server cancels them."""
+HANDLER_FLUSH_TIMEOUT_S = 5.0
+"""After cancelling the Step handlers that outlived the grace period, how long ``stop`` waits for their flushes."""
+_DELIVERY_POLL_S = 0.02
+
+
+class BoundedHealthServicer(health.aio.HealthServicer):  # type: ignore[misc]
+    """The standard asyncio health service, with its per-call state bounded for unauthenticated callers.
+
+    Each Watch keeps its request and a condition per service name for as long as the client keeps the
+    stream open, and the token does not cover the health service (``processor.interceptors``). So a name
+    longer than ``MAX_HEALTH_SERVICE_NAME_BYTES`` is refused with INVALID_ARGUMENT before any state is
+    made, and a Watch beyond ``MAX_HEALTH_WATCHES`` concurrent ones with RESOURCE_EXHAUSTED: what all
+    watchers together hold is then at most about ``MAX_HEALTH_WATCHES`` x (one stream + the name).
+
+    Attributes:
+        watches: Watch streams open now.
+        refused: Check and Watch calls refused by these bounds.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.watches = 0
+        self.refused = 0
+
+    async def _refuse_long_name(self, request: health_pb2.HealthCheckRequest, context: grpc.aio.ServicerContext) -> None:
+        size = len(request.service.encode("utf-8"))
+        if size > MAX_HEALTH_SERVICE_NAME_BYTES:
+            self.refused += 1
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"health service name of {size} bytes; at most {MAX_HEALTH_SERVICE_NAME_BYTES}",
+            )
+
+    async def Check(self, request: health_pb2.HealthCheckRequest, context: grpc.aio.ServicerContext) -> object:
+        await self._refuse_long_name(request, context)
+        return await super().Check(request, context)
+
+    async def Watch(self, request: health_pb2.HealthCheckRequest, context: grpc.aio.ServicerContext) -> None:
+        await self._refuse_long_name(request, context)
+        if self.watches >= MAX_HEALTH_WATCHES:
+            self.refused += 1
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, f"{MAX_HEALTH_WATCHES} health watches are open already")
+        self.watches += 1
+        try:
+            await super().Watch(request, context)
+        finally:
+            self.watches -= 1
 
 
 @dataclass(frozen=True)
@@ -50,13 +118,33 @@ class ServerOptions:
     keepalive_time_ms: int = 10_000
     """Ping an idle connection this often, so a vanished client is noticed."""
     keepalive_timeout_ms: int = 5_000
-    """A ping unanswered this long closes the connection (its sessions are flushed)."""
+    """A ping unanswered this long closes the connection (its sessions are flushed).
+
+    It is also gRPC's ``grpc.http2.ping_timeout_ms`` (default 60 s), the timeout of *every* ping the
+    server sends: gRPC keeps one ping in flight at a time (``grpc.http2.max_inflight_pings``), so a
+    BDP-probe ping that a peer stops answering (SIGSTOP, a vanished host) holds back the keepalive ping
+    until it times out. With only the keepalive timeout set, a hung env client was measured to keep its
+    session for 60 s; with both, for at most ``hung_peer_bound_s``.
+    """
     security: ServerSecurity = field(default_factory=ServerSecurity)
     """TLS (optionally mutual) and the shared token; none of them by default."""
     metrics_host: str = DEFAULT_METRICS_HOST
     """Interface of the Prometheus endpoint; loopback unless asked otherwise."""
     metrics_port: int | None = None
     """Port of the Prometheus endpoint; None serves none, 0 picks a free one (``ProcessorServer.metrics_port``)."""
+    deliver_timeout_s: float = 5.0
+    """At ``stop``, after the sessions are flushed: how long attached subscribers get to take and ack every
+    queued trajectory before their streams end (what is left is requeued and lost with the process)."""
+
+    @property
+    def hung_peer_bound_s(self) -> float:
+        """Seconds after a peer's last frame by which a hung peer (socket open, no answers) is disconnected.
+
+        Its last frame resets the keepalive timer; the keepalive ping follows within ``keepalive_time_ms``
+        (or a ping already in flight is pending) and times out after ``keepalive_timeout_ms``. Measured
+        here: 5.2 s for a client stopped mid-stream, 13.3 s for one stopped after 12 s idle.
+        """
+        return (self.keepalive_time_ms + self.keepalive_timeout_ms) / 1000
 
     def grpc_options(self) -> list[tuple[str, int]]:
         return [
@@ -64,6 +152,7 @@ class ServerOptions:
             ("grpc.max_send_message_length", self.max_message_bytes),
             ("grpc.keepalive_time_ms", self.keepalive_time_ms),
             ("grpc.keepalive_timeout_ms", self.keepalive_timeout_ms),
+            ("grpc.http2.ping_timeout_ms", self.keepalive_timeout_ms),
             ("grpc.keepalive_permit_without_calls", 1),
             ("grpc.http2.min_recv_ping_interval_without_data_ms", 1_000),
             ("grpc.http2.max_ping_strikes", 0),
@@ -88,7 +177,8 @@ class ProcessorServer:
         broker_limit = getattr(self.topics, "max_payload_bytes", None)  # a broker's (JetStream) bounds a trajectory too
         if broker_limit is not None:
             self.servicer.max_trajectory_bytes = min(self.servicer.max_trajectory_bytes, broker_limit)
-        self.health = health.aio.HealthServicer() if hasattr(health, "aio") else health.HealthServicer()
+        self.health = BoundedHealthServicer()
+        self._stopping = StoppingInterceptor((STEP_METHOD,))
         self._server: grpc.aio.Server | None = None
         self._metrics: MetricsServer | None = None
         security = self.options.security
@@ -111,7 +201,7 @@ class ProcessorServer:
         Raises:
             OSError: the address (or the metrics address) cannot be bound.
         """
-        interceptors: list[grpc.aio.ServerInterceptor] = [LogContextInterceptor(), DecodeCheckInterceptor()]
+        interceptors: list[grpc.aio.ServerInterceptor] = [self._stopping, LogContextInterceptor(), DecodeCheckInterceptor()]
         if self._auth is not None:
             interceptors.append(self._auth)
         server = grpc.aio.server(options=self.options.grpc_options(), interceptors=interceptors)
@@ -142,25 +232,55 @@ class ProcessorServer:
                 await result
 
     async def stop(self, grace_s: float = 5.0) -> None:
-        """Drain and stop: answer what is in flight, flush sessions, then close the topics."""
+        """Drain and stop (module docstring): end the Step streams and flush them, deliver, then end the rest.
+
+        Args:
+            grace_s: how long open Step streams may go on before their handlers are cancelled (and flushed).
+        """
         if self._server is None:
             return
+        self._stopping.stop()
         await self._set_health(health_pb2.HealthCheckResponse.NOT_SERVING)
-        handlers = self.sessions.handler_tasks()
-        # Stream handlers flush their sessions in `finally` as the server cancels them; wait for
-        # those flushes to reach the topics before the topics close.
-        await self._server.stop(grace_s)
-        if handlers:
-            _, late = await asyncio.wait(handlers, timeout=grace_s)
-            if late:
-                log.warning("%d session(s) did not finish flushing within %.1f s", len(late), grace_s)
+        await self._end_sessions(grace_s)
+        await self._deliver(self.options.deliver_timeout_s)
         await self.behaviors.stop()
-        self.topics.close()
+        self.topics.close()  # ends every Subscribe stream (OK) once its queue is drained
+        await self._server.stop(STREAM_END_GRACE_S)
         self._server = None
         if self._metrics is not None:  # last: a final scrape still sees the drained counters
             self._metrics.stop()
             self._metrics = None
         log.info("processor stopped")
+
+    async def _end_sessions(self, grace_s: float) -> None:
+        """Let the Step streams end within ``grace_s``, then cancel their handlers; each flushes its session in ``finally``."""
+        handlers = self.sessions.handler_tasks()
+        if not handlers:
+            return
+        _, late = await asyncio.wait(handlers, timeout=grace_s)
+        for task in late:
+            task.cancel()  # the servicer ends the stream UNAVAILABLE and flushes the session
+        if late:
+            _, stuck = await asyncio.wait(late, timeout=HANDLER_FLUSH_TIMEOUT_S)
+            if stuck:  # blocked on a full queue nobody drains: closing the topics releases them (counted unpublished)
+                log.warning("%d session(s) did not finish flushing within %.1f s", len(stuck), HANDLER_FLUSH_TIMEOUT_S)
+
+    async def _deliver(self, timeout_s: float) -> None:
+        """Wait until every attached subscriber has taken and acked its queue, at most ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        while (pending := self._undelivered()) and time.monotonic() < deadline:
+            await asyncio.sleep(_DELIVERY_POLL_S)
+        if pending:
+            log.warning("stopping with %d trajectories not yet acked by attached subscribers", pending)
+
+    def _undelivered(self) -> int:
+        """Trajectories queued or in flight for attached subscribers (a detached queue cannot be drained now)."""
+        total = 0
+        for name in self.topics.behavior_names():
+            for queue in self.topics.trajectories(name).stats().subscribers.values():
+                if queue.attached:
+                    total += queue.depth + queue.in_flight
+        return total
 
     async def wait(self) -> None:
         if self._server is not None:

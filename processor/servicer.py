@@ -25,11 +25,12 @@ from common.errors import (
     ProtocolError,
     SessionReplacedError,
     StepstreamError,
+    SubscriberBusyError,
     TopicClosedError,
     TopicFullError,
     UnknownBehaviorError,
 )
-from common.topics import Delivery, Subscription
+from common.topics import MAX_POLICY_VERSION, Delivery, Subscription
 from common.topics.grpc_transport import MAX_MESSAGE_BYTES
 from common.trajectory import Trajectory
 from processor.assembly import StepActions
@@ -69,6 +70,7 @@ MAX_SUBSCRIBER_NAME_BYTES = MAX_BEHAVIOR_NAME_BYTES
 #: of calls, conflicting declarations) maps to FAILED_PRECONDITION instead of INVALID_ARGUMENT.
 STATUS_TABLE: tuple[tuple[type[StepstreamError], grpc.StatusCode], ...] = (
     (UnknownBehaviorError, grpc.StatusCode.NOT_FOUND),
+    (SubscriberBusyError, grpc.StatusCode.ALREADY_EXISTS),
     (IncompatibleVersionError, grpc.StatusCode.FAILED_PRECONDITION),
     (NotSupportedYetError, grpc.StatusCode.UNIMPLEMENTED),
     (ProtocolError, grpc.StatusCode.INVALID_ARGUMENT),
@@ -98,7 +100,8 @@ async def abort(context: grpc.aio.ServicerContext, error: StepstreamError) -> No
 
 def status_for(error: StepstreamError) -> grpc.StatusCode:
     """The status code ``error`` ends its RPC with."""
-    if isinstance(error, ProtocolError) and error.precondition and not isinstance(error, UnknownBehaviorError):
+    own_code = (UnknownBehaviorError, SubscriberBusyError)
+    if isinstance(error, ProtocolError) and error.precondition and not isinstance(error, own_code):
         return grpc.StatusCode.FAILED_PRECONDITION
     for error_type, code in STATUS_TABLE:
         if isinstance(error, error_type):
@@ -283,16 +286,22 @@ class AgentProcessorServicer(pb_grpc.AgentProcessorServicer):
         check_behavior_name(name, "SubscribeOpen.behavior_name")
         check_name(first.open.subscriber_name, "SubscribeOpen.subscriber_name", MAX_SUBSCRIBER_NAME_BYTES)
         self.behaviors.require_known(name)
+        # Only queues the processor declared; the holder of a live one keeps it (common.topics.grpc_transport).
         return self.topics.trajectories(name).subscribe(
-            first.open.subscriber_name, self.behaviors.queue_size(name), self.behaviors.settings.full_policy, replace=True
+            first.open.subscriber_name,
+            self.behaviors.queue_size(name),
+            self.behaviors.settings.full_policy,
+            declared_only=True,
         )
 
     async def PublishPolicy(self, request: pb.PolicyUpdate, context: grpc.aio.ServicerContext) -> pb.PublishPolicyReply:
         name = request.behavior_name
         try:
             check_behavior_name(name, "PolicyUpdate.behavior_name")
-            if request.version < 0:
-                raise ProtocolError(f"PolicyUpdate of {quoted(name)} needs a version >= 0 (got {request.version})")
+            if not 0 <= request.version <= MAX_POLICY_VERSION:
+                raise ProtocolError(
+                    f"PolicyUpdate of {quoted(name)} needs a version in [0, {MAX_POLICY_VERSION}] (got {request.version})"
+                )
             self.behaviors.require_known(name)  # before loading: nothing is spent on an unknown name
             policy = Policy.from_update(request)  # refuse an artifact the processor cannot run
             behavior = self.behaviors.get(name)

@@ -4,6 +4,7 @@ See ``base`` for the delivery semantics and ``memory`` / ``policy`` for the in-p
 """
 
 from common.topics.base import (
+    MAX_POLICY_VERSION,
     TRAINER_SUBSCRIBER,
     Delivery,
     FullPolicy,
@@ -16,13 +17,15 @@ from common.topics.base import (
     TrajectorySubscription,
 )
 from common.topics.dedup import Deduplicator
-from common.topics.memory import DEFAULT_MAX_ITEMS, DEFAULT_MAX_SIZE, Subscription, TrajectoryTopic
+from common.topics.memory import DEFAULT_MAX_ITEMS, DEFAULT_MAX_SIZE, DEFAULT_RELEASE_AFTER_S, Subscription, TrajectoryTopic
 from common.topics.policy import PolicyListener, PolicyTopic
 from common.topics.registry import TopicRegistry, policy_topic_name, trajectory_topic_name
 
 __all__ = [
     "DEFAULT_MAX_ITEMS",
     "DEFAULT_MAX_SIZE",
+    "DEFAULT_RELEASE_AFTER_S",
+    "MAX_POLICY_VERSION",
     "TRAINER_SUBSCRIBER",
     "Deduplicator",
     "Delivery",

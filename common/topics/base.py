@@ -20,6 +20,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
+MAX_POLICY_VERSION = 2**53
+"""The highest policy version a topic accepts (a larger one is refused, never adopted).
+
+Versions are int64 on the wire, but they are also exported as float64 (Prometheus gauges, JSON): 2**53
+is the largest bound under which every version is exact there, and a trainer that resumes above the
+highest (highest + 1) can never overflow int64. At one version per millisecond it lasts 285,000 years.
+"""
+
 #: The durable subscriber queue the processor declares on every behavior's trajectory topic at start,
 #: and the name a trainer subscribes as: a trainer that subscribes after env clients connected still
 #: gets every trajectory.
@@ -72,6 +80,9 @@ class SubscriptionStats:
     """Items queued, not yet delivered."""
     in_flight: int
     """Items delivered, not yet acknowledged."""
+    released: bool = False
+    """A ``block`` queue whose subscriber has been gone longer than its ``release_after_s``: it no longer holds
+    back publishers, and drops its oldest items when full (counted in ``dropped``) until a subscriber attaches."""
 
 
 @dataclass(frozen=True)

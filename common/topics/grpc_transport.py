@@ -14,6 +14,17 @@ Trajectory)`` into a bounded local buffer; when it is full the reader stops read
 control stalls the server, whose queue already counts these items as in flight. Acks go on the same
 stream through a queue feeding the request iterator: in order, and before ``detach``'s half-close.
 
+Who holds a subscriber name: the holder wins. The processor attaches one live stream per durable
+queue and refuses a second Subscribe of that name with ALREADY_EXISTS (``SubscriberBusyError``) for
+as long as the first stream lives; the newcomer retries with backoff (``SUBSCRIBE_RETRY_*``) and a
+WARNING each time, and attaches once the holder is gone. Newest-wins would let any peer that
+knows the name (``"trainer"``) displace the real trainer at will, and two trainers started by
+mistake for one behavior would take turns displacing each other, each training on part of the data
+and publishing over the other's policy; with holder-wins the running trainer is never disturbed, the
+second one says why it waits, and a trainer restarting after a crash waits only until the processor
+notices the old stream is gone: at once for a closed socket, within the processor's keepalive bound
+for a hung or vanished peer (``processor.server.ServerOptions.hung_peer_bound_s``).
+
 Delivery is at least once, as in process: everything not acked when the stream ends (``detach``, a
 lost connection, a server stop) is requeued by the server for the next subscriber of that name;
 items buffered here but not yet taken are then discarded, as the server owns them again. The wire
@@ -38,7 +49,7 @@ from typing import Any
 
 import grpc
 
-from common.errors import DeadlineExceededError, StepstreamError, TopicClosedError, UnknownBehaviorError
+from common.errors import DeadlineExceededError, StepstreamError, SubscriberBusyError, TopicClosedError, UnknownBehaviorError
 from common.logs import identity_metadata
 from common.security import PLAINTEXT, ClientSecurity
 from common.specs import BrainParameters
@@ -81,14 +92,24 @@ POLL_INTERVAL_S = 0.2
 NOT_FOUND_RETRY_S = 120.0
 """How long ``publish`` retries a behavior the processor does not know yet (NOT_FOUND: no config declares
 it and no env client has yet), with backoff from ``POLL_INTERVAL_S`` to 5 s, before it raises."""
+SUBSCRIBE_RETRY_INITIAL_S = 0.5
+"""First wait before a refused (``SubscriberBusyError``) Subscribe is tried again; it doubles each time."""
+SUBSCRIBE_RETRY_MAX_S = 10.0
+"""Longest wait between two tries of a refused Subscribe (a WARNING is logged per try)."""
 
 MESSAGE_SIZE_OPTIONS = (
     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
     ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
 )
 """Channel limits of every stepstream client; the processor refuses larger messages with RESOURCE_EXHAUSTED anyway."""
-KEEPALIVE_OPTIONS = (("grpc.keepalive_time_ms", 10_000), ("grpc.keepalive_timeout_ms", 5_000))
-"""Client keepalive: notice a vanished processor even on an idle stream or while a call waits."""
+KEEPALIVE_OPTIONS = (
+    ("grpc.keepalive_time_ms", 10_000),
+    ("grpc.keepalive_timeout_ms", 5_000),
+    ("grpc.http2.ping_timeout_ms", 5_000),
+)
+"""Client keepalive: notice a vanished processor even on an idle stream or while a call waits. The ping
+timeout (gRPC's default 60 s) bounds every ping, as on the server (``processor.server.ServerOptions``):
+an unanswered BDP ping would otherwise hold back the keepalive ping for a minute."""
 _CHANNEL_OPTIONS = [*MESSAGE_SIZE_OPTIONS, *KEEPALIVE_OPTIONS]
 
 
@@ -108,7 +129,8 @@ class GrpcTrajectorySubscription:
     """A ``TrajectorySubscription`` of ``Trajectory`` over the processor's ``Subscribe`` stream.
 
     The stream opens at construction (it waits for the processor to come up); a daemon thread
-    reads it into a local buffer of at most ``max_buffered`` items. ``get`` (a thread) and ``aget``
+    reads it into a local buffer of at most ``max_buffered`` items. While another live stream holds
+    the name, the thread retries with backoff (module docstring) and ``get`` finds nothing. ``get`` (a thread) and ``aget``
     (a coroutine) return as soon as one item is buffered; ``ack`` sends an ``Ack`` and never blocks;
     ``detach`` half-closes the stream after the pending acks, and the server requeues what was not
     acked. Use it as a context manager to detach on exit.
@@ -157,34 +179,48 @@ class GrpcTrajectorySubscription:
         self._received = self._delivered = self._acked = 0
         self._blocked_seconds = 0.0
         self._cancel_timer: threading.Timer | None = None
-        self._outbox: queue.SimpleQueue[pb.SubscriberMessage | None] = queue.SimpleQueue()
+        self._detaching = threading.Event()
+        self._busy = False
+        """The processor refused the name (another stream holds it); retrying."""
         self._channel, self._owns_channel = open_channel(target, security)
-        stub = pb_grpc.AgentProcessorStub(self._channel)
-        self._call: Any = stub.Subscribe(
-            self._requests(), metadata=call_metadata(security, behavior_name), wait_for_ready=True
-        )
+        self._stub = pb_grpc.AgentProcessorStub(self._channel)
+        self._metadata = call_metadata(security, behavior_name)
+        self._outbox: queue.SimpleQueue[pb.SubscriberMessage | None] = queue.SimpleQueue()
+        self._call: Any = self._open_call()
         name = f"subscribe/{behavior_name}/{subscriber_name}"  # runs in the creator's log context (common.logs)
         self._reader = threading.Thread(target=contextvars.copy_context().run, args=(self._read,), name=name, daemon=True)
         self._reader.start()
 
     # -- the stream ------------------------------------------------------------------------------
 
-    def _requests(self) -> Iterator[pb.SubscriberMessage]:
+    def _open_call(self) -> Any:
+        """Open a Subscribe stream whose requests come from ``self._outbox``."""
+        return self._stub.Subscribe(self._requests(self._outbox), metadata=self._metadata, wait_for_ready=True)
+
+    def _requests(self, outbox: queue.SimpleQueue[pb.SubscriberMessage | None]) -> Iterator[pb.SubscriberMessage]:
         """SubscribeOpen, then the acks as they are queued; returns (half-closes) on None."""
         yield pb.SubscriberMessage(
             open=pb.SubscribeOpen(behavior_name=self.behavior_name, subscriber_name=self.subscriber_name)
         )
-        while (message := self._outbox.get()) is not None:
+        while (message := outbox.get()) is not None:
             yield message
 
     def _read(self) -> None:
         """The reader thread: buffer every batch until the stream ends, then record why it ended."""
         error: StepstreamError = TopicClosedError(f"{self._where}: the processor ended the stream")
+        retry_s = SUBSCRIBE_RETRY_INITIAL_S
         try:
-            for batch in self._call:
-                self._buffer_batch(batch)
-        except grpc.RpcError as rpc_error:
-            error = error_from_rpc(rpc_error, self._where)
+            while True:
+                try:
+                    for batch in self._call:
+                        self._busy = False
+                        self._buffer_batch(batch)
+                    break
+                except grpc.RpcError as rpc_error:
+                    error = error_from_rpc(rpc_error, self._where)
+                    if not isinstance(error, SubscriberBusyError) or not self._retry_after(retry_s, error):
+                        break
+                    retry_s = min(2 * retry_s, SUBSCRIBE_RETRY_MAX_S)
         except StepstreamError as decode_error:  # a malformed trajectory: give up on this stream
             error = decode_error
             self._call.cancel()
@@ -205,6 +241,20 @@ class GrpcTrajectorySubscription:
                     self._cancel_timer.cancel()
             if self._owns_channel:
                 self._channel.close()
+
+    def _retry_after(self, wait_s: float, refusal: StepstreamError) -> bool:
+        """Open a new stream after ``wait_s`` (the name was held by another); False if detached meanwhile."""
+        self._busy = True
+        logger.warning("%s; subscribing again in %.1f s", refusal, wait_s)
+        self._outbox.put(None)  # ends the refused call's request iterator
+        if self._detaching.wait(wait_s):
+            return False
+        with self._lock:  # a new outbox for the new stream (nothing was delivered, so no ack is pending)
+            if self._detached:  # detach() ended the old outbox, not this one
+                return False
+            self._outbox = queue.SimpleQueue()
+            self._call = self._open_call()
+        return True
 
     def _buffer_batch(self, batch: pb.DeliveryBatch) -> None:
         deliveries = [Delivery(d.delivery_tag, Trajectory.from_proto(d.trajectory)) for d in batch.deliveries]
@@ -309,7 +359,9 @@ class GrpcTrajectorySubscription:
             self._detached = True
             self._not_full.notify_all()
             self._wake_readers()
-        self._outbox.put(None)
+            outbox = self._outbox
+        self._detaching.set()
+        outbox.put(None)
         if asyncio._get_running_loop() is None:
             self._reader.join(self._detach_grace_s)
             if self._reader.is_alive():
@@ -335,7 +387,7 @@ class GrpcTrajectorySubscription:
                 subscriber_name=self.subscriber_name,
                 max_size=self._max_buffered,
                 full_policy=FullPolicy.BLOCK,
-                attached=self._error is None and not self._detached,
+                attached=self._error is None and not self._detached and not self._busy,
                 published=self._received,
                 delivered=self._delivered,
                 acked=self._acked,

@@ -10,7 +10,9 @@ A subscriber queue is named and durable: ``declare`` it before publishing starts
 starts after the processor then loses nothing), and it outlives its subscriptions. With no queue
 declared, a publish is dropped and counted as ``unrouted``. A queue's capacity ``max_size`` counts
 queued and in-flight items, so memory stays bounded; under ``FullPolicy.BLOCK``, a subscriber that
-never acks stalls the publishers once ``max_size`` deliveries are unacknowledged.
+never acks stalls the publishers once ``max_size`` deliveries are unacknowledged. A ``block`` queue
+whose subscriber has been gone for longer than ``release_after_s`` stops holding publishers back
+(``SubscriberQueue``): only a subscriber that is there, or coming, can stall a behavior.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import time
 from collections.abc import Iterable
 from typing import Any, Generic, TypeVar
 
-from common.errors import ProtocolError, TopicClosedError, TopicFullError
+from common.errors import ProtocolError, SubscriberBusyError, TopicClosedError, TopicFullError
 from common.topics.base import Delivery, FullPolicy, SubscriptionStats, TopicStats
 from common.topics.subscriber_queue import SubscriberQueue
 from common.topics.waiting import (
@@ -43,6 +45,10 @@ DEFAULT_MAX_SIZE = 1024
 """Capacity (queued + in flight) of a subscriber queue declared without ``max_size``."""
 DEFAULT_MAX_ITEMS = 256
 """Largest batch ``get`` / ``aget`` return by default."""
+DEFAULT_RELEASE_AFTER_S = 60.0
+"""How long a ``block`` queue keeps holding back publishers after its subscriber detached: long enough for a
+trainer to restart (a TensorFlow import and a checkpoint restore take 10-30 s), short enough that a subscriber
+gone for good stalls the env clients for a minute, not forever."""
 
 _MISSING: Any = object()
 
@@ -149,8 +155,9 @@ class Subscription(Generic[T]):
             if queue.attached is not self:
                 return
             returned = queue.requeue_in_flight()
-            queue.attached = None
+            queue.detach()
             queue.wake_readers()
+            self._topic._wake_writers()  # they re-check when the queue will be released
         logger.info("subscriber %r detached from %r; %d unacked items requeued", queue.name, self._topic.name, returned)
 
     def stats(self) -> SubscriptionStats:
@@ -162,6 +169,21 @@ class Subscription(Generic[T]):
 
     def __exit__(self, *unused_exc: object) -> None:
         self.detach()
+
+
+def _until_release(full: list[SubscriberQueue[Any]], remaining: float | None) -> float | None:
+    """The wait of a blocked publisher: ``remaining``, cut short when one of the ``full`` queues is released."""
+    now = time.monotonic()
+    releases = [r for q in full if (r := q.released_in_s(now)) is not None]
+    if not releases:
+        return remaining
+    first = max(min(releases), 0.0) + 0.001  # just past the release, so the next try sees it
+    return first if remaining is None else min(first, remaining)
+
+
+def _quoted(name: str, limit: int = 64) -> str:
+    """``name`` repr'd for a message, cut to ``limit`` characters (a peer chose it)."""
+    return repr(name) if len(name) <= limit else f"{name[:limit]!r}... ({len(name)} characters)"
 
 
 def _check_max_items(max_items: int) -> None:
@@ -206,13 +228,22 @@ class TrajectoryTopic(Generic[T]):
     def closed(self) -> bool:
         return self._closed
 
-    def declare(self, subscriber_name: str, max_size: int | None = None, full_policy: FullPolicy | None = None) -> None:
+    def declare(
+        self,
+        subscriber_name: str,
+        max_size: int | None = None,
+        full_policy: FullPolicy | None = None,
+        *,
+        release_after_s: float | None = DEFAULT_RELEASE_AFTER_S,
+    ) -> None:
         """Create the named subscriber queue if absent, so publishes are kept until it subscribes.
 
         Args:
             subscriber_name: the durable name, e.g. the trainer's behavior or run id.
             max_size: capacity, queued + in flight, >= 1; None means ``DEFAULT_MAX_SIZE`` (or as declared).
             full_policy: None means ``FullPolicy.BLOCK`` (or as declared).
+            release_after_s: (a new queue) how long a ``block`` queue holds back publishers after its
+                subscriber detached; None: for ever.
 
         Raises:
             ValueError: ``max_size`` < 1 (no publish could ever succeed).
@@ -220,7 +251,7 @@ class TrajectoryTopic(Generic[T]):
             TopicClosedError: the topic is closed.
         """
         with self._lock:
-            self._declare(subscriber_name, max_size, full_policy)
+            self._declare(subscriber_name, max_size, full_policy, release_after_s)
 
     def subscribe(
         self,
@@ -229,31 +260,44 @@ class TrajectoryTopic(Generic[T]):
         full_policy: FullPolicy | None = None,
         *,
         replace: bool = False,
+        declared_only: bool = False,
     ) -> Subscription[T]:
         """Attach to the named queue, declaring it first if needed (arguments as in ``declare``).
 
         A queue holds one attachment at a time. If one is live, ``replace=True`` detaches it (its
-        unacked items are requeued and its waiters get ``TopicClosedError``), as a reconnecting
-        remote subscriber needs; otherwise the call fails.
+        unacked items are requeued and its waiters get ``TopicClosedError``); otherwise the call
+        fails and the holder keeps it.
+
+        Args:
+            declared_only: refuse a name that has no queue yet instead of declaring it: a remote
+                peer may attach only to a queue the processor declared, so it cannot create a
+                queue that stalls the publishers.
 
         Raises:
-            ProtocolError: (precondition) the name is attached and ``replace`` is false, or the
-                settings differ from the declared ones.
+            SubscriberBusyError: (a precondition ``ProtocolError``) the name is attached and
+                ``replace`` is false.
+            ProtocolError: (precondition) the settings differ from the declared ones, or
+                ``declared_only`` and the name has no queue.
             ValueError: ``max_size`` < 1.
             TopicClosedError: the topic is closed.
         """
         with self._lock:
-            queue = self._declare(subscriber_name, max_size, full_policy)
+            if declared_only and subscriber_name not in self._queues:
+                raise ProtocolError(
+                    f"topic {self._name!r}: subscriber {_quoted(subscriber_name)} is not declared "
+                    f"(declared: {sorted(self._queues)[:8]}); declare it in the processor's settings",
+                    precondition=True,
+                )
+            queue = self._declare(subscriber_name, max_size, full_policy, DEFAULT_RELEASE_AFTER_S)
             old = queue.attached
             if old is not None and not replace:
-                raise ProtocolError(
-                    f"topic {self._name!r}: subscriber {subscriber_name!r} is already attached "
-                    "(detach it first, or subscribe with replace=True)",
-                    precondition=True,
+                raise SubscriberBusyError(
+                    f"topic {self._name!r}: subscriber {_quoted(subscriber_name)} is already attached to a live stream "
+                    "(the holder keeps it; retry once it detaches, or subscribe with replace=True in process)"
                 )
             requeued = queue.requeue_in_flight()
             subscription = Subscription(self, queue)
-            queue.attached = subscription
+            queue.attach(subscription)
             if old is not None:
                 queue.wake_readers()
         logger.info(
@@ -261,16 +305,17 @@ class TrajectoryTopic(Generic[T]):
         )
         return subscription
 
-    def _declare(self, name: str, max_size: int | None, full_policy: FullPolicy | None) -> SubscriberQueue[T]:
+    def _declare(
+        self, name: str, max_size: int | None, full_policy: FullPolicy | None, release_after_s: float | None
+    ) -> SubscriberQueue[T]:
         if self._closed:
             raise TopicClosedError(f"topic {self._name!r} is closed")
         if max_size is not None and max_size < 1:
             raise ValueError(f"topic {self._name!r}: max_size of subscriber {name!r} must be >= 1, got {max_size}")
         queue = self._queues.get(name)
         if queue is None:
-            queue = SubscriberQueue(
-                name, DEFAULT_MAX_SIZE if max_size is None else max_size, FullPolicy(full_policy or "block"), self._lock
-            )
+            size = DEFAULT_MAX_SIZE if max_size is None else max_size
+            queue = SubscriberQueue(name, size, FullPolicy(full_policy or "block"), self._lock, release_after_s)
             self._queues[name] = queue
             self._queue_list = list(self._queues.values())
             return queue
@@ -328,7 +373,7 @@ class TrajectoryTopic(Generic[T]):
                 self._async_writers.add(woken)
             started = time.monotonic()
             try:
-                await wait_woken(woken, remaining)
+                await wait_woken(woken, _until_release(full, remaining))
             finally:
                 with self._lock:
                     self._async_writers.discard(woken)
@@ -355,7 +400,7 @@ class TrajectoryTopic(Generic[T]):
                 started = time.monotonic()
                 self._thread_writers += 1
                 try:
-                    self._writable.wait(remaining)
+                    self._writable.wait(_until_release(full, remaining))
                 finally:
                     self._thread_writers -= 1
                     self._count_blocked(full, time.monotonic() - started)
@@ -370,7 +415,8 @@ class TrajectoryTopic(Generic[T]):
                 logger.warning("topic %r has no subscriber queue: publishes are dropped (declare one first)", self._name)
             self._unrouted += 1
             return []
-        full = [q for q in queues if q.full_policy is FullPolicy.BLOCK and len(q.queued) + len(q.in_flight) >= q.max_size]
+        now = time.monotonic()
+        full = [q for q in queues if q.holds_back(now)]
         if full:
             return full
         for queue in queues:

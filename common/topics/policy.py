@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Generic, TypeVar
 
 from common.errors import TopicClosedError
+from common.topics.base import MAX_POLICY_VERSION
 from common.topics.waiting import deadline_after, expired, refuse_in_event_loop, remaining_s, wait_woken, wake_all
 
 logger = logging.getLogger(__name__)
@@ -71,11 +72,11 @@ class PolicyTopic(Generic[T]):
             True iff the version was accepted.
 
         Raises:
-            ValueError: ``version`` is negative.
+            ValueError: ``version`` is negative or above ``MAX_POLICY_VERSION``.
             TopicClosedError: the topic is closed.
         """
-        if version < 0:
-            raise ValueError(f"policy topic {self._name!r}: version must be >= 0, got {version}")
+        if not 0 <= version <= MAX_POLICY_VERSION:
+            raise ValueError(f"policy topic {self._name!r}: version must be in [0, {MAX_POLICY_VERSION}], got {version}")
         with self._lock:
             if self._closed:
                 raise TopicClosedError(f"policy topic {self._name!r} is closed")
