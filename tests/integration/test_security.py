@@ -24,7 +24,7 @@ from common.security import ClientSecurity, ServerSecurity
 from common.specs import ActionSpec, BrainParameters, ObservationSpec
 from common.topics.grpc_transport import GrpcPolicyPublisher, GrpcStatusError, GrpcTrajectorySubscription
 from envclient.session import EnvSession, StepRejectedError
-from processor.server import ProcessorServer, ServerOptions
+from processor.server import MAX_HEALTH_WATCHES, SERVICE_NAME, ProcessorServer, ServerOptions
 from tests.certs import CertFiles, make_certs
 from tests.integration.helpers import policy_update
 
@@ -166,6 +166,40 @@ async def test_mutual_tls_requires_a_client_certificate_from_its_ca(certs: CertF
         session = await _open(address, _client(certs, cert=True))
         await session.close()
         assert server.sessions.opened == 1
+    finally:
+        await server.stop(STOP_GRACE_S)
+
+
+async def test_unauthenticated_health_calls_cannot_hold_memory_they_did_not_pay_for() -> None:
+    """With a token set, 200 Watch streams with 1 MiB service names held about 1 GB (issue 13, point 8): long names are
+    refused, and the concurrent Watches are bounded."""
+    server, address = await _serve(ServerSecurity(token=TOKEN))
+    address = address.replace("localhost", "127.0.0.1")
+    huge = health_pb2.HealthCheckRequest(service="x" * 2**20)
+    try:
+        async with grpc.aio.insecure_channel(address, options=[("grpc.max_send_message_length", 2**21)]) as channel:
+            stub = health_pb2_grpc.HealthStub(channel)
+            with pytest.raises(grpc.aio.AioRpcError) as refused:
+                await stub.Check(huge, timeout=CALL_TIMEOUT_S)
+            assert refused.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+            for _ in range(20):
+                watch = stub.Watch(huge, timeout=CALL_TIMEOUT_S)
+                assert await watch.code() is grpc.StatusCode.INVALID_ARGUMENT
+            assert server.health.watches == 0
+            watches = [stub.Watch(health_pb2.HealthCheckRequest(service=SERVICE_NAME)) for _ in range(MAX_HEALTH_WATCHES + 5)]
+            codes = []
+            for watch in watches:  # each one either streams SERVING or is refused at once
+                try:
+                    codes.append((await watch.read()).status)
+                except grpc.aio.AioRpcError as err:
+                    codes.append(err.code())
+            assert codes.count(health_pb2.HealthCheckResponse.SERVING) == MAX_HEALTH_WATCHES
+            assert codes.count(grpc.StatusCode.RESOURCE_EXHAUSTED) == 5
+            assert server.health.watches == MAX_HEALTH_WATCHES
+            for watch in watches:
+                watch.cancel()
+            reply = await stub.Check(health_pb2.HealthCheckRequest(), timeout=CALL_TIMEOUT_S)
+            assert reply.status == health_pb2.HealthCheckResponse.SERVING, "short names are still served"
     finally:
         await server.stop(STOP_GRACE_S)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 import grpc
 import numpy as np
@@ -19,7 +20,7 @@ import pytest
 
 from common.errors import DeadlineExceededError, ProtocolError, TopicClosedError
 from common.specs import ActionSpec, BrainParameters, ObservationSpec
-from common.topics import Deduplicator, Delivery, FullPolicy, TopicRegistry, TrajectorySubscription
+from common.topics import MAX_POLICY_VERSION, Deduplicator, Delivery, FullPolicy, TopicRegistry, TrajectorySubscription
 from common.topics.grpc_transport import GrpcPolicyPublisher, GrpcTrajectorySubscription, connect_trajectories
 from common.trajectory import Trajectory, TrajectoryId
 from processor.behaviors import BehaviorRuntime, ProcessorSettings
@@ -312,3 +313,115 @@ async def test_a_published_policy_is_loaded_once(start_processor: StartProcessor
                 assert batcher.policy is not None and batcher.policy.version == version
         await step.done_writing()
     assert loads == [1, 2], "each version was loaded once, by PublishPolicy"
+
+
+# -- hostile peers (issue 13, points 2-4) ----------------------------------------------------------
+
+
+async def open_raw_subscribe(channel: grpc.aio.Channel, subscriber_name: str) -> grpc.aio.StreamStreamCall:
+    """A stranger's Subscribe, written with its own stub: the open only, never an ack."""
+    call = pb_grpc.AgentProcessorStub(channel).Subscribe()
+    await call.write(pb.SubscriberMessage(open=pb.SubscribeOpen(behavior_name=BEHAVIOR, subscriber_name=subscriber_name)))
+    return call
+
+
+async def test_a_stranger_cannot_displace_the_trainer_and_a_newcomer_waits_for_the_name(
+    start_processor: StartProcessor, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Holder wins: a second Subscribe under a live name gets ALREADY_EXISTS; the trainer's stream is untouched; a
+    real client refused so retries (a WARNING per try) and attaches once the holder has gone."""
+    server, address = await start_processor(settings())
+    topic = server.topics.trajectories(BEHAVIOR)
+    trainer = GrpcTrajectorySubscription(address, BEHAVIOR, "trainer")
+    await topic.publish(make_trajectory(0))
+    assert sequences(await take(trainer, 1)) == [0]
+    async with grpc.aio.insecure_channel(address) as channel:
+        stranger = await open_raw_subscribe(channel, "trainer")
+        assert await asyncio.wait_for(stranger.code(), LIVENESS_S) is grpc.StatusCode.ALREADY_EXISTS
+        assert "already attached" in await stranger.details()
+    await topic.publish(make_trajectory(1))
+    assert sequences(await take(trainer, 1)) == [1], "the trainer's stream goes on"
+
+    newcomer = GrpcTrajectorySubscription(address, BEHAVIOR, "trainer")
+    await auntil(lambda: "subscribing again" in caplog.text)
+    assert not newcomer.stats().attached and trainer.stats().attached
+    await topic.publish(make_trajectory(2))
+    assert sequences(await take(trainer, 1)) == [2]
+    await asyncio.to_thread(trainer.detach)
+    await topic.publish(make_trajectory(3))
+    assert sequences(await take(newcomer, 1)) == [3], "the newcomer attached once the name was free"
+    assert newcomer.stats().attached
+    await asyncio.to_thread(newcomer.detach)
+
+
+async def test_a_policy_version_above_the_bound_is_refused_and_the_highest_stays_followable(
+    start_processor: StartProcessor,
+) -> None:
+    """2**63 - 1 was accepted, and a trainer resuming at highest + 1 overflowed int64; versions stop at 2**53."""
+    server, address = await start_processor(settings())
+    with GrpcPolicyPublisher(address, BEHAVIOR) as publisher:
+        assert await asyncio.to_thread(publisher.publish, policy_update(1), 1)
+        for version in (2**63 - 1, MAX_POLICY_VERSION + 1):
+            with pytest.raises(ProtocolError) as refused:
+                await asyncio.to_thread(publisher.publish, policy_update(1), version)
+            assert not refused.value.precondition  # INVALID_ARGUMENT
+            assert str(MAX_POLICY_VERSION) in str(refused.value)
+            assert await asyncio.to_thread(lambda: publisher.highest_version) == 1
+        assert await asyncio.to_thread(publisher.publish, policy_update(1), MAX_POLICY_VERSION)  # the bound itself
+    assert server.topics.policies(BEHAVIOR).highest_version == MAX_POLICY_VERSION
+    with pytest.raises(ValueError, match="version"):  # in process too
+        server.topics.policies(BEHAVIOR).publish(policy_update(1), MAX_POLICY_VERSION + 1)
+
+
+async def test_a_subscribe_under_an_undeclared_name_is_refused_and_cannot_stall_publishers(
+    start_processor: StartProcessor,
+) -> None:
+    """Any name used to get a durable ``block`` queue that nobody drained: the env clients stalled for good."""
+    server, address = await start_processor(settings(queue_size=2))
+    topic = server.topics.trajectories(BEHAVIOR)
+    async with grpc.aio.insecure_channel(address) as channel:
+        stranger = await open_raw_subscribe(channel, "stranger")
+        assert await asyncio.wait_for(stranger.code(), LIVENESS_S) is grpc.StatusCode.FAILED_PRECONDITION
+        assert "not declared" in await stranger.details()
+    assert list(topic.stats().subscribers) == ["trainer"], "a refused name creates no queue"
+    with GrpcTrajectorySubscription(address, BEHAVIOR, "trainer") as trainer:
+        for sequence in range(6):  # three times the queue size: only the trainer's acks make room
+            await asyncio.wait_for(topic.publish(make_trajectory(sequence)), LIVENESS_S)
+            assert sequences(await take(trainer, 1)) == [sequence]
+
+
+async def test_a_queue_whose_subscriber_is_gone_too_long_stops_blocking_visibly(start_processor: StartProcessor) -> None:
+    """A ``block`` queue holds publishers back for ``subscriber_release_after_s`` after its subscriber left, then drops."""
+    from processor.metrics import ProcessorCollector
+
+    release_s = 0.3
+    server, address = await start_processor(replace(settings(queue_size=2), subscriber_release_after_s=release_s))
+    topic = server.topics.trajectories(BEHAVIOR)
+
+    def released_gauge() -> float:
+        for family in ProcessorCollector(server).collect():
+            if family.name == "stepstream_processor_queue_released":
+                return next(s.value for s in family.samples if s.labels["subscriber"] == "trainer")
+        raise AssertionError("no queue_released metric")
+
+    await topic.publish(make_trajectory(0))
+    await topic.publish(make_trajectory(1))
+    publishing = asyncio.ensure_future(topic.publish(make_trajectory(2)))
+    await asyncio.sleep(2 * release_s)
+    assert not publishing.done(), "never attached: the queue waits for its trainer"
+    trainer = GrpcTrajectorySubscription(address, BEHAVIOR, "trainer")
+    assert sequences(await take(trainer, 1)) == [0]
+    await asyncio.wait_for(publishing, LIVENESS_S)
+    await asyncio.to_thread(trainer.detach)  # the queue is full again (1 requeued, 2)
+    gone_at = time.monotonic()
+    await asyncio.wait_for(topic.publish(make_trajectory(3)), LIVENESS_S)  # released: goes through, dropping the oldest
+    assert time.monotonic() - gone_at >= release_s * 0.9, "it held publishers back for the release time first"
+    stats = topic.stats().subscribers["trainer"]
+    assert stats.released and stats.dropped == 1 and released_gauge() == 1
+    with GrpcTrajectorySubscription(address, BEHAVIOR, "trainer") as again:
+        assert sequences(await take(again, 2, ack=False)) == [2, 3]
+        assert not topic.stats().subscribers["trainer"].released and released_gauge() == 0
+        blocked = asyncio.ensure_future(topic.publish(make_trajectory(4)))
+        await asyncio.sleep(2 * release_s)
+        assert not blocked.done(), "attached again: the queue blocks again"
+        blocked.cancel()
