@@ -19,9 +19,13 @@ test logs one ``FAULT`` line per fault: what happened, and the recovery time in 
    it goes on and the drops are counted; either way the processor's RSS grows by at most its queue
    capacity in bytes plus ``RSS_MARGIN_BYTES``, and training carries on after SIGCONT. The 30 s pause
    makes these ``learning`` tests (``make test`` and CI run them, ``make test-fast`` does not).
+4. **An env client hung** (SIGSTOP, socket open): the processor reclaims its session within its keepalive bound
+   (``HUNG_RECLAIM_DEADLINE_S``), and **the processor stopped with SIGTERM** while a session is open: the session's
+   partial trajectories reach the attached subscriber before its stream ends, and the log holds no traceback.
 
-The only timed assertion is the issue's 2 s reclaim bound (polled against a deadline); every other wait
-is a generous liveness bound. The processor processes are stopped (or killed) at teardown, also on failure.
+The only timed assertions are the issue's 2 s reclaim bound and the hung client's 30 s (each polled against a
+deadline); every other wait is a generous liveness bound. The processor processes are stopped (or killed) at
+teardown, also on failure.
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ import numpy as np
 import pytest
 
 from common.buffer import AgentBuffer
+from common.errors import TopicClosedError
 from common.topics import TRAINER_SUBSCRIBER
 from common.topics.grpc_transport import GrpcPolicyPublisher, GrpcTrajectorySubscription
 from common.trajectory import Trajectory
@@ -250,7 +255,10 @@ class Collector:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            deliveries = self._subscription.get(256, 0.1)
+            try:
+                deliveries = self._subscription.get(256, 0.1)
+            except TopicClosedError:  # the processor stopped (or went away): nothing more to collect
+                return
             with self._lock:
                 self.trajectories.extend(d.item for d in deliveries)
             self._subscription.ack([d.tag for d in deliveries])
@@ -652,3 +660,76 @@ def test_paused_trainer_stalls_or_drops_within_the_queue_capacity(full_policy: s
         )
         for name in ("env", "trainer", "processor"):
             assert stack.stop(name) == 0, f"{name} did not exit cleanly"
+
+
+# -- 4. a hung env client; the processor's SIGTERM with a session open ---------------------------
+
+HUNG_RECLAIM_DEADLINE_S = 30.0
+"""Bound on reclaiming a SIGSTOPped env client's session. The processor disconnects a hung peer within
+``ServerOptions.hung_peer_bound_s`` (15 s) of its last frame, 20 s in the README; 30 s here is generous. Before
+the server bounded every ping's timeout (not only the keepalive's), it took 60 s."""
+
+
+def test_hung_env_client_is_reclaimed_within_the_keepalive_bound(tmp_path: Path) -> None:
+    agents, steps = 4, 10
+    port, metrics_port = _free_port(), _free_port()
+    address = f"127.0.0.1:{port}"
+    processor = Metrics(metrics_port)
+    behavior = {"behavior": fault_client.BEHAVIOR}
+    params = fault_client.BRAIN_PARAMETERS
+    with FaultStack(tmp_path) as stack:
+        start_processor(stack, write_config(tmp_path, "faults.yaml", FAULTS_CONFIG), port, metrics_port)
+        update = build_mlp_policy_update(params.behavior_name, [(3,)], params.action_spec.to_proto(), version=1, seed=0)
+        with GrpcPolicyPublisher(address, params.behavior_name) as publisher:
+            assert publisher.publish(update, 1)
+        stack.start_client("hung", address, "hung", "--agents", str(agents), "--steps", str(steps), "--then", "hold")
+        stack.wait_for_log("hung", r"READY")
+        assert processor.get(processor_metric("sessions")) == 1
+        with stack.paused("hung"):
+            paused_at = time.monotonic()
+            stack.wait_until(
+                lambda: (
+                    processor.get(processor_metric("sessions")) == 0
+                    and processor.get(processor_metric("trajectories_flushed_total"), **behavior) == agents
+                ),
+                "the hung client's session to be reclaimed and flushed",
+                HUNG_RECLAIM_DEADLINE_S,
+            )
+            reclaim_s = time.monotonic() - paused_at
+        fault("env client SIGSTOP (socket open)", f"session reclaimed, {agents} partial trajectories flushed", reclaim_s)
+        stack.kill("hung")  # in `hold` it would wait for ever after SIGCONT
+        assert stack.stop("processor") == 0
+
+
+def test_sigterm_delivers_an_open_sessions_flush_before_ending_subscriptions_and_logs_no_traceback(
+    tmp_path: Path,
+) -> None:
+    """The flush of a session still open at the end of the grace period was counted as published, but the
+    Subscribe streams were cancelled at the same moment: the items were requeued and lost with the process."""
+    agents, steps = 4, 10
+    port, metrics_port = _free_port(), _free_port()
+    address = f"127.0.0.1:{port}"
+    params = fault_client.BRAIN_PARAMETERS
+    with FaultStack(tmp_path) as stack:
+        start_processor(stack, write_config(tmp_path, "faults.yaml", FAULTS_CONFIG), port, metrics_port)
+        update = build_mlp_policy_update(params.behavior_name, [(3,)], params.action_spec.to_proto(), version=1, seed=0)
+        with GrpcPolicyPublisher(address, params.behavior_name) as publisher:
+            assert publisher.publish(update, 1)
+        collector = Collector(address, params.behavior_name)
+        try:
+            stack.start_client("open", address, "open", "--agents", str(agents), "--steps", str(steps), "--then", "hold")
+            session_id = stack.wait_for_log("open", r"READY (\S+)").group(1)
+            assert collector.of_session(session_id) == [], "nothing is cut before the flush"
+            stopped_at = time.monotonic()
+            assert stack.stop("processor") == 0  # --grace-s 1: the session outlives it
+            stopped_s = time.monotonic() - stopped_at
+            flushed = collector.of_session(session_id)
+            assert len(flushed) == agents, f"the subscriber got {len(flushed)} of the {agents} flushed trajectories"
+            assert_flushed_from_first_sighting(flushed, agents, steps, offset=0.0)
+            log = stack.log_text("processor")
+            assert "Traceback" not in log, log
+            fault("processor SIGTERM with a session open", f"{agents} flushed trajectories delivered, no traceback", stopped_s)
+        finally:
+            collector.close()
+            if stack.processes["open"].poll() is None:
+                stack.kill("open")
