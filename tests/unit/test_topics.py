@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import pytest
 
-from common.errors import ProtocolError, TopicClosedError, TopicFullError
+from common.errors import ProtocolError, SubscriberBusyError, TopicClosedError, TopicFullError
 from common.topics import (
     Deduplicator,
     FullPolicy,
@@ -435,3 +435,39 @@ def test_deduplicator_is_lru_bounded() -> None:
     assert dedup.duplicates == 2
     with pytest.raises(ValueError):
         Deduplicator(0)
+
+
+def test_a_remote_peer_attaches_only_to_a_declared_queue_and_the_holder_keeps_it() -> None:
+    topic: TrajectoryTopic[int] = TrajectoryTopic("trajectories/T")
+    topic.declare("trainer", max_size=2)
+    with pytest.raises(ProtocolError, match="not declared") as refused:
+        topic.subscribe("x" * 10_000, declared_only=True)
+    assert refused.value.precondition and len(str(refused.value)) < 300, "a peer's name is quoted cut short"
+    assert topic.subscriber_names() == ["trainer"]
+    holder = topic.subscribe("trainer", declared_only=True)
+    with pytest.raises(SubscriberBusyError):
+        topic.subscribe("trainer", declared_only=True)
+    assert holder.attached
+
+
+def test_a_block_queue_released_after_its_subscriber_left_drops_until_one_attaches() -> None:
+    """Released queues are checked with release_after_s=0 (released at once) and None (never): no timing here."""
+    topic: TrajectoryTopic[int] = TrajectoryTopic("trajectories/T")
+    topic.declare("trainer", max_size=1, release_after_s=0.0)
+    topic.declare("kept", max_size=1, release_after_s=None)
+    topic.publish_blocking(0)
+    with pytest.raises(TopicFullError):  # never attached: both hold publishers back
+        topic.publish_blocking(1, timeout_s=0)
+    topic.subscribe("trainer").detach()
+    topic.subscribe("kept").detach()
+    with pytest.raises(TopicFullError, match="'kept'"):  # release_after_s=None: held back for ever
+        topic.publish_blocking(1, timeout_s=0)
+    topic.remove("kept")
+    topic.publish_blocking(1, timeout_s=0)  # "trainer" is released: the oldest is dropped instead
+    stats = topic.stats().subscribers["trainer"]
+    assert stats.released and stats.dropped == 1 and stats.depth == 1
+    with topic.subscribe("trainer") as subscription:
+        assert not subscription.stats().released
+        with pytest.raises(TopicFullError):
+            topic.publish_blocking(2, timeout_s=0)
+        assert [d.item for d in subscription.get(1, timeout_s=0)] == [1]
