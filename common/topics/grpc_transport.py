@@ -130,8 +130,9 @@ class GrpcTrajectorySubscription:
 
     The stream opens at construction (it waits for the processor to come up); a daemon thread
     reads it into a local buffer of at most ``max_buffered`` items. While another live stream holds
-    the name, the thread retries with backoff (module docstring) and ``get`` finds nothing. ``get`` (a thread) and ``aget``
-    (a coroutine) return as soon as one item is buffered; ``ack`` sends an ``Ack`` and never blocks;
+    the name, the thread retries with backoff (module docstring) and ``get`` finds nothing; ``stats()``
+    says not ``attached`` until the first delivery after such a refusal. ``get`` (a thread) and
+    ``aget`` (a coroutine) return as soon as one item is buffered; ``ack`` sends an ``Ack`` and never blocks;
     ``detach`` half-closes the stream after the pending acks, and the server requeues what was not
     acked. Use it as a context manager to detach on exit.
 
