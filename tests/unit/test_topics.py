@@ -443,7 +443,7 @@ def test_a_remote_peer_attaches_only_to_a_declared_queue_and_the_holder_keeps_it
     with pytest.raises(ProtocolError, match="not declared") as refused:
         topic.subscribe("x" * 10_000, declared_only=True)
     assert refused.value.precondition and len(str(refused.value)) < 300, "a peer's name is quoted cut short"
-    assert topic.subscriber_names() == ["trainer"]
+    assert list(topic.stats().subscribers) == ["trainer"]
     holder = topic.subscribe("trainer", declared_only=True)
     with pytest.raises(SubscriberBusyError):
         topic.subscribe("trainer", declared_only=True)
