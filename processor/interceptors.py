@@ -20,6 +20,7 @@ per session, never per step.
 
 from __future__ import annotations
 
+import inspect
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -175,25 +176,40 @@ def _decode_checked(handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMeth
         except DecodeError as err:
             return Undecodable(method, err)
 
-    async def refuse(undecodable: Undecodable, context: grpc.aio.ServicerContext) -> None:
-        log.warning("%s", undecodable.details)
-        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, undecodable.details)
-
     if handler.response_streaming:
-        inner_stream = handler.unary_stream
-
-        async def unary_stream(request: Any, context: grpc.aio.ServicerContext) -> Any:
-            if isinstance(request, Undecodable):
-                await refuse(request, context)
-            async for response in inner_stream(request, context):
-                yield response
-
-        return grpc.unary_stream_rpc_method_handler(unary_stream, request_deserializer=decode_or_mark, **codecs)
+        behavior = _checked_unary_stream(handler.unary_stream)
+        return grpc.unary_stream_rpc_method_handler(behavior, request_deserializer=decode_or_mark, **codecs)
     inner = handler.unary_unary
 
     async def unary_unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
         if isinstance(request, Undecodable):
-            await refuse(request, context)
+            await _refuse(request, context)
         return await inner(request, context)
 
     return grpc.unary_unary_rpc_method_handler(unary_unary, request_deserializer=decode_or_mark, **codecs)
+
+
+async def _refuse(undecodable: Undecodable, context: grpc.aio.ServicerContext) -> None:
+    log.warning("%s", undecodable.details)
+    await context.abort(grpc.StatusCode.INVALID_ARGUMENT, undecodable.details)
+
+
+def _checked_unary_stream(inner_stream: Callable[..., Any]) -> Callable[..., Any]:
+    """``inner_stream`` behind the ``Undecodable`` check, in its own style: an async generator, or a
+    coroutine that writes with ``context.write`` (as the health Watch does; grpc.aio refuses a mix)."""
+    if not inspect.isasyncgenfunction(inner_stream):
+
+        async def writing(request: Any, context: grpc.aio.ServicerContext) -> Any:
+            if isinstance(request, Undecodable):
+                await _refuse(request, context)
+            return await inner_stream(request, context)
+
+        return writing
+
+    async def yielding(request: Any, context: grpc.aio.ServicerContext) -> Any:
+        if isinstance(request, Undecodable):
+            await _refuse(request, context)
+        async for response in inner_stream(request, context):
+            yield response
+
+    return yielding
