@@ -91,7 +91,14 @@ class JetStreamTrajectoryTopic:
 
     # -- stream and consumers ------------------------------------------------------------------
 
-    def declare(self, subscriber_name: str, max_size: int | None = None, full_policy: FullPolicy | None = None) -> None:
+    def declare(
+        self,
+        subscriber_name: str,
+        max_size: int | None = None,
+        full_policy: FullPolicy | None = None,
+        *,
+        release_after_s: float | None = None,
+    ) -> None:
         """Create the stream (if absent) and the subscriber's durable consumer (if absent).
 
         Args:
@@ -99,12 +106,15 @@ class JetStreamTrajectoryTopic:
             max_size: the stream's ``max_msgs`` and the consumer's ``max_ack_pending``, >= 1;
                 None keeps the stream's (``DEFAULT_MAX_SIZE`` for a new one).
             full_policy: None keeps the stream's (``block`` for a new one).
+            release_after_s: accepted as the in-process topic takes it, not applied: the broker's
+                stream is not released while its durable consumer is away.
 
         Raises:
             ValueError: ``max_size`` < 1 or an empty name.
             TopicClosedError: the topic is closed.
             StepstreamError: the broker refused (``DeadlineExceededError`` when unreachable).
         """
+        del release_after_s  # the broker's stream is not released
         self._check_open()
         if not subscriber_name:
             raise ValueError(f"topic {self.name!r}: subscriber_name must not be empty")
