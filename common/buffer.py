@@ -16,10 +16,11 @@ Shapes: ``L`` = rows in a field, ``T`` = training/sequence length, ``B`` = batch
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Hashable, Iterable, Iterator, Mapping, MutableMapping, Sequence
+from dataclasses import dataclass
 from typing import IO, Any
 
-import h5py
 import numpy as np
 
 from common.errors import BufferException
@@ -418,6 +419,8 @@ class AgentBuffer(MutableMapping[str, AgentBufferField]):
 
     def save_to_file(self, file_object: str | IO[bytes] | Any) -> None:
         """Write every field to HDF5 (a path or a binary file-like object), exactly: dtype, shape, key."""
+        import h5py  # here, not at the top: the processor holds ProcessingBuffers and never loads h5py
+
         with h5py.File(file_object, "w") as f:
             f.attrs[_FILE_MARK] = _FILE_VERSION
             for i, (key, field) in enumerate(self._fields.items()):
@@ -432,6 +435,8 @@ class AgentBuffer(MutableMapping[str, AgentBufferField]):
         Raises:
             BufferException: the file is not HDF5, or not an AgentBuffer written by stepstream.
         """
+        import h5py
+
         try:
             f = h5py.File(file_object, "r")
         except (OSError, ValueError) as err:
@@ -456,11 +461,327 @@ class AgentBuffer(MutableMapping[str, AgentBufferField]):
         self._fields = fields
 
 
-class ProcessingBuffer(dict[Hashable, AgentBuffer]):
-    """Agent id -> that agent's AgentBuffer; the per-agent staging area before the update buffer."""
+@dataclass(frozen=True)
+class ProcessingField:
+    """One field of a ProcessingBuffer: every row is ``dtype [*shape]``."""
 
-    def __missing__(self, agent_id: Hashable) -> AgentBuffer:
-        buffer = self[agent_id] = AgentBuffer()
+    shape: tuple[int, ...] = ()
+    dtype: Any = np.float32
+    """Anything ``np.dtype`` takes; fields of one dtype share one storage plane."""
+    padding_value: float = 0.0
+    """The padding value of the field in the agent's AgentBuffer (see ``AgentBufferField``)."""
+
+
+_ID_TABLE_OBJECT_BYTES = 2 * sys.getsizeof(1 << 40)
+"""What one agent's entry keeps alive besides the dict's own table: its id and slot int objects."""
+
+
+class ProcessingBuffer(Mapping[Hashable, AgentBuffer]):
+    """Agent id -> that agent's AgentBuffer: the per-agent staging area before the update buffer, vectorised.
+
+    The processor's assembler keeps every agent of one (session, behavior) here, and so does any
+    code that builds per-agent rows and moves them to an update buffer. Fields are fixed at
+    construction (``ProcessingField``); every row an agent holds has every field. Per agent (its
+    *slot*) the buffer holds:
+
+    * its experiences: ``lengths[slot]`` rows of every field, until taken (``take``) or reset;
+    * ``pending``: one more row of every field, the agent's last row, which is not an experience
+      yet (the processor's previous BrainInfo row, still waiting for the reward that follows it);
+    * ``state``: per-agent values declared at construction (``agent_state``), e.g. episode totals.
+
+    Storage. Fields of one dtype share a *plane*: a 2-D array whose columns are those fields'
+    flattened rows (``columns``), so appending one row to each of ``N`` agents is one scatter per
+    plane, not one per field (numpy's per-call cost dominates at a few hundred rows). Experiences
+    live in chunks of ``chunk_rows`` rows drawn from one pool per plane and linked per agent, so
+    an agent holds the chunks its rows fill and no more: memory grows with the rows actually held,
+    never with a preallocated maximum (``time_horizon``) per agent seen. Slots, the pending rows and
+    the pool grow geometrically and are reused; they are freed with the buffer.
+
+    Bytes held, with ``W`` = one row's bytes (``row_bytes``), ``c`` = ``chunk_rows``:
+    ``W + 40 + ~100`` per agent (pending row, per-slot counters, the id table entry) plus
+    ``ceil(rows / c) * (c * W + 16)`` for its experiences; slots and chunks are allocated in
+    doublings, so up to twice that at the session's peak. ``nbytes`` counts it.
+
+    The seed's API stays: ``buffer[agent_id]`` is an AgentBuffer (a copy of the agent's
+    experiences), ``append_to_update_buffer``, ``append_all_agent_batch_to_update_buffer`` and
+    ``reset_local_buffers``. Shapes: ``N`` agents in one call, ``K`` slots, ``t`` rows of one agent,
+    ``w_p`` the width of plane ``p``.
+    """
+
+    def __init__(
+        self,
+        fields: Mapping[str, ProcessingField],
+        agent_state: Mapping[str, tuple[tuple[int, ...], Any]] | None = None,
+        chunk_rows: int = 8,
+    ) -> None:
+        if chunk_rows < 1:
+            raise BufferException(f"chunk_rows must be >= 1, got {chunk_rows}")
+        self.fields = dict(fields)
+        self.chunk_rows = chunk_rows
+        dtypes: list[np.dtype] = []
+        widths: list[int] = []
+        self.columns: dict[str, tuple[int, slice]] = {}
+        """Field -> (plane, columns of that plane); plane -1 for a field with no values per row."""
+        for key, spec in self.fields.items():
+            dtype, width = np.dtype(spec.dtype), int(np.prod(spec.shape, dtype=np.int64))
+            if not width:
+                self.columns[key] = (-1, slice(0, 0))
+                continue
+            if dtype not in dtypes:
+                dtypes.append(dtype)
+                widths.append(0)
+            p = dtypes.index(dtype)
+            self.columns[key] = (p, slice(widths[p], widths[p] + width))
+            widths[p] += width
+        self.plane_dtypes: tuple[np.dtype, ...] = tuple(dtypes)
+        self.plane_widths: tuple[int, ...] = tuple(widths)
+        self.row_bytes = sum(w * d.itemsize for w, d in zip(widths, dtypes, strict=True))
+        """Bytes of one row of every field."""
+        self._state_specs = dict(agent_state or {})
+        self.slot_of: dict[Hashable, int] = {}
+        """Agent id -> its slot, in the order the agents were added."""
+        self._free_slots: list[int] = []
+        self._capacity = 0
+        # Per slot (first axis K): rows held, the pool row its next row goes to (a multiple of
+        # chunk_rows: it needs a new chunk), its first chunk (-1: none).
+        self.lengths = np.zeros(0, np.int64)
+        """int64 [K]: experiences each slot holds."""
+        self._next_row = np.zeros(0, np.int64)
+        self._head = np.zeros(0, np.int64)
+        self.pending: list[np.ndarray] = [np.zeros((0, w), d) for w, d in zip(widths, dtypes, strict=True)]
+        """Plane p: ``[K, w_p]``, each slot's pending row (zeros for an agent's first)."""
+        self.state: dict[str, np.ndarray] = {
+            name: np.zeros((0, *shape), dtype) for name, (shape, dtype) in self._state_specs.items()
+        }
+        """Name -> ``[K, *shape]``: the ``agent_state`` values of each slot (zeros for a new agent)."""
+        # The chunk pool: plane p is [Q * chunk_rows, w_p]; chunk q's successor; a stack of free chunks.
+        self._chunks: list[np.ndarray] = [np.empty((0, chunk_rows, w), d) for w, d in zip(widths, dtypes, strict=True)]
+        """Plane p's pool as ``[Q, chunk_rows, w_p]``; ``_pool`` is the same memory as ``[Q * chunk_rows, w_p]`` rows."""
+        self._pool: list[np.ndarray] = [chunks.reshape(0, w) for chunks, w in zip(self._chunks, widths, strict=True)]
+        self._chunk_next = np.zeros(0, np.int64)
+        self._free_chunks = np.zeros(0, np.int64)
+        self._n_free = 0
+
+    # -- the mapping -----------------------------------------------------------------------------
+
+    def __getitem__(self, agent_id: Hashable) -> AgentBuffer:
+        """A copy of the agent's experiences, one AgentBufferField per field.
+
+        Raises:
+            KeyError: the buffer holds no such agent.
+        """
+        slot = self.slot_of[agent_id]
+        return self._agent_buffer(self.rows(slot), int(self.lengths[slot]), self.fields)
+
+    def __iter__(self) -> Iterator[Hashable]:
+        return iter(self.slot_of)
+
+    def __len__(self) -> int:
+        return len(self.slot_of)
+
+    def __contains__(self, agent_id: object) -> bool:
+        return agent_id in self.slot_of
+
+    def __repr__(self) -> str:
+        return f"ProcessingBuffer({len(self)} agents, {int(self.lengths.sum())} rows, fields={list(self.fields)})"
+
+    # -- packed rows -----------------------------------------------------------------------------
+
+    def new_rows(self, n: int) -> list[np.ndarray]:
+        """Uninitialised packed rows for ``n`` agents: plane p is ``[n, w_p]``; fill every column."""
+        return [np.empty((n, w), d) for w, d in zip(self.plane_widths, self.plane_dtypes, strict=True)]
+
+    def column(self, rows: Sequence[np.ndarray], key: str) -> np.ndarray:
+        """Field ``key`` of packed ``rows`` (plane arrays with a first axis ``n``): ``[n, *shape]``, a view when it has values."""
+        p, columns = self.columns[key]
+        spec = self.fields[key]
+        if p < 0:
+            return np.zeros((len(rows[0]) if rows else 0, *spec.shape), spec.dtype)
+        return rows[p][:, columns].reshape(-1, *spec.shape)
+
+    # -- agents ----------------------------------------------------------------------------------
+
+    def add_agents(self, agent_ids: Sequence[Hashable]) -> list[int]:
+        """Give each agent of ``agent_ids`` (distinct, none held) a slot with no rows; returns the slots."""
+        free = self._free_slots
+        if len(free) < len(agent_ids):
+            self._grow_slots(max(2 * self._capacity, len(self.slot_of) + len(agent_ids), 8))
+        slots = free[len(free) - len(agent_ids) :][::-1]
+        del free[len(free) - len(agent_ids) :]
+        self.slot_of.update(zip(agent_ids, slots, strict=True))
+        return slots
+
+    def remove(self, agent_ids: Iterable[Hashable]) -> None:
+        """Forget these agents: their rows, pending rows and state; their slots are reused.
+
+        Raises:
+            KeyError: an agent the buffer does not hold.
+        """
+        slots = [self.slot_of.pop(agent_id) for agent_id in agent_ids]
+        if not slots:
+            return
+        for slot in slots:
+            if self.lengths[slot]:
+                self._clear(slot)
+        s = np.array(slots, dtype=np.intp)
+        for pending in self.pending:
+            pending[s] = 0
+        for values in self.state.values():
+            values[s] = 0
+        self._free_slots.extend(slots)
+
+    def _grow_slots(self, capacity: int) -> None:
+        old = self._capacity
+
+        def grown(arr: np.ndarray, fill: int = 0) -> np.ndarray:
+            new = np.full((capacity, *arr.shape[1:]), fill, arr.dtype)
+            new[:old] = arr
+            return new
+
+        self.lengths, self._next_row, self._head = grown(self.lengths), grown(self._next_row), grown(self._head, -1)
+        self.pending = [grown(p) for p in self.pending]
+        self.state = {name: grown(values) for name, values in self.state.items()}
+        # Popped from the end: the lowest new slot first.
+        self._free_slots[:0] = range(capacity - 1, old - 1, -1)
+        self._capacity = capacity
+
+    # -- rows ------------------------------------------------------------------------------------
+
+    def append_rows(self, slots: np.ndarray, rows: Sequence[np.ndarray]) -> np.ndarray:
+        """Append one experience to each slot of ``slots`` (int [N], distinct): ``rows[p]`` is plane p ``[N, w_p]``.
+
+        The fast path, unchecked (``add_rows`` checks). Returns int64 [N], the slots' new lengths.
+        """
+        c = self.chunk_rows
+        # ndarray.take, not fancy indexing: several times faster on these narrow arrays.
+        at = self._next_row.take(slots)
+        k = np.flatnonzero(at % c == 0)
+        if len(k):
+            # These slots' last chunk is full (or they have none): link a fresh chunk to each.
+            chunks = self._take_chunks(len(k))
+            full = at[k]
+            linked = full > 0
+            if linked.all():
+                self._chunk_next[full // c - 1] = chunks
+            else:
+                self._chunk_next[full[linked] // c - 1] = chunks[linked]
+                self._head[slots[k[~linked]]] = chunks[~linked]
+            at[k] = chunks * c
+        for pool, plane in zip(self._pool, rows, strict=True):
+            if pool.shape[1] == 1:  # a 1-D scatter is faster
+                pool[:, 0][at] = plane[:, 0]
+            else:
+                pool[at] = plane
+        self._next_row[slots] = at + 1
+        lengths: np.ndarray = self.lengths.take(slots) + 1
+        self.lengths[slots] = lengths
+        return lengths
+
+    def add_rows(self, agent_ids: Sequence[Hashable], rows: Mapping[str, Any]) -> None:
+        """Append one experience to each agent of ``agent_ids`` (new agents are added): ``rows[key]`` is
+        ``[N, *shape]`` for every field, so an agent's fields never differ in length.
+
+        Raises:
+            BufferException: a repeated agent id, a missing or unknown key, or a wrong shape.
+        """
+        n = len(agent_ids)
+        if len(set(agent_ids)) != n:
+            raise BufferException(f"agent ids repeat in one append: {list(agent_ids)}")
+        if set(rows) != set(self.fields):
+            raise BufferException(
+                f"rows must give every field: missing {sorted(set(self.fields) - set(rows))},"
+                f" unknown {sorted(set(rows) - set(self.fields))}"
+            )
+        packed = self.new_rows(n)
+        for key, value in rows.items():
+            arr, spec = np.asarray(value), self.fields[key]
+            if arr.shape != (n, *spec.shape):
+                raise BufferException(f"key {key!r}: rows of shape {list(arr.shape)}, expected {[n, *spec.shape]}")
+            p, columns = self.columns[key]
+            if p >= 0:
+                packed[p][:, columns] = arr.reshape(n, columns.stop - columns.start)
+        get = self.slot_of.get
+        slots = [get(agent_id, -1) for agent_id in agent_ids]
+        new = [r for r, slot in enumerate(slots) if slot < 0]
+        for r, slot in zip(new, self.add_agents([agent_ids[r] for r in new]), strict=True):
+            slots[r] = slot
+        self.append_rows(np.array(slots, dtype=np.intp), packed)
+
+    def _chunks_of(self, slot: int) -> list[int]:
+        length, chunk_next = int(self.lengths[slot]), self._chunk_next
+        q = int(self._head[slot])
+        chunks = [q]
+        for _ in range((length - 1) // self.chunk_rows):
+            q = int(chunk_next[q])
+            chunks.append(q)
+        return chunks
+
+    def rows(self, slot: int) -> list[np.ndarray]:
+        """The slot's experiences, packed: plane p is a new ``[t, w_p]`` array."""
+        return self._gather(slot, self._chunks_of(slot) if self.lengths[slot] else [])
+
+    def take(self, slot: int) -> list[np.ndarray]:
+        """``rows(slot)``, after which the slot holds no experiences (its pending row and state stay)."""
+        if not self.lengths[slot]:
+            return self._gather(slot, [])
+        chunks = self._chunks_of(slot)
+        rows = self._gather(slot, chunks)
+        self._clear(slot, chunks)
+        return rows
+
+    def _gather(self, slot: int, chunks: list[int]) -> list[np.ndarray]:
+        t, c = int(self.lengths[slot]), self.chunk_rows
+        if len(chunks) == 1:
+            start = chunks[0] * c
+            return [pool[start : start + t].copy() for pool in self._pool]
+        if not chunks:
+            return [np.empty((0, w), d) for w, d in zip(self.plane_widths, self.plane_dtypes, strict=True)]
+        # Whole chunks at once (no row index to build); the last chunk's unused rows are cut off.
+        n = len(chunks) * c
+        index = np.array(chunks)
+        return [pool.take(index, axis=0).reshape(n, -1)[:t] for pool in self._chunks]
+
+    def _clear(self, slot: int, chunks: list[int] | None = None) -> None:
+        """The slot's chunks go back to the free stack (``chunks``: ``_chunks_of(slot)``, if known)."""
+        chunks = self._chunks_of(slot) if chunks is None else chunks
+        self._free_chunks[self._n_free : self._n_free + len(chunks)] = chunks
+        self._n_free += len(chunks)
+        self.lengths[slot] = 0
+        self._next_row[slot] = 0
+        self._head[slot] = -1
+
+    def _take_chunks(self, m: int) -> np.ndarray:
+        """``m`` free chunk ids (int64 [m]), growing the pool (doubling) when too few are free."""
+        if self._n_free < m:
+            old = len(self._chunk_next)
+            count = max(2 * old, old + m - self._n_free, 8)
+            c = self.chunk_rows
+            for p, pool in enumerate(self._chunks):
+                grown = np.empty((count, c, pool.shape[2]), pool.dtype)
+                grown[:old] = pool
+                self._chunks[p] = grown
+                self._pool[p] = grown.reshape(count * c, -1)
+            self._chunk_next = np.concatenate([self._chunk_next, np.zeros(count - old, np.int64)])
+            free = np.empty(count, np.int64)
+            free[: self._n_free] = self._free_chunks[: self._n_free]
+            free[self._n_free : self._n_free + count - old] = np.arange(count - 1, old - 1, -1)
+            self._free_chunks = free
+            self._n_free += count - old
+        self._n_free -= m
+        return self._free_chunks[self._n_free : self._n_free + m].copy()
+
+    # -- the seed's API --------------------------------------------------------------------------
+
+    def _agent_buffer(self, rows: list[np.ndarray], t: int, key_list: Iterable[str]) -> AgentBuffer:
+        """An AgentBuffer of the ``key_list`` fields of ``t`` packed ``rows``."""
+        buffer = AgentBuffer()
+        for key in key_list:
+            spec = self.fields.get(key)
+            if spec is None:
+                raise BufferException(f"key {key!r} is not a field of this ProcessingBuffer (fields: {list(self.fields)})")
+            p, columns = self.columns[key]
+            values = np.zeros((t, *spec.shape), spec.dtype) if p < 0 else np.ascontiguousarray(rows[p][:, columns])
+            buffer[key] = AgentBufferField._adopt(values.reshape(t, *spec.shape), spec.padding_value)
         return buffer
 
     def append_to_update_buffer(
@@ -471,16 +792,15 @@ class ProcessingBuffer(dict[Hashable, AgentBuffer]):
         batch_size: int | None = None,
         training_length: int | None = None,
     ) -> None:
-        """Append one agent's rows to ``update_buffer`` in sequences of ``training_length``.
+        """Append one agent's rows to ``update_buffer`` in sequences of ``training_length`` (see ``get_batch``).
 
         Raises:
-            BufferException: the agent's fields in ``key_list`` differ in length.
+            KeyError: the buffer holds no such agent.
+            BufferException: a key that is not a field.
         """
-        agent_buffer = self[agent_id]
-        keys = list(agent_buffer) if key_list is None else list(key_list)
-        if not agent_buffer.check_length(keys):
-            lengths = {k: len(agent_buffer[k]) for k in keys}
-            raise BufferException(f"agent {agent_id!r}: fields have unequal lengths {lengths}")
+        keys = list(self.fields) if key_list is None else list(key_list)
+        slot = self.slot_of[agent_id]
+        agent_buffer = self._agent_buffer(self.rows(slot), int(self.lengths[slot]), keys)
         agent_buffer.resequence_and_append(update_buffer, keys, batch_size, training_length)
 
     def append_all_agent_batch_to_update_buffer(
@@ -490,11 +810,21 @@ class ProcessingBuffer(dict[Hashable, AgentBuffer]):
         batch_size: int | None = None,
         training_length: int | None = None,
     ) -> None:
-        """``append_to_update_buffer`` for every agent, in insertion order."""
-        for agent_id in self:
+        """``append_to_update_buffer`` for every agent, in the order they were added."""
+        for agent_id in self.slot_of:
             self.append_to_update_buffer(update_buffer, agent_id, key_list, batch_size, training_length)
 
     def reset_local_buffers(self) -> None:
-        """Empty every agent's buffer."""
-        for buffer in self.values():
-            buffer.reset_agent()
+        """Empty every agent's experiences; the agents, their pending rows and state stay."""
+        for slot in self.slot_of.values():
+            if self.lengths[slot]:
+                self._clear(slot)
+
+    # -- accounting ------------------------------------------------------------------------------
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes allocated for this buffer: every array, plus the id table with its id and slot objects."""
+        arrays = [self.lengths, self._next_row, self._head, self._chunk_next, self._free_chunks, *self.pending, *self._chunks]
+        table = sys.getsizeof(self.slot_of) + len(self.slot_of) * _ID_TABLE_OBJECT_BYTES + sys.getsizeof(self._free_slots)
+        return sum(a.nbytes for a in arrays) + sum(v.nbytes for v in self.state.values()) + table

@@ -62,6 +62,10 @@ class TopicFullError(StepstreamError):
     """A publish found the topic full and its policy is to fail rather than wait or drop."""
 
 
+class ResourceLimitError(StepstreamError):
+    """A peer asked the processor to hold more than a configured cap allows; the message gives the numbers."""
+
+
 class DeadlineExceededError(StepstreamError):
     """An operation did not finish within its stated timeout."""
 

@@ -78,6 +78,11 @@ class ProcessorSettings:
     """How long the first request of a forward pass waits for others to join it."""
     first_policy_timeout_s: float = 120.0
     """How long a BrainInfo waits for its behavior's first policy before failing."""
+    max_agents_per_brain_info: int = 16384
+    """Rows one BrainInfo may carry; a larger one is refused (INVALID_ARGUMENT) before inference."""
+    max_agents_per_session: int = 65536
+    """Live agents (seen since their last done) one session may hold over all its behaviors; a BrainInfo
+    that would pass it is refused (RESOURCE_EXHAUSTED). See ``processor.assembly`` for the bytes per agent."""
     seed: int | None = None
 
     @classmethod

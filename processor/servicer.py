@@ -23,6 +23,7 @@ from common.errors import (
     IncompatibleVersionError,
     NotSupportedYetError,
     ProtocolError,
+    ResourceLimitError,
     SessionReplacedError,
     StepstreamError,
     SubscriberBusyError,
@@ -76,6 +77,7 @@ STATUS_TABLE: tuple[tuple[type[StepstreamError], grpc.StatusCode], ...] = (
     (ProtocolError, grpc.StatusCode.INVALID_ARGUMENT),
     (ConfigError, grpc.StatusCode.FAILED_PRECONDITION),
     (TopicFullError, grpc.StatusCode.RESOURCE_EXHAUSTED),
+    (ResourceLimitError, grpc.StatusCode.RESOURCE_EXHAUSTED),
     (DeadlineExceededError, grpc.StatusCode.DEADLINE_EXCEEDED),
     (SessionReplacedError, grpc.StatusCode.ABORTED),
     (TopicClosedError, grpc.StatusCode.UNAVAILABLE),
@@ -162,7 +164,8 @@ class AgentProcessorServicer(pb_grpc.AgentProcessorServicer):
         except StepstreamError:
             self.behaviors.release(behaviors)  # those this Hello created and no session holds
             raise
-        session, replaced = self.sessions.open(hello.client_id, behaviors, asyncio.current_task())
+        max_agents = self.behaviors.settings.max_agents_per_session
+        session, replaced = self.sessions.open(hello.client_id, behaviors, asyncio.current_task(), max_agents)
         names = status_details(str([b.name for b in behaviors]), MAX_LOGGED_NAMES_BYTES)
         log.info("session %s opened by client '%s' for %s", session.session_id, hello.client_id, names)
         if replaced is not None:
@@ -184,7 +187,9 @@ class AgentProcessorServicer(pb_grpc.AgentProcessorServicer):
         if payload != "brain_info":
             raise ProtocolError(f"session {session.session_id}: a StepRequest with no payload (neither hello nor brain_info)")
         behavior, assembler = session.behavior(request.brain_info.behavior_name)
-        info = decode_brain_info(request.brain_info, behavior.params, session.session_id)
+        info = decode_brain_info(
+            request.brain_info, behavior.params, session.session_id, self.behaviors.settings.max_agents_per_brain_info
+        )
         out = await behavior.batcher.act(info.observations, info.action_mask)
         self._check_live(session)  # replaced while waiting: its agents were flushed, this row is not theirs any more
         actions = StepActions(
@@ -200,7 +205,7 @@ class AgentProcessorServicer(pb_grpc.AgentProcessorServicer):
         """Flush the session's partial trajectories (as interrupted) and forget it."""
         self.sessions.close(session)
         try:
-            for name, trajectories in session.flush().items():
+            async for name, trajectories in session.flush():  # in batches, yielding to other sessions
                 try:
                     await session.behaviors[name].publish(trajectories, flushed=True)
                 except StepstreamError as err:

@@ -5,11 +5,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 
 from common.errors import UnknownBehaviorError
 from common.trajectory import Trajectory
-from processor.assembly import TrajectoryAssembler
+from processor.assembly import FLUSH_BATCH_AGENTS, AgentBudget, TrajectoryAssembler
 from processor.behaviors import Behavior
 
 log = logging.getLogger(__name__)
@@ -17,7 +18,11 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class Session:
-    """One live Step stream: its identity, its behaviors' assemblers, and who may replace it."""
+    """One live Step stream: its identity, its behaviors' assemblers, and who may replace it.
+
+    Its assemblers share one ``AgentBudget``: the live agents the session may hold over all its
+    behaviors (``ProcessorSettings.max_agents_per_session``).
+    """
 
     client_id: str
     session_id: str
@@ -44,10 +49,19 @@ class Session:
                 f" (declared: {sorted(self.behaviors)})"
             ) from None
 
-    def flush(self) -> dict[str, list[Trajectory]]:
-        """Every behavior's partial trajectories (interrupted); the session holds no agent after."""
+    async def flush(self, agents_per_batch: int = FLUSH_BATCH_AGENTS) -> AsyncIterator[tuple[str, list[Trajectory]]]:
+        """Every behavior's partial trajectories (interrupted), as (behavior name, batch) pairs of at most
+        ``agents_per_batch`` agents' trajectories; the session holds no agent after.
+
+        Yields to the event loop after each batch: a session of 100,000 agents took seconds to
+        flush at once, and every other session waited that long for its next answer.
+        """
         self.closed = True
-        return {name: assembler.flush() for name, assembler in self.assemblers.items()}
+        for name, assembler in self.assemblers.items():
+            for batch in assembler.flush_batches(agents_per_batch):
+                if batch:
+                    yield name, batch
+                await asyncio.sleep(0)
 
 
 class SessionTable:
@@ -62,18 +76,27 @@ class SessionTable:
     def __len__(self) -> int:
         return len(self._by_client)
 
-    def open(self, client_id: str, behaviors: list[Behavior], task: asyncio.Task | None) -> tuple[Session, Session | None]:
+    def __iter__(self) -> Iterator[Session]:
+        """The live sessions."""
+        return iter(list(self._by_client.values()))
+
+    def open(
+        self, client_id: str, behaviors: list[Behavior], task: asyncio.Task | None, max_agents: int | None = None
+    ) -> tuple[Session, Session | None]:
         """Register a new session; returns it and the live session with the same client id it replaces.
+
+        ``max_agents`` bounds the live agents the session may hold over all its behaviors (None: no bound).
 
         The replaced session is only marked: the caller flushes it (``Session.flush``), and its own
         stream handler ends with ABORTED when that stream next speaks. Its task is not cancelled:
         a cancel that lands inside grpc.aio's own read or write ends the stream with INTERNAL.
         """
         session_id = f"{client_id}-{uuid.uuid4().hex[:12]}"
+        budget = None if max_agents is None else AgentBudget(max_agents)
         session = Session(
             client_id=client_id,
             session_id=session_id,
-            assemblers={b.name: TrajectoryAssembler(b.params, session_id, b.runtime.time_horizon) for b in behaviors},
+            assemblers={b.name: TrajectoryAssembler(b.params, session_id, b.runtime.time_horizon, budget) for b in behaviors},
             behaviors={b.name: b for b in behaviors},
             task=task,
         )

@@ -217,10 +217,12 @@ def _tensor(msg: pb.BrainInfo, field: str, where: str) -> np.ndarray:
         raise ProtocolError(f"{where}: {err}") from None
 
 
-def _agent_ids(msg: pb.BrainInfo, where: str) -> np.ndarray:
+def _agent_ids(msg: pb.BrainInfo, where: str, max_agents: int | None = None) -> np.ndarray:
     ids = _tensor(msg, "agent_ids", where)
     if ids.ndim != 1 or ids.dtype.kind not in "iu":
         raise ProtocolError(f"{where}: agent_ids must be an integer vector [N], got {ids.dtype.name} {list(ids.shape)}")
+    if max_agents is not None and len(ids) > max_agents:
+        raise ProtocolError(f"{where}: {len(ids)} agents in one BrainInfo; at most {max_agents} (max_agents_per_brain_info)")
     ids = ids.astype(np.int64)
     # A set of a few hundred Python ints is cheaper than np.unique's sort; np.unique only on error.
     if len(set(ids.tolist())) != len(ids):
@@ -286,14 +288,16 @@ def _action_mask(msg: pb.BrainInfo, spec: ActionSpec, ids: np.ndarray, where: st
     return allowed
 
 
-def decode_brain_info(msg: pb.BrainInfo, params: BrainParameters, session: str = "") -> DecodedBrainInfo:
-    """Decode a BrainInfo and check it against the behavior's BrainParameters.
+def decode_brain_info(
+    msg: pb.BrainInfo, params: BrainParameters, session: str = "", max_agents: int | None = None
+) -> DecodedBrainInfo:
+    """Decode a BrainInfo and check it against the behavior's BrainParameters (and ``max_agents`` rows at most).
 
     Raises:
         ProtocolError: the message names the behavior, the field and the agent.
     """
     where = f"behavior '{params.behavior_name}'" + (f" (session {session})" if session else "")
-    ids = _agent_ids(msg, where)
+    ids = _agent_ids(msg, where, max_agents)
     observations = _observations(msg, params, ids, where)
     rewards = _vector(msg, "rewards", "f", ids, where).astype(np.float32, copy=False)
     if not math.isfinite(float(rewards.sum())):
