@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterator
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 import numpy as np
 
@@ -78,10 +78,9 @@ _TRAJECTORY_KEYS = (
     PREV_DISCRETE_ACTIONS,
     ACTION_MASK,
     REWARDS,
-    DONE,
     POLICY_VERSION,
 )
-"""The Trajectory's per-step arrays besides obs, as _cut builds them."""
+"""The Trajectory's per-step arrays besides obs and done, as _cut builds them."""
 
 
 class StepActions(NamedTuple):
@@ -137,7 +136,6 @@ def step_fields(params: BrainParameters) -> dict[str, ProcessingField]:
         PREV_DISCRETE_ACTIONS: ProcessingField(b, np.int32),
         POLICY_VERSION: ProcessingField((), np.int64),
         ACTION_MASK: ProcessingField((spec.mask_width,), np.bool_, padding_value=1.0),
-        DONE: ProcessingField((), np.bool_),
     }
     return fields
 
@@ -165,10 +163,9 @@ class TrajectoryAssembler:
         cols = self.buffer.columns
         self._obs = [(cols[obs_key(i)], tuple(s.shape)) for i, s in enumerate(params.observation_specs)]
         self._reward = cols[REWARDS]
-        self._done = cols[DONE]
         self._has_discrete = params.action_spec.num_branches > 0
         remembered = (CONTINUOUS_ACTIONS, CONTINUOUS_LOG_PROBS, DISCRETE_LOG_PROBS, REWARDS, DISCRETE_ACTIONS)
-        self._remembered = [cols[key] for key in (*remembered, POLICY_VERSION, ACTION_MASK, DONE)]
+        self._remembered = [cols[key] for key in (*remembered, POLICY_VERSION, ACTION_MASK)]
         self._prev_actions = [
             (cols[prev], cols[key])
             for prev, key in ((PREV_CONTINUOUS_ACTIONS, CONTINUOUS_ACTIONS), (PREV_DISCRETE_ACTIONS, DISCRETE_ACTIONS))
@@ -199,28 +196,30 @@ class TrajectoryAssembler:
         buffer = self.buffer
         id_list = info.agent_ids.tolist()
         slot_list: list[int | None] = list(map(buffer.slot_of.get, id_list))
+        has_last: np.ndarray | None = None
         if None in slot_list:
             new = [r for r, slot in enumerate(slot_list) if slot is None]
             self._admit(len(new))
             for r, slot in zip(new, buffer.add_agents([id_list[r] for r in new]), strict=True):
                 slot_list[r] = slot
-        slots = np.array(slot_list, dtype=np.intp)
-        p, done_col = self._done
-        has_last = buffer.pending[p][:, done_col.start].take(slots)
+            has_last = np.ones(len(id_list), dtype=bool)  # every agent held has a pending row
+            has_last[new] = False
+        held = cast(list[int], slot_list)  # every row has a slot now
+        slots = np.array(held, dtype=np.intp)
         cut: list[Trajectory] = []
-        if has_last.all():
+        if has_last is None:
             # Every row continues an agent (the usual step): no row selection needed.
-            lengths = self._append_experiences(slots, info.rewards, info.done)
+            lengths = self._append_experiences(slots, info.rewards)
             ends = np.flatnonzero(info.done | (lengths >= self.time_horizon))
         else:
             rows = np.flatnonzero(has_last)
             ends = rows[:0]
             if len(rows):
                 done = info.done[rows]
-                lengths = self._append_experiences(slots[rows], info.rewards[rows], done)
+                lengths = self._append_experiences(slots[rows], info.rewards[rows])
                 ends = rows[done | (lengths >= self.time_horizon)]
         if len(ends):
-            cut = [self._cut(slot_list[r], id_list[r], info, r) for r in ends.tolist()]
+            cut = [self._cut(held[r], id_list[r], info, r) for r in ends.tolist()]
         self._remember(slots, info, actions)
         if info.done.any():
             self._release([id_list[r] for r in np.flatnonzero(info.done).tolist()])
@@ -239,20 +238,19 @@ class TrajectoryAssembler:
         budget.live += new_agents
 
     def _release(self, agent_ids: list[int]) -> None:
-        # A removed agent's pending row is all zeros: has_last False, and the action that becomes
-        # a returning id's first prev_action is zeros.
+        # A removed agent's pending row is all zeros: the action that becomes a returning id's
+        # first prev_action is zeros.
         self.buffer.remove(agent_ids)
         if self.budget is not None:
             self.budget.live -= len(agent_ids)
 
-    def _append_experiences(self, s: np.ndarray, rewards: np.ndarray, done: np.ndarray) -> np.ndarray:
-        """Append one experience for each slot ``s`` (its pending row with these rows' rewards and
-        done); return the slots' new lengths."""
+    def _append_experiences(self, s: np.ndarray, rewards: np.ndarray) -> np.ndarray:
+        """Append one experience for each slot ``s`` (its pending row with these rows' rewards);
+        return the slots' new lengths."""
         buffer = self.buffer
         rows = [pending.take(s, axis=0) for pending in buffer.pending]
-        (rp, rc), (dp, dc) = self._reward, self._done
-        rows[rp][:, rc.start] = rewards
-        rows[dp][:, dc.start] = done
+        p, columns = self._reward
+        rows[p][:, columns.start] = rewards
         lengths = buffer.append_rows(s, rows)
         state = buffer.state
         episode_reward, episode_length = state[EPISODE_REWARD], state[EPISODE_LENGTH]
@@ -283,8 +281,8 @@ class TrajectoryAssembler:
         pending = buffer.pending
         for ((p, columns), _), o in zip(self._obs, obs, strict=True):
             rows[p][:, columns] = o.reshape(n, -1)
-        # The pending row's ``done`` is True: "a row is pending"; its reward is the next row's.
-        values = (cont, clp, dlp, 0.0, disc, actions.policy_version, True if mask is None else mask, True)
+        # The pending row's reward is the next row's.
+        values = (cont, clp, dlp, 0.0, disc, actions.policy_version, True if mask is None else mask)
         for (p, columns), value in zip(self._remembered, values, strict=True):
             if p >= 0:
                 rows[p][:, columns] = value
@@ -315,6 +313,9 @@ class TrajectoryAssembler:
         # Views of the steps' own fresh block (one per storage plane), not copies: the block holds
         # exactly this trajectory, and a copy per field cost W1 a tenth of its throughput.
         views = [self._no_values(t, shape, dtype) if p < 0 else steps[p][:, index] for p, index, shape, dtype in self._fields]
+        # Only an episode's last experience is done, and it ends the trajectory: done is not stored.
+        done = np.zeros(t, dtype=bool)
+        done[-1] = done_reached
         state = buffer.state
         trajectory = Trajectory(
             id=TrajectoryId(self.session_id, agent_id, self._sequence),
@@ -329,8 +330,8 @@ class TrajectoryAssembler:
             prev_discrete_actions=views[5],
             action_mask=views[6] if self._has_discrete else None,
             rewards=views[7],
-            done=views[8],
-            policy_versions=views[9],
+            done=done,
+            policy_versions=views[8],
             done_reached=done_reached,
             interrupted=interrupted,
             episode_reward=float(state[EPISODE_REWARD][slot]) if done_reached else None,
