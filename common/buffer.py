@@ -3,7 +3,9 @@
 The API is ML-Agents' (``mlagents.trainers.buffer``); the storage is not. Each field keeps one
 contiguous numpy array that grows geometrically (amortised O(1) append), so batching, shuffling,
 sampling and truncating are single vectorised indexing operations instead of Python loops over
-lists of small arrays.
+lists of small arrays. The ProcessingBuffer (per-agent rows, the processor's trajectory store)
+keeps every agent's rows in shared chunked pools, so one BrainInfo's rows go in with one scatter
+per dtype. h5py is imported only by the HDF5 methods: the processor never loads it.
 
 Words used below:
     row: one entry of a field, e.g. one step's observation ``float32 [32]``.
@@ -497,10 +499,12 @@ class ProcessingBuffer(Mapping[Hashable, AgentBuffer]):
     never with a preallocated maximum (``time_horizon``) per agent seen. Slots, the pending rows and
     the pool grow geometrically and are reused; they are freed with the buffer.
 
-    Bytes held, with ``W`` = one row's bytes (``row_bytes``), ``c`` = ``chunk_rows``:
-    ``W + 40 + ~100`` per agent (pending row, per-slot counters, the id table entry) plus
-    ``ceil(rows / c) * (c * W + 16)`` for its experiences; slots and chunks are allocated in
-    doublings, so up to twice that at the session's peak. ``nbytes`` counts it.
+    Bytes held per agent, with ``W`` = one row's bytes (``row_bytes``), ``S`` = its ``agent_state``
+    bytes, ``c`` = ``chunk_rows``: ``W + S + 24`` (pending row, state, three int64 counters) plus
+    about 110 for its id table entry (the dict's slot and the id and slot int objects), plus
+    ``ceil(rows / c) * (c * W + 16)`` for the experiences it holds (a chunk and its two int64 links).
+    Slots and chunks are allocated in doublings and reused, never shrunk: up to twice that at the
+    buffer's peak, freed with the buffer. ``nbytes`` counts it (tracemalloc agrees, see the tests).
 
     The seed's API stays: ``buffer[agent_id]`` is an AgentBuffer (a copy of the agent's
     experiences), ``append_to_update_buffer``, ``append_all_agent_batch_to_update_buffer`` and
@@ -590,14 +594,6 @@ class ProcessingBuffer(Mapping[Hashable, AgentBuffer]):
     def new_rows(self, n: int) -> list[np.ndarray]:
         """Uninitialised packed rows for ``n`` agents: plane p is ``[n, w_p]``; fill every column."""
         return [np.empty((n, w), d) for w, d in zip(self.plane_widths, self.plane_dtypes, strict=True)]
-
-    def column(self, rows: Sequence[np.ndarray], key: str) -> np.ndarray:
-        """Field ``key`` of packed ``rows`` (plane arrays with a first axis ``n``): ``[n, *shape]``, a view when it has values."""
-        p, columns = self.columns[key]
-        spec = self.fields[key]
-        if p < 0:
-            return np.zeros((len(rows[0]) if rows else 0, *spec.shape), spec.dtype)
-        return rows[p][:, columns].reshape(-1, *spec.shape)
 
     # -- agents ----------------------------------------------------------------------------------
 

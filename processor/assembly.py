@@ -20,17 +20,22 @@ One ``TrajectoryAssembler`` serves one (session, behavior). Rules, as ML-Agents 
 The store is a ``common.buffer.ProcessingBuffer`` (ML-Agents' noun for it), vectorised: its fields
 are the Trajectory's per-step arrays under their update-buffer keys (``common.trajectory``); each
 agent's *pending* row is its previous row plus what the processor returned for it, laid out as a
-step, so an experience is that row with the current row's reward and done, appended for all agents
-of a BrainInfo in one scatter per storage plane. Python only loops over new agents and over the
-agents whose trajectory is cut; per-agent Python work on every step would cap throughput at a few
-hundred thousand agent-steps/s. Between the cut, the pending row's ``done`` column means "a row is
-pending".
+step, so an experience is that row with the current row's reward, appended for all agents of a
+BrainInfo in one scatter per storage plane. Python only loops over new agents and over the agents
+whose trajectory is cut; per-agent Python work on every step would cap throughput at a few hundred
+thousand agent-steps/s. Every agent the store holds has a pending row (one done at its first
+sighting is never stored), so an agent continues exactly when the store already holds it.
 
-Memory per live agent (the ProcessingBuffer's model, ``W`` = ``buffer.row_bytes``): about
-``W + 140`` bytes plus ``ceil(steps / chunk_rows) * (chunk_rows * W + 16)`` for the steps it holds
-(at most ``time_horizon``), up to twice that at a session's peak (doubling growth). With ``D``
-observation values, ``C`` continuous dimensions, ``B`` branches and ``M`` mask columns,
-``W = 4 * (D + 3C + B + 1) + 8B + 8 + M + 1``.
+Memory (the ProcessingBuffer's model; ``chunk_rows`` = 8): a live agent holding ``r`` steps takes
+``W + 150 + ceil(r / 8) * (8 * W + 16)`` bytes, ``r`` <= ``time_horizon``, up to twice that at a
+session's peak (doubling growth, reused, freed at session end). With ``D`` observation values
+(float32), ``C`` continuous dimensions, ``B`` branches and ``M`` mask columns, one step is
+``W = 4 * (D + 3C + B + 1) + 8B + 8 + M`` bytes: obs, action, log-probs, previous action and
+reward (float32), the discrete choices and previous choices (int32), the policy version (int64)
+and the mask (bool); ``done`` is not stored, only a trajectory's last step can be done. A cut
+Trajectory's per-step arrays are views of one fresh block per dtype holding exactly its steps
+(rounded up to whole chunks), so a queued trajectory of ``T`` steps holds about ``T * W`` bytes
+plus ``4 * D`` for ``next_obs`` and ~1.5 KB of Python objects.
 
 Shapes: ``N`` rows in a BrainInfo, ``C``/``B``/``M`` as in ``common.trajectory``.
 """
@@ -52,7 +57,6 @@ from common.trajectory import (
     CONTINUOUS_LOG_PROBS,
     DISCRETE_ACTIONS,
     DISCRETE_LOG_PROBS,
-    DONE,
     POLICY_VERSION,
     PREV_CONTINUOUS_ACTIONS,
     PREV_DISCRETE_ACTIONS,
@@ -146,9 +150,7 @@ class TrajectoryAssembler:
     buffer: ProcessingBuffer
     """Every live agent's steps, pending row and episode totals."""
 
-    def __init__(
-        self, params: BrainParameters, session_id: str, time_horizon: int, budget: AgentBudget | None = None
-    ) -> None:
+    def __init__(self, params: BrainParameters, session_id: str, time_horizon: int, budget: AgentBudget | None = None) -> None:
         if time_horizon < 1:
             raise ValueError(f"time_horizon must be >= 1, got {time_horizon}")
         self.params = params

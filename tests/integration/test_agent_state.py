@@ -9,6 +9,7 @@ steps from its first sighting, and the end-of-session flush ran in one piece on 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 
 import grpc
@@ -78,7 +79,9 @@ async def test_a_session_over_the_agent_cap_is_refused_and_the_other_session_kee
 async def held_bytes_per_agent(start_processor: StartProcessor, time_horizon: int, agents: int) -> float:
     """The store's allocated bytes per agent after ``agents`` agents were each stepped twice (one experience)."""
     harness = await start(
-        start_processor, behaviors={TINY.behavior_name: BehaviorRuntime(time_horizon=time_horizon)}, full_policy=FullPolicy.DROP_OLDEST
+        start_processor,
+        behaviors={TINY.behavior_name: BehaviorRuntime(time_horizon=time_horizon)},
+        full_policy=FullPolicy.DROP_OLDEST,
     )
     async with EnvSession(harness.address, "many", [TINY]) as session:
         ids = np.arange(10**9, 10**9 + agents)
@@ -135,8 +138,10 @@ async def test_a_large_sessions_flush_lets_other_sessions_step_meanwhile(start_p
     counters = harness.behavior(TINY.behavior_name).counters
     assert counters.flushed_trajectories >= agents
     during = [began, *(t for t in answers if began <= t <= ended), ended]
-    longest_wait_s = max(b - a for a, b in zip(during, during[1:], strict=False))
+    longest_wait_s = max(b - a for a, b in itertools.pairwise(during))
     # Before, the other client waited for the whole flush; now for a batch at most (plus this
     # loaded machine's scheduling, hence a bound relative to the flush's own duration).
     flush_s = ended - began
-    assert longest_wait_s < max(0.5, flush_s / 4), f"the other client waited {longest_wait_s:.2f} s during a {flush_s:.2f} s flush"
+    assert longest_wait_s < max(0.5, flush_s / 4), (
+        f"the other client waited {longest_wait_s:.2f} s during a {flush_s:.2f} s flush"
+    )

@@ -209,3 +209,59 @@ def test_empty_step_changes_nothing() -> None:
 def test_time_horizon_must_be_positive() -> None:
     with pytest.raises(ValueError, match="time_horizon"):
         TrajectoryAssembler(CONTINUOUS, "s", 0)
+
+
+def test_the_store_is_a_processing_buffer_with_the_seed_api() -> None:
+    """The assembler's store is the ProcessingBuffer: per-agent AgentBuffers under the update-buffer
+    keys, and the seed's ``append_to_update_buffer`` moves an agent's held steps into an update buffer."""
+    from common.buffer import AgentBuffer, ProcessingBuffer
+
+    assembler = TrajectoryAssembler(CONTINUOUS, "s", time_horizon=5)
+    spec = CONTINUOUS.action_spec
+    for k, obs in enumerate((1.0, 1.1, 1.2)):
+        assembler.add(decoded(step(R(1, obs, 0.5), R(2, -obs, 0.25)), CONTINUOUS), StepActions(*actions_for(k, [1, 2], spec)))
+    store = assembler.buffer
+    assert isinstance(store, ProcessingBuffer) and list(store) == [1, 2]
+    agent = store[1]
+    assert agent.num_experiences == 2 and agent.check_length()
+    np.testing.assert_array_equal(agent["obs_0"].data[:, 0], np.array([1.0, 1.1], np.float32))
+    np.testing.assert_array_equal(agent["rewards"].data, np.array([0.5, 0.5], np.float32))
+    np.testing.assert_array_equal(agent["policy_version"].data, [0, 1])
+    update = AgentBuffer()
+    store.append_all_agent_batch_to_update_buffer(update, key_list=["obs_0", "rewards"])
+    assert update.num_experiences == 4
+    store.reset_local_buffers()
+    assert [store[a].num_experiences for a in store] == [0, 0] and assembler.live_agents == 2
+
+
+def test_a_session_budget_refuses_new_agents_past_its_limit_and_changes_nothing() -> None:
+    from common.errors import ResourceLimitError
+    from processor.assembly import AgentBudget
+
+    budget = AgentBudget(3)
+    walker = TrajectoryAssembler(CONTINUOUS, "s", time_horizon=5, budget=budget)
+    other = TrajectoryAssembler(CONTINUOUS, "s", time_horizon=5, budget=budget)  # another behavior of the session
+    spec = CONTINUOUS.action_spec
+    walker.add(decoded(step(R(1, 1.0), R(2, 1.0)), CONTINUOUS), StepActions(*actions_for(0, [1, 2], spec)))
+    with pytest.raises(ResourceLimitError, match="2 new agents to the 2 the session holds; at most 3"):
+        other.add(decoded(step(R(7, 1.0), R(8, 1.0)), CONTINUOUS), StepActions(*actions_for(1, [7, 8], spec)))
+    assert other.live_agents == 0 and budget.live == 2
+    other.add(decoded(step(R(7, 1.0)), CONTINUOUS), StepActions(*actions_for(1, [7], spec)))
+    walker.add(decoded(step(R(1, 1.1, done=True)), CONTINUOUS), StepActions(*actions_for(2, [1], spec)))  # frees one
+    assert budget.live == 2
+    walker.add(decoded(step(R(3, 1.0)), CONTINUOUS), StepActions(*actions_for(3, [3], spec)))
+    other.flush()
+    assert budget.live == 2 and walker.live_agents == 2
+
+
+def test_flush_batches_bound_the_work_between_yields() -> None:
+    assembler = TrajectoryAssembler(CONTINUOUS, "s", time_horizon=5)
+    ids = list(range(10))
+    spec = CONTINUOUS.action_spec
+    for k in range(2):
+        assembler.add(decoded(step(*(R(a, 1.0) for a in ids)), CONTINUOUS), StepActions(*actions_for(k, ids, spec)))
+    batches = list(assembler.flush_batches(agents_per_batch=4))
+    assert [len(b) for b in batches] == [4, 4, 2]
+    assert [t.id.agent_id for b in batches for t in b] == ids
+    assert all(t.interrupted and t.length == 1 for b in batches for t in b)
+    assert assembler.live_agents == 0

@@ -791,3 +791,13 @@ def test_b1_benchmark_runs_on_a_tiny_buffer() -> None:
     ms, single = record["ms"], record["ms_single_run"]
     assert isinstance(ms, dict) and isinstance(single, dict)
     assert set(ms) == set(single) >= {"fill", "shuffle", "truncate"}
+
+
+def test_the_processor_does_not_load_h5py() -> None:
+    """The buffer module imports h5py only in its HDF5 methods, so the processor (which holds
+    ProcessingBuffers) never loads it."""
+    import subprocess
+    import sys
+
+    code = "import sys, processor.server, processor.assembly; sys.exit('h5py' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
