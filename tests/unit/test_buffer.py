@@ -489,6 +489,18 @@ def test_make_mini_batch_returns_copies_of_the_range() -> None:
     assert len(buffer.make_mini_batch(8, 20)["x"]) == 2
 
 
+def test_make_mini_batch_slices_like_a_list_of_the_rows_only() -> None:
+    """Out-of-range and negative bounds slice the rows held, never the spare capacity behind them."""
+    field = AgentBufferField()
+    for k in range(5):
+        field.append(float(k))  # 5 rows in a capacity of 16
+    buffer = AgentBuffer()
+    buffer["x"] = field
+    rows = [0.0, 1.0, 2.0, 3.0, 4.0]
+    for start, end in [(3, 9), (-2, 5), (-4, -1), (4, 2), (0, 16)]:
+        assert_rows(buffer.make_mini_batch(start, end)["x"].data, rows[start:end])
+
+
 # -- HDF5 --------------------------------------------------------------------------------------
 
 
