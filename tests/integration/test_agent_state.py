@@ -71,8 +71,8 @@ async def test_a_session_over_the_agent_cap_is_refused_and_the_other_session_kee
         assert "11 new agents" in details and "the 40 the session holds" in details and "at most 50" in details
         for _ in range(3):
             await step(other, np.arange(50))
+        counters = harness.behavior(TINY.behavior_name).counters  # the behavior goes with its last session
     await wait_until(lambda: harness.session_count() == 0, "both sessions to be closed")
-    counters = harness.behavior(TINY.behavior_name).counters
     assert counters.flushed_experiences == 50 * 3 + 40  # both sessions flushed: 3 and 1 experiences per agent
 
 
@@ -113,6 +113,7 @@ async def test_a_large_sessions_flush_lets_other_sessions_step_meanwhile(start_p
     harness = await start(start_processor, max_agents_per_session=agents, full_policy=FullPolicy.DROP_OLDEST)
     big = EnvSession(harness.address, "big", [TINY])
     await big.open()
+    counters = harness.behavior(TINY.behavior_name).counters  # the behavior goes with its last session
     for _ in range(2):
         for start_id in range(0, agents, per_brain_info):
             await step(big, np.arange(start_id, start_id + per_brain_info))
@@ -135,7 +136,6 @@ async def test_a_large_sessions_flush_lets_other_sessions_step_meanwhile(start_p
         ended = time.monotonic()
         closed.set()
         await asyncio.wait_for(stepping, LIVENESS_S)
-    counters = harness.behavior(TINY.behavior_name).counters
     assert counters.flushed_trajectories >= agents
     during = [began, *(t for t in answers if began <= t <= ended), ended]
     longest_wait_s = max(b - a for a, b in itertools.pairwise(during))
