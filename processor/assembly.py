@@ -354,7 +354,7 @@ class TrajectoryAssembler:
     def flush_batches(self, agents_per_batch: int = FLUSH_BATCH_AGENTS) -> Iterator[list[Trajectory]]:
         """End the session, ``agents_per_batch`` agents at a time: each batch's partial trajectories (as
         interrupted), after which those agents are forgotten. A caller may yield between batches."""
-        agent_ids = list(self.buffer.slot_of)
+        agent_ids = cast(list[int], list(self.buffer.slot_of))  # the assembler's agent ids are ints
         for start in range(0, len(agent_ids), agents_per_batch):
             batch = agent_ids[start : start + agents_per_batch]
             flushed = []
