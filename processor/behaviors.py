@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from common.config import BehaviorSettings, RunOptions
-from common.errors import ProtocolError, StepstreamError, UnknownBehaviorError
+from common.errors import ConfigError, ProtocolError, StepstreamError, UnknownBehaviorError
 from common.logs import set_log_context
 from common.specs import ActionSpec, BrainParameters
 from common.topics import DEFAULT_RELEASE_AFTER_S, TRAINER_SUBSCRIBER, FullPolicy, TopicRegistry
@@ -84,6 +84,11 @@ class ProcessorSettings:
     """Live agents (seen since their last done) one session may hold over all its behaviors; a BrainInfo
     that would pass it is refused (RESOURCE_EXHAUSTED). See ``processor.assembly`` for the bytes per agent."""
     seed: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("max_agents_per_brain_info", "max_agents_per_session"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"processor settings: {name} must be >= 1, got {getattr(self, name)}")
 
     @classmethod
     def from_run_options(cls, run_options: RunOptions, **overrides: Any) -> ProcessorSettings:

@@ -265,3 +265,12 @@ def test_flush_batches_bound_the_work_between_yields() -> None:
     assert [t.id.agent_id for b in batches for t in b] == ids
     assert all(t.interrupted and t.length == 1 for b in batches for t in b)
     assert assembler.live_agents == 0
+
+
+@pytest.mark.parametrize("cap", ["max_agents_per_brain_info", "max_agents_per_session"])
+def test_agent_caps_must_be_positive(cap: str) -> None:
+    from common.errors import ConfigError
+    from processor.behaviors import ProcessorSettings
+
+    with pytest.raises(ConfigError, match=f"{cap} must be >= 1, got 0"):
+        ProcessorSettings(**{cap: 0})  # type: ignore[arg-type]
