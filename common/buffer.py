@@ -617,9 +617,12 @@ class ProcessingBuffer(Mapping[Hashable, AgentBuffer]):
         Raises:
             KeyError: an agent the buffer does not hold.
         """
-        slots = [self.slot_of.pop(agent_id) for agent_id in agent_ids]
+        agent_ids = list(agent_ids)
+        slots = [self.slot_of[agent_id] for agent_id in agent_ids]  # every id known before any is forgotten
         if not slots:
             return
+        for agent_id in agent_ids:
+            del self.slot_of[agent_id]
         for slot in slots:
             if self.lengths[slot]:
                 self._clear(slot)

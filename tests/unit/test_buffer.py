@@ -707,6 +707,9 @@ def test_processing_buffer_remove_forgets_rows_pending_and_state() -> None:
     slot = processing.slot_of[5]
     processing.pending[0][slot] = 7.0
     processing.state["total"][slot] = 3.0
+    with pytest.raises(KeyError):
+        processing.remove([5, 99])  # an unknown id: nothing is forgotten
+    assert list(processing) == [5, 6]
     processing.remove([5])
     assert 5 not in processing and list(processing) == [6]
     with pytest.raises(KeyError):
