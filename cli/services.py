@@ -169,11 +169,10 @@ def _run_offline(
 ) -> int:
     """Offline BC of a behavior no env hosts; 0 at max_steps or a stop signal, 130 when interrupted."""
     from trainer.loop import INTERRUPTED
-    from trainer.offline import OfflineTrainer, make_offline_learner
+    from trainer.offline import offline_loop
 
-    learner = make_offline_learner(options.behavior_name, settings, seed)
-    trainer = OfflineTrainer(
-        options.behavior_name, learner, settings, results_dir=run_dir, run_started_at=started_at, resume=options.resume
+    trainer = offline_loop(
+        options.behavior_name, settings, seed=seed, results_dir=run_dir, run_started_at=started_at, resume=options.resume
     )
     try:
         trainer.run(stop)

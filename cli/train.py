@@ -218,12 +218,11 @@ class EmbeddedRun:
 
     def _start_offline(self, name: str) -> None:
         """Offline BC for ``name`` (no env hosts it) in a thread of its own."""
-        from trainer.offline import OfflineTrainer, make_offline_learner
+        from trainer.offline import offline_loop
 
         settings = self._settings(name)
-        learner = make_offline_learner(name, settings, self.seed)
-        trainer = OfflineTrainer(
-            name, learner, settings, results_dir=self.run_dir, run_started_at=self.started_at, resume=self.options.resume
+        trainer = offline_loop(
+            name, settings, seed=self.seed, results_dir=self.run_dir, run_started_at=self.started_at, resume=self.options.resume
         )
         self.loops[name] = trainer
         self.threads[name] = asyncio.ensure_future(asyncio.to_thread(trainer.run, self.trainer_stop))
@@ -397,12 +396,12 @@ class _Progress:
             TextColumn("[bold]{task.description}"),
             BarColumn(),
             MofNCompleteColumn(),
-            TextColumn("{task.fields[rate]:>8.0f} steps/s  reward {task.fields[reward]:>8.3f}  v{task.fields[version]}"),
+            TextColumn("{task.fields[rate]:>8.0f} steps/s  reward {task.fields[reward]:>8}  v{task.fields[version]}"),
             TimeElapsedColumn(),
             transient=False,
         )
         self.tasks = {
-            name: self.progress.add_task(name, total=run._settings(name).max_steps, rate=0.0, reward=math.nan, version=-1)
+            name: self.progress.add_task(name, total=run._settings(name).max_steps, rate=0.0, reward="n/a", version=-1)
             for name in [*run.envs, *run.offline]
         }
         self._last = {name: (time.monotonic(), 0) for name in self.tasks}
@@ -421,7 +420,8 @@ class _Progress:
                 version = loop.result.policy_version
             else:
                 version = -1 if self.server is None else self.server.topics.policies(name).highest_version
-            self.progress.update(task, completed=steps, rate=rate, reward=reward, version=version)
+            shown = "n/a" if math.isnan(reward) else f"{reward:.3f}"  # n/a: no episode yet, or none at all (offline BC)
+            self.progress.update(task, completed=steps, rate=rate, reward=shown, version=version)
 
     def _processed(self, name: str) -> int:
         behavior = None if self.server is None else self.server.behaviors.get(name)

@@ -72,3 +72,7 @@ class DeadlineExceededError(StepstreamError):
 
 class SessionReplacedError(StepstreamError):
     """A newer Hello with the same client id took over this session."""
+
+
+class PolicyVersionError(StepstreamError):
+    """A policy version cannot be followed: the next one would pass ``common.topics.base.MAX_POLICY_VERSION``."""

@@ -24,8 +24,18 @@ Demonstrations from ``demo_path`` (``load_demonstrations``): ``common.demo.demo_
 checked against the behavior's spec; a random ``HOLDOUT_FRACTION`` of them (fixed seed
 ``HOLDOUT_SEED``) is kept out of training and scores the policy in ``report``: the held-out action
 accuracy (discrete; argmax of the masked logits, per branch) or R^2 (continuous; the clipped mean,
-what the env receives at zero noise, against the clipped demonstrated action). ``offline_update``
-trains without an env (``trainer.offline``): its steps are the demonstration experiences trained on.
+what the env receives at zero noise, against the clipped demonstrated action).
+
+Without an env (offline BC, ``trainer.offline``) the loop's source queues each update's data with
+``add_passes``: ``num_epoch`` passes over the rows, the last one cut to what is left of ``max_steps``
+(a pass of ``r`` rows trains on ``r`` rows of a fresh shuffle). Its steps are the demonstration
+experiences trained on, and they drive the learning-rate schedule. With passes queued,
+``ready_to_update`` holds and ``update`` trains on exactly them; without, an update is
+``num_epoch`` whole passes.
+
+``cloning_loss`` is the one loss of every cloning step: this learner's, the ``behavioral_cloning``
+component's (``trainer.bc_component``) and the held-out scores'. ``demo_rows`` is the one
+extraction of demonstration rows from an ``AgentBuffer`` that both use.
 
 Shapes: ``B`` rows of a minibatch, ``C`` continuous action size, ``nB`` discrete branches,
 ``M = sum(branches)``.
@@ -89,6 +99,75 @@ def discrete_cloning_loss(logits: tf.Tensor, mask: tf.Tensor, expert_actions: tf
     return tf.reduce_mean(total)
 
 
+def cloning_loss(
+    outputs: Mapping[str, tf.Tensor],
+    continuous: tf.Tensor,
+    discrete: tf.Tensor,
+    mask: tf.Tensor,
+    branches: Sequence[int],
+    squash: bool = False,
+) -> tf.Tensor:
+    """The cloning loss of a policy's outputs on demonstrated rows: the continuous loss on ``mean`` plus the
+    discrete loss on ``logits``, each where the policy has that head.
+
+    Args:
+        outputs: ``PolicyNetwork`` outputs: ``mean`` float32 [B, C] and/or ``logits`` float32 [B, M].
+        continuous: float32 [B, C], the demonstrated env actions.
+        discrete: int32 [B, nB], the demonstrated choices.
+        mask: float32 [B, M], 1 = allowed (unused without ``logits``).
+        branches: the branch sizes.
+        squash: compare ``tanh(mean)`` (SAC's squashed action) instead of the mean.
+
+    Returns:
+        A float32 scalar.
+    """
+    loss = tf.constant(0.0)
+    if "mean" in outputs:
+        mean = tf.tanh(outputs["mean"]) if squash else outputs["mean"]
+        loss += continuous_cloning_loss(mean, continuous)
+    if "logits" in outputs:
+        loss += discrete_cloning_loss(outputs["logits"], mask, discrete, branches)
+    return loss
+
+
+def demo_rows(buffer: AgentBuffer, brain_parameters: BrainParameters) -> dict[str, np.ndarray]:
+    """The demonstration rows of ``buffer`` (K rows) as the cloning steps read them.
+
+    Returns:
+        ``obs_<i>`` float32 [K, *shape_i], ``continuous_actions`` float32 [K, C] (env actions),
+        ``discrete_actions`` int32 [K, nB], and with branches ``action_mask`` float32 [K, M] (all
+        ones where the buffer has none).
+
+    Raises:
+        ValueError: a needed key is missing, or a field has the wrong width or row count.
+    """
+    spec = brain_parameters.action_spec
+    k = buffer.num_experiences
+    rows: dict[str, np.ndarray] = {}
+    for i, obs_spec in enumerate(brain_parameters.observation_specs):
+        rows[obs_key(i)] = _field(buffer, obs_key(i), (k, *obs_spec.shape), np.float32)
+    rows[CONTINUOUS_ACTIONS] = _field(buffer, CONTINUOUS_ACTIONS, (k, spec.continuous_size), np.float32)
+    rows[DISCRETE_ACTIONS] = _field(buffer, DISCRETE_ACTIONS, (k, spec.num_branches), np.int32)
+    if spec.num_branches:
+        if ACTION_MASK in buffer:
+            rows[ACTION_MASK] = _field(buffer, ACTION_MASK, (k, spec.mask_width), np.float32)
+        else:
+            rows[ACTION_MASK] = np.ones((k, spec.mask_width), np.float32)
+    return rows
+
+
+def _field(buffer: AgentBuffer, key: str, shape: tuple[int, ...], dtype: type) -> np.ndarray:
+    width = shape[1] if len(shape) > 1 else 0
+    if key not in buffer:
+        if width == 0:  # an action kind this behavior does not have
+            return np.zeros(shape, dtype)
+        raise ValueError(f"demonstration rows lack {key!r}")
+    data: np.ndarray = np.asarray(buffer[key].data, dtype=dtype)
+    if data.shape != shape:
+        raise ValueError(f"demonstration field {key!r} has shape {list(data.shape)}, expected {list(shape)}")
+    return data
+
+
 class _State(tf.Module):
     """Checkpointed counters and normalisers."""
 
@@ -133,6 +212,8 @@ class BCLearner:
         self._keys = [obs_key(i) for i in range(len(sizes))]
         self._rng = np.random.default_rng(seed)
         self._since_update = 0
+        self._passes: list[int] = []
+        """Rows of each pass ``add_passes`` queued for the next update (offline BC)."""
         self.demo_path: str | None = None
         self.held_out: dict[str, np.ndarray] = {}
         """Demonstration rows kept out of training (``load_demonstrations``), same keys as ``demonstrations``."""
@@ -163,7 +244,7 @@ class BCLearner:
         Raises:
             ValueError: a needed key is missing, or a field has the wrong width or row count.
         """
-        return self._add_rows(self._rows_from(buffer))
+        return self._add_rows(demo_rows(buffer, self.brain_parameters))
 
     def load_demonstrations(self, path: str | Path, holdout_fraction: float = HOLDOUT_FRACTION) -> int:
         """Read ``path`` (a .demo file or folder) with ``demo_to_buffer``, hold out a random
@@ -177,26 +258,11 @@ class BCLearner:
             DemoError: a missing path, a wrong extension, an unsupported or malformed file.
         """
         _, buffer = demo_to_buffer(path, 1, expected_spec=self.brain_parameters)
-        train, held = split_rows(self._rows_from(buffer), holdout_fraction, HOLDOUT_SEED)
+        train, held = split_rows(demo_rows(buffer, self.brain_parameters), holdout_fraction, HOLDOUT_SEED)
         self.demo_path = str(path)
         self.held_out = held
         logger.info("BC: %s: %d rows held out to score the policy", path, len(held[CONTINUOUS_ACTIONS]))
         return self._add_rows(train)
-
-    def _rows_from(self, buffer: AgentBuffer) -> dict[str, np.ndarray]:
-        spec = self.brain_parameters.action_spec
-        rows: dict[str, np.ndarray] = {}
-        k = buffer.num_experiences
-        for i, obs_spec in enumerate(self.brain_parameters.observation_specs):
-            rows[obs_key(i)] = self._field(buffer, obs_key(i), (k, *obs_spec.shape), np.float32)
-        rows[CONTINUOUS_ACTIONS] = self._field(buffer, CONTINUOUS_ACTIONS, (k, spec.continuous_size), np.float32)
-        rows[DISCRETE_ACTIONS] = self._field(buffer, DISCRETE_ACTIONS, (k, spec.num_branches), np.int32)
-        if spec.num_branches:
-            if ACTION_MASK in buffer:
-                rows[ACTION_MASK] = self._field(buffer, ACTION_MASK, (k, spec.mask_width), np.float32)
-            else:
-                rows[ACTION_MASK] = np.ones((k, spec.mask_width), np.float32)
-        return rows
 
     def _add_rows(self, rows: dict[str, np.ndarray]) -> int:
         k = len(rows[CONTINUOUS_ACTIONS])
@@ -206,18 +272,6 @@ class BCLearner:
         logger.info("BC: %d demonstration rows loaded (%d in all)", k, self.demonstrations.num_experiences)
         return k
 
-    @staticmethod
-    def _field(buffer: AgentBuffer, key: str, shape: tuple[int, ...], dtype: type) -> np.ndarray:
-        width = shape[1] if len(shape) > 1 else 0
-        if key not in buffer:
-            if width == 0:  # an action kind this behavior does not have
-                return np.zeros(shape, dtype)
-            raise ValueError(f"demonstration rows lack {key!r}")
-        data: np.ndarray = np.asarray(buffer[key].data, dtype=dtype)
-        if data.shape != shape:
-            raise ValueError(f"demonstration field {key!r} has shape {list(data.shape)}, expected {list(shape)}")
-        return data
-
     def add_trajectories(self, trajectories: Sequence[Trajectory]) -> int:
         """Count the env's experiences (not cloned: see the module docstring)."""
         n = sum(t.length for t in trajectories)
@@ -225,9 +279,22 @@ class BCLearner:
         self.state.env_steps.assign_add(n)
         return n
 
+    def add_passes(self, max_rows: int) -> int:
+        """Queue the next update's data without an env (offline BC): ``num_epoch`` passes over the training
+        rows, the last cut so that at most ``max_rows`` rows are queued; returns the rows queued."""
+        n, left = self.demonstrations.num_experiences, max_rows
+        for _ in range(self.hyperparameters.num_epoch):
+            if left <= 0 or n == 0:
+                break
+            self._passes.append(min(n, left))
+            left -= self._passes[-1]
+        return max_rows - left
+
     def ready_to_update(self) -> bool:
         if self.demonstrations.num_experiences == 0:
             return False
+        if self._passes:
+            return True
         return int(self.state.updates.numpy()) == 0 or self._since_update >= self.hyperparameters.batch_size
 
     # -- training ----------------------------------------------------------------------------
@@ -242,11 +309,7 @@ class BCLearner:
     ) -> tf.Tensor:
         with tf.GradientTape() as tape:
             out = self.policy(*self._normalized(observations))
-            loss = tf.constant(0.0)
-            if "mean" in out:
-                loss += continuous_cloning_loss(out["mean"], continuous)
-            if "logits" in out:
-                loss += discrete_cloning_loss(out["logits"], mask, discrete, self._branches)
+            loss = cloning_loss(out, continuous, discrete, mask, self._branches)
         gradients = tape.gradient(loss, self._variables)
         self.optimizer.apply_gradients(zip(gradients, self._variables, strict=True))
         return loss
@@ -257,7 +320,8 @@ class BCLearner:
         return decayed_value(hp.learning_rate_schedule, hp.learning_rate, MIN_LEARNING_RATE, self.max_steps, step)
 
     def update(self) -> Mapping[str, float]:
-        """``num_epoch`` shuffled passes over the demonstrations; returns the mean cloning loss.
+        """The passes ``add_passes`` queued, else ``num_epoch`` whole ones, each over a fresh shuffle of the
+        demonstrations; returns the mean cloning loss (absent when no minibatch fitted) and the learning rate.
 
         Raises:
             ValueError: there are no demonstration rows.
@@ -273,25 +337,24 @@ class BCLearner:
         discrete = np.asarray(data[DISCRETE_ACTIONS].data)
         mask = np.asarray(data[ACTION_MASK].data) if ACTION_MASK in data else np.ones((n, 0), np.float32)
         batch = min(self.hyperparameters.batch_size, n)
+        queued, self._passes = self._passes, []
+        passes = queued or [n] * self.hyperparameters.num_epoch
         losses = []
-        for _ in range(self.hyperparameters.num_epoch):
-            order = self._rng.permutation(n)
-            for start in range(0, n - batch + 1, batch):  # the partial last minibatch is left out, as in ML-Agents
+        for rows in passes:
+            order = self._rng.permutation(n)[:rows]
+            for start in range(0, rows - batch + 1, batch):  # the partial last minibatch is left out, as in ML-Agents
                 idx = order[start : start + batch]
                 loss = self._train_step([o[idx] for o in observations], continuous[idx], discrete[idx], mask[idx])
                 losses.append(float(loss))
+        # Offline, the rows trained on are the steps: counted after the update, so its learning rate is that of
+        # the steps before it (online, add_trajectories counted the env's experiences already).
+        self.state.env_steps.assign_add(sum(queued))
         self.state.updates.assign_add(1)
         self._since_update = 0
-        self.last_loss = float(np.mean(losses)) if losses else math.nan
-        return {CLONING_LOSS: self.last_loss, LEARNING_RATE: lr}
-
-    def offline_update(self) -> tuple[Mapping[str, float], int]:
-        """``update`` without an env: returns its metrics and the steps it counts, the demonstration
-        experiences trained on (``num_epoch`` x rows), which also drive the learning-rate schedule."""
-        metrics = self.update()
-        steps = self.demonstrations.num_experiences * self.hyperparameters.num_epoch
-        self.state.env_steps.assign_add(steps)
-        return metrics, steps
+        metrics = {LEARNING_RATE: lr}
+        if losses:  # a pass cut below one minibatch trains nothing: the newest loss stays
+            self.last_loss = metrics[CLONING_LOSS] = float(np.mean(losses))
+        return metrics
 
     # -- scoring -----------------------------------------------------------------------------
 
@@ -307,17 +370,16 @@ class BCLearner:
                 outputs.setdefault(name, []).append(np.asarray(value))
         out = {name: np.concatenate(parts) for name, parts in outputs.items()}
         metrics: dict[str, Any] = {}
-        loss = 0.0
+        mask = rows.get(ACTION_MASK, np.ones((k, 0), np.float32))
+        expert_continuous, expert_discrete = rows[CONTINUOUS_ACTIONS], rows[DISCRETE_ACTIONS]
+        tensors = {name: tf.constant(value) for name, value in out.items()}
+        loss = float(
+            cloning_loss(tensors, tf.constant(expert_continuous), tf.constant(expert_discrete), tf.constant(mask), self._branches)
+        )
         if "mean" in out:
-            target = np.clip(rows[CONTINUOUS_ACTIONS], -1.0, 1.0)
-            loss += float(continuous_cloning_loss(tf.constant(out["mean"]), tf.constant(target)))
-            metrics["r2"] = r_squared(np.clip(out["mean"], -1.0, 1.0), target)
+            metrics["r2"] = r_squared(np.clip(out["mean"], -1.0, 1.0), np.clip(expert_continuous, -1.0, 1.0))
         if "logits" in out:
-            mask, expert = rows[ACTION_MASK], rows[DISCRETE_ACTIONS]
-            loss += float(
-                discrete_cloning_loss(tf.constant(out["logits"]), tf.constant(mask), tf.constant(expert), self._branches)
-            )
-            metrics.update(branch_accuracy(out["logits"], mask, expert, self._branches))
+            metrics.update(branch_accuracy(out["logits"], mask, expert_discrete, self._branches))
         metrics["cloning_loss"] = loss
         return metrics
 

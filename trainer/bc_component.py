@@ -9,6 +9,8 @@ each one Adam step on the policy alone:
     continuous  L = mean((a_mean(s) - a_E)^2)                 (``trainer.bc.continuous_cloning_loss``)
     discrete    L = -mean(sum_b log pi_b(a_E,b | s))          (``trainer.bc.discrete_cloning_loss``)
 
+(both in ``trainer.bc.cloning_loss``, the loss of standalone BC too, on the rows of ``trainer.bc.demo_rows``).
+
 ``a_mean`` is the policy's action in env units: PPO's Gaussian mean (the env receives clip(u, -1, 1)), or
 ``tanh`` of SAC's pre-squash mean.
 
@@ -30,7 +32,7 @@ import tensorflow as tf
 from common import trajectory as tr
 from common.config import BehavioralCloningSettings, BehaviorSettings, ScheduleType
 from common.specs import BrainParameters
-from trainer.bc import continuous_cloning_loss, discrete_cloning_loss
+from trainer.bc import cloning_loss, demo_rows
 from trainer.networks import PolicyNetwork
 from trainer.optimizer import adam
 from trainer.reward_signals.base import expert_rows
@@ -114,14 +116,11 @@ class BCComponent:
         self.num_epoch = settings.num_epoch or default_num_epoch
         self.base_learning_rate = policy_learning_rate
         self._branches = tuple(brain_parameters.action_spec.discrete_branches)
-        demo = expert_rows(settings.demo_path, brain_parameters)
-        n_obs = len(brain_parameters.observation_specs)
-        self._obs = [np.asarray(demo[tr.obs_key(i)].data, np.float32).reshape(demo.num_experiences, -1) for i in range(n_obs)]
-        self._continuous = np.asarray(demo[tr.CONTINUOUS_ACTIONS].data, np.float32)
-        self._discrete = np.asarray(demo[tr.DISCRETE_ACTIONS].data, np.int32)
-        width = brain_parameters.action_spec.mask_width
-        mask = demo[tr.ACTION_MASK].data if tr.ACTION_MASK in demo else np.ones((demo.num_experiences, width))
-        self._mask = np.asarray(mask, np.float32)
+        rows = demo_rows(expert_rows(settings.demo_path, brain_parameters), brain_parameters)
+        k, width = len(rows[tr.CONTINUOUS_ACTIONS]), brain_parameters.action_spec.mask_width
+        self._obs = [rows[tr.obs_key(i)].reshape(k, -1) for i in range(len(brain_parameters.observation_specs))]
+        self._continuous, self._discrete = rows[tr.CONTINUOUS_ACTIONS], rows[tr.DISCRETE_ACTIONS]
+        self._mask = rows.get(tr.ACTION_MASK, np.ones((k, width), np.float32))
         # The policy's log_std (PPO's variable, SAC's head) gets no cloning gradient: only means and logits train.
         frozen = {id(v) for v in (policy.log_std, *(policy.log_std_head.trainable_variables if policy.log_std_head else ()))}
         self._variables = [v for v in policy.trainable_variables if id(v) not in frozen]
@@ -142,14 +141,7 @@ class BCComponent:
 
     def cloning_loss(self, obs: Sequence[tf.Tensor], continuous: tf.Tensor, discrete: tf.Tensor, mask: tf.Tensor) -> tf.Tensor:
         """The loss of the current policy on demonstrated rows (module docstring)."""
-        out = self.policy(*self._normalize(obs))
-        loss = tf.constant(0.0)
-        if "mean" in out:
-            mean = tf.tanh(out["mean"]) if self._squash else out["mean"]
-            loss += continuous_cloning_loss(mean, continuous)
-        if "logits" in out:
-            loss += discrete_cloning_loss(out["logits"], mask, discrete, self._branches)
-        return loss
+        return cloning_loss(self.policy(*self._normalize(obs)), continuous, discrete, mask, self._branches, self._squash)
 
     def _train_step_graph(
         self, obs: list[tf.Tensor], continuous: tf.Tensor, discrete: tf.Tensor, mask: tf.Tensor

@@ -1,13 +1,21 @@
-"""The trainer loop of one behavior: trajectories in, policy versions out.
+"""The trainer loop of one behavior: experiences in, policy versions out.
 
 ``TrainerLoop.run`` owns the I/O around a ``Learner`` (``trainer.learner``) and blocks its thread:
 the main thread of a trainer process, or a thread of its own in embedded mode and tests. Never the
-processor's event loop: an update would stall inference.
+processor's event loop: an update would stall inference. Every learner runs in this one loop (PPO,
+SAC and online BC on trajectories, offline BC on demonstrations), fed by one of two sources:
+
+* a ``TrajectorySubscription`` to ``trajectories/<behavior>`` (steps 1-4 below);
+* an ``ExperienceFeed``, a source that hands the learner its data itself: offline BC's
+  demonstration passes (``trainer.offline.DemonstrationPasses``). Each iteration it feeds at most
+  what is left of ``max_steps``, so the run ends exactly at ``max_steps``; it has no episodes,
+  acks, duplicates or staleness.
 
 One iteration:
 
 1. ``subscription.get(max_items, poll_s)`` takes up to ``max_items`` trajectories (waits at most
-   ``poll_s`` so a stop request is seen promptly);
+   ``poll_s`` so a stop request is seen promptly); a feed instead gives the learner its next
+   update's data (``ExperienceFeed.feed``);
 2. redelivered duplicates are dropped by ``Trajectory.id`` (``common.topics.Deduplicator``);
 3. trajectories staler than ``settings.effective_max_policy_lag`` are dropped and counted: those
    whose ``oldest_policy_version`` is more than the lag below the newest version this loop
@@ -29,7 +37,12 @@ Versions (docs/architecture.md, "Staleness and versions"): at start the loop pub
 at ``max(policy_sink.highest_version, resumed version) + 1``, so the processor can act at once and
 a resumed trainer always continues above anything the processor has seen. Every later version is
 one higher; should the sink refuse one (another publisher went higher), the loop jumps above the
-sink's highest and republishes.
+sink's highest and republishes. No version passes ``MAX_POLICY_VERSION`` (2**53): a loop whose next
+version would raises ``PolicyVersionError`` before it exports anything (the CLI prints one line).
+
+Resume (``resume=True``): the newest complete checkpoint (``trainer.checkpoint``; an incomplete or
+damaged newer one is skipped with a WARNING) gives the step, the version and the learner's state.
+With no checkpoint at all the run starts at step 0, and a WARNING says so.
 
 TensorFlow threads: call ``configure_tf_threads()`` once per process before TensorFlow runs its
 first op (see its docstring for the measurements behind the defaults).
@@ -47,8 +60,9 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from common.config import BehaviorSettings
-from common.errors import TopicClosedError
+from common.errors import PolicyVersionError, TopicClosedError
 from common.topics import Deduplicator, Delivery, PolicySink, TrajectorySubscription
+from common.topics.base import MAX_POLICY_VERSION
 from common.trajectory import Trajectory
 from protos import pb
 from trainer.checkpoint import Checkpointer
@@ -92,6 +106,21 @@ class ReportingLearner(Protocol):
 
     def write_report(self, directory: Path) -> Path:
         """Write the report into the behavior's results folder ``directory``; returns its path."""
+        ...
+
+
+@runtime_checkable
+class ExperienceFeed(Protocol):
+    """A source that feeds the learner itself instead of a trajectory topic (offline BC's demonstration passes).
+
+    It has no episodes, acknowledgements, duplicates or staleness; the loop only counts what it feeds.
+    """
+
+    kind: str
+    """What the loop's start and stop lines call the trainer (``"offline BC"``)."""
+
+    def feed(self, budget: int) -> int:
+        """Give the learner its next update's data, at most ``budget`` (> 0) experiences; returns how many."""
         ...
 
 
@@ -194,7 +223,7 @@ class TrainerLoop:
     Args:
         behavior_name: the behavior trained.
         learner: the algorithm; used from ``run``'s thread only.
-        subscription: the trainer's subscription to ``trajectories/<behavior>``.
+        source: the trainer's subscription to ``trajectories/<behavior>``, or an ``ExperienceFeed``.
         policy_sink: ``policies/<behavior>``.
         settings: the behavior's settings (max_steps, summary_freq, checkpoint_interval,
             keep_checkpoints, max_policy_lag).
@@ -214,7 +243,7 @@ class TrainerLoop:
         self,
         behavior_name: str,
         learner: Learner,
-        subscription: TrajectorySubscription[Trajectory],
+        source: TrajectorySubscription[Trajectory] | ExperienceFeed,
         policy_sink: PolicySink[pb.PolicyUpdate],
         settings: BehaviorSettings,
         *,
@@ -230,7 +259,9 @@ class TrainerLoop:
         self.behavior_name = behavior_name
         self.learner = learner
         self.settings = settings
-        self._subscription = subscription
+        self._feed = source if isinstance(source, ExperienceFeed) else None
+        self._subscription = None if isinstance(source, ExperienceFeed) else source
+        self._kind = "trainer" if self._feed is None else self._feed.kind
         self._sink = policy_sink
         self._seed = seed
         self._resume = resume
@@ -243,7 +274,7 @@ class TrainerLoop:
         self._behavior_dir = None if results_dir is None else results_dir / behavior_name
         self.result = TrainerResult(behavior_name)
         """Live while running (read it from another thread only for monitoring)."""
-        self._dedup: Deduplicator[Any] = Deduplicator(_dedup_capacity(subscription))
+        self._dedup: Deduplicator[Any] = Deduplicator(_dedup_capacity(self._subscription))
         self._version = -1
         self._last_policy: pb.PolicyUpdate | None = None
         self._period = PeriodStats(0)
@@ -298,12 +329,16 @@ class TrainerLoop:
             return STOPPED
         if should_stop is not None and should_stop(self.result):
             return CONDITION
-        try:
-            deliveries = self._subscription.get(self._max_items, self._poll_s)
-        except TopicClosedError:
-            return TOPIC_CLOSED
-        if deliveries:
-            self._take_in(deliveries)
+        if self._feed is not None:
+            self.result.steps += self._feed.feed(self.settings.max_steps - self.result.steps)
+        else:
+            assert self._subscription is not None
+            try:
+                deliveries = self._subscription.get(self._max_items, self._poll_s)
+            except TopicClosedError:
+                return TOPIC_CLOSED
+            if deliveries:
+                self._take_in(deliveries)
         if self.learner.ready_to_update():
             self._update()
         if self.result.steps >= self._next_summary:
@@ -320,6 +355,12 @@ class TrainerLoop:
                 self.result.steps, resumed_version = restored
                 self.result.resumed_from = self._checkpointed_step = restored[0]
                 self._resume_episodes(restored[0])
+            else:
+                logger.warning(
+                    "%s: --resume found no checkpoint in %s; starting at step 0",
+                    self.behavior_name,
+                    self.checkpointer.directory,
+                )
         steps = self.result.steps
         self._period = PeriodStats(steps)
         self._next_summary = next_multiple(steps, self.settings.summary_freq)
@@ -327,8 +368,9 @@ class TrainerLoop:
         self._version = max(self._sink.highest_version, resumed_version)
         self._publish()
         logger.info(
-            "%s: trainer started at step %d with policy version %d (max_steps %d, max_policy_lag %s, seed %d)",
+            "%s: %s started at step %d with policy version %d (max_steps %d, max_policy_lag %s, seed %d)",
             self.behavior_name,
+            self._kind,
             steps,
             self._version,
             self.settings.max_steps,
@@ -345,9 +387,10 @@ class TrainerLoop:
         if self._behavior_dir is not None and isinstance(self.learner, ReportingLearner):
             self.learner.write_report(self._behavior_dir)
         logger.info(
-            "%s: trainer stopped (%s) at step %d, policy version %d, %d updates, %d episodes; "
+            "%s: %s stopped (%s) at step %d, policy version %d, %d updates, %d episodes; "
             "%d stale and %d duplicate trajectories dropped",
             self.behavior_name,
+            self._kind,
             result.stopped_by,
             result.steps,
             self._version,
@@ -419,10 +462,10 @@ class TrainerLoop:
 
     def _publish(self) -> None:
         """Export and publish the next version; jump above the sink's highest if it refuses."""
-        version = self._version + 1
+        version = self._checked(self._version + 1)
         update = self.learner.export_policy(version, self.result.steps)
         if not self._sink.publish(update, version):
-            version = self._sink.highest_version + 1
+            version = self._checked(self._sink.highest_version + 1)
             logger.warning(
                 "%s: policy version %d refused by the sink; publishing as %d", self.behavior_name, version - 1, version
             )
@@ -431,6 +474,16 @@ class TrainerLoop:
                 raise RuntimeError(f"{self.behavior_name}: policy sink refused version {version} twice")
         self._version = self.result.policy_version = version
         self._last_policy = update
+
+    def _checked(self, version: int) -> int:
+        """``version``, if it is at most ``MAX_POLICY_VERSION``; else ``PolicyVersionError``."""
+        if version > MAX_POLICY_VERSION:
+            raise PolicyVersionError(
+                f"{self.behavior_name}: the next policy version, {version}, would pass the highest allowed "
+                f"({MAX_POLICY_VERSION} = 2**53): the policy topic or the checkpoint already holds version {version - 1}; "
+                "restart the processor, or train a new run (another --run-id)"
+            )
+        return version
 
     def _summarize(self) -> None:
         result = self.result
@@ -487,8 +540,10 @@ def next_multiple(step: int, interval: int) -> int:
     return (step // interval + 1) * interval
 
 
-def _dedup_capacity(subscription: TrajectorySubscription[Trajectory]) -> int:
+def _dedup_capacity(subscription: TrajectorySubscription[Trajectory] | None) -> int:
     """A few times the queue's capacity (``Deduplicator``'s rule), at least 4096."""
+    if subscription is None:  # a feed: nothing is redelivered
+        return 1
     try:
         return max(4 * subscription.stats().max_size, 4096)
     except Exception:  # a transport without stats

@@ -1,7 +1,8 @@
 """BC alone, from a recorded 100-step expert demo of the 1-D task, publishes a policy that scores above 0.9.
 
 The demo is recorded by ``stepstream record``'s loop with the task's scripted expert (17 episodes
-of 6 records: 102 records, 101 rows, 10 of them held out). ``OfflineTrainer`` clones it with no env
+of 6 records: 102 records, 101 rows, 10 of them held out). Offline BC (``trainer.offline.offline_loop``,
+the trainer loop with demonstration passes as its source) clones it with no env
 and checkpoints the policy it published; that very ``.policy.pb`` then acts through the real
 processor (gRPC, batched TFLite inference, sampling), as ``stepstream train --inference`` runs it.
 """
@@ -24,7 +25,7 @@ from processor.server import ProcessorServer, ServerOptions
 from protos import pb
 from trainer.bc_metrics import BC_METRICS_FILE
 from trainer.loop import configure_tf_threads
-from trainer.offline import OfflineTrainer, make_offline_learner
+from trainer.offline import offline_loop
 
 pytestmark = pytest.mark.learning
 
@@ -76,8 +77,7 @@ def test_bc_from_recorded_demo_scores_like_the_expert(continuous: bool, tmp_path
     assert len(pairs) == 102
 
     settings = _settings(demo)
-    learner = make_offline_learner(BEHAVIOR, settings, seed=0)
-    result = OfflineTrainer(BEHAVIOR, learner, settings, results_dir=tmp_path, run_started_at=0.0).run()
+    result = offline_loop(BEHAVIOR, settings, seed=0, results_dir=tmp_path, run_started_at=0.0).run()
     metrics = json.loads((tmp_path / BEHAVIOR / BC_METRICS_FILE).read_text())
     assert metrics["held_out_rows"] == 10
     assert metrics[("held_out_r2" if continuous else "held_out_accuracy")] > 0.9, metrics

@@ -1,4 +1,5 @@
-"""BC from .demo files: the held-out split and scores, ``bc_metrics.json``, and errors that name the config key."""
+"""BC from .demo files: the held-out split and scores, offline BC in the trainer loop (``bc_metrics.json``, a
+runnable policy, exactly ``max_steps``), and errors that name the config key."""
 
 from __future__ import annotations
 
@@ -17,7 +18,9 @@ from common.specs import ActionSpec, BrainParameters, ObservationSpec
 from envclient.simple_env import SimpleEnv, scripted_expert, simple_brain_parameters
 from trainer.bc import BCLearner
 from trainer.bc_metrics import BC_METRICS_FILE, HOLDOUT_SEED, branch_accuracy, r_squared, split_rows
-from trainer.offline import OfflineTrainer, load_demonstrations, make_offline_learner
+from trainer.loop import MAX_STEPS
+from trainer.summaries import CLONING_LOSS
+from trainer.offline import DemonstrationPasses, load_demonstrations, make_offline_learner, offline_loop
 
 BEHAVIOR = "Simple1D"
 
@@ -69,11 +72,15 @@ def test_scores() -> None:
 @pytest.mark.parametrize("continuous", [False, True], ids=["discrete", "continuous"])
 def test_offline_trainer_writes_metrics_and_a_runnable_policy(continuous: bool, tmp_path: Path) -> None:
     settings = _settings(_demo(tmp_path, continuous))
-    learner = make_offline_learner(BEHAVIOR, settings, seed=0)
+    loop = offline_loop(BEHAVIOR, settings, seed=0, results_dir=tmp_path / "run", run_started_at=0.0)
+    learner = loop.learner
+    assert isinstance(learner, BCLearner)
     assert learner.brain_parameters == simple_brain_parameters(BEHAVIOR, continuous)
     assert learner.demonstrations.num_experiences == 91 and len(learner.held_out[tr.CONTINUOUS_ACTIONS]) == 10
-    result = OfflineTrainer(BEHAVIOR, learner, settings, results_dir=tmp_path / "run", run_started_at=0.0).run()
-    assert result.steps >= settings.max_steps and result.updates == math.ceil(settings.max_steps / (91 * 3))
+    result = loop.run()
+    # The last update's passes are cut: the run ends exactly at max_steps (21 whole updates of 3 x 91 rows, then 267).
+    assert result.stopped_by == MAX_STEPS and result.steps == settings.max_steps == int(learner.state.env_steps.numpy())
+    assert result.updates == math.ceil(settings.max_steps / (91 * 3))
     metrics = json.loads((tmp_path / "run" / BEHAVIOR / BC_METRICS_FILE).read_text())
     assert metrics["train_rows"] == 91 and metrics["held_out_rows"] == 10 and metrics["held_out_fraction"] == 0.1
     assert metrics["cloning_loss"] < 0.5 and metrics["updates"] == result.updates
@@ -85,6 +92,30 @@ def test_offline_trainer_writes_metrics_and_a_runnable_policy(continuous: bool, 
     assert policies == ["ckpt-4095.policy.pb", f"ckpt-{result.steps}.policy.pb"]  # the interval's and the final one
     status = json.loads((tmp_path / "run" / "run_logs" / "training_status.json").read_text())[BEHAVIOR]
     assert status["steps"] == result.steps and status["policy_version"] == result.policy_version
+    assert status["episodes"] == 0 and status["mean_reward"] is None  # no episodes offline: no reward, not NaN
+
+
+def test_passes_are_cut_at_the_budget(tmp_path: Path) -> None:
+    settings = _settings(_demo(tmp_path, continuous=False))
+    learner = make_offline_learner(BEHAVIOR, settings, seed=0)  # 91 rows, num_epoch 3
+    source = DemonstrationPasses(learner)
+    assert source.feed(1000) == 273 and learner.ready_to_update()
+    learner.update()
+    assert int(learner.state.env_steps.numpy()) == 273
+    assert source.feed(100) == 100  # one whole pass of 91, then 9 rows
+    metrics = learner.update()
+    assert int(learner.state.env_steps.numpy()) == 373
+    assert metrics[CLONING_LOSS] == learner.last_loss > 0
+    assert source.feed(5) == 5
+    assert CLONING_LOSS not in learner.update()  # 5 rows: below one minibatch of 16, nothing trains
+    assert learner.last_loss == metrics[CLONING_LOSS] and int(learner.state.env_steps.numpy()) == 378
+
+
+def test_a_demo_without_training_rows_is_a_config_error(tmp_path: Path) -> None:
+    learner = make_offline_learner(BEHAVIOR, _settings(_demo(tmp_path, continuous=False)), seed=0)
+    learner.demonstrations = type(learner.demonstrations)()
+    with pytest.raises(ConfigError, match=rf"behaviors.{BEHAVIOR}.hyperparameters.demo_path: .*no training rows"):
+        DemonstrationPasses(learner)
 
 
 def test_demo_errors_name_the_config_key(tmp_path: Path) -> None:
