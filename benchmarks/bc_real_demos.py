@@ -75,15 +75,14 @@ def bc_settings(demo_path: Path, rows: int, epochs: int, hidden: int = 128) -> A
 def real_demo(name: str, metric: str, required: bool, seed: int, results: Path) -> dict[str, Any]:
     """Offline BC on one real file; its bc_metrics.json plus the verdict."""
     from common.demo import load_demonstration
-    from trainer.offline import OfflineTrainer, make_offline_learner
+    from trainer.offline import offline_loop
 
     path = DEMO_DIR / name
     rows = load_demonstration(path).records - 1
     behavior = Path(name).stem
     settings = bc_settings(path, round(rows * 0.9), REAL_EPOCHS)
     started = time.monotonic()
-    learner = make_offline_learner(behavior, settings, seed)
-    OfflineTrainer(behavior, learner, settings, results_dir=results, run_started_at=time.time()).run()
+    offline_loop(behavior, settings, seed=seed, results_dir=results, run_started_at=time.time()).run()
     metrics = json.loads((results / behavior / "bc_metrics.json").read_text())
     out: dict[str, Any] = {k: metrics.get(k) for k in ("train_rows", "held_out_rows", "cloning_loss", "updates")}
     out["wall_s"] = round(time.monotonic() - started, 2)

@@ -222,7 +222,7 @@ class Checkpointer:
         status.assert_existing_objects_matched()
         step, version = int(self._step.numpy()), int(self._version.numpy())
         extra = self._extra_dir(step)
-        if not extra.is_dir() and any(self.directory.glob("extra-*")):
+        if not extra.is_dir() and any(any(folder.iterdir()) for folder in self.directory.glob("extra-*") if folder.is_dir()):
             logger.warning("%s: its extra state (replay buffer) was kept for a newer checkpoint only; not restored", path)
         self._learner.load_extra(extra if extra.is_dir() else self.directory)
         logger.info("restored %s (step %d, policy version %d)", path, step, version)

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from common.errors import ConfigError
 from common.trajectory import Trajectory
 from protos import pb
 from trainer.checkpoint import Checkpointer
@@ -164,3 +165,49 @@ def test_a_kill_between_extra_state_and_checkpoint_restores_a_matching_pair(tmp_
     fresh = TinyLearner()
     assert Checkpointer(tmp_path, fresh, keep_checkpoints=2).restore_latest() == (200, 2)
     assert fresh.extra == b"replay at 200"
+
+
+class Killed(BaseException):
+    """Stands in for a SIGKILL: nothing after it runs."""
+
+
+@pytest.mark.parametrize("kill_at", [".policy.pb", ".json"], ids=["writing-the-policy", "committing-the-record"])
+def test_a_kill_during_a_save_leaves_the_previous_checkpoint_complete(
+    tmp_path: Path, kill_at: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Killed after its TF files, before its record: the new checkpoint is skipped (one WARNING), the previous
+    one restores and is the only one listed, and the next save deletes the leftovers."""
+    import trainer.checkpoint as checkpoint_module
+
+    learner = TinyLearner()
+    checkpointer = Checkpointer(tmp_path, learner, keep_checkpoints=2)
+    checkpointer.save(step=100, version=1, policy=learner.export_policy(1, 100))
+    write = checkpoint_module._write_atomically
+
+    def killed_at(path: Path, data: bytes) -> None:
+        if path.name.endswith(kill_at):
+            raise Killed
+        write(path, data)
+
+    monkeypatch.setattr(checkpoint_module, "_write_atomically", killed_at)
+    with pytest.raises(Killed):
+        checkpointer.save(step=200, version=2, policy=learner.export_policy(2, 200))
+    monkeypatch.setattr(checkpoint_module, "_write_atomically", write)
+    assert (tmp_path / "ckpt-200.index").exists() and not (tmp_path / "ckpt-200.json").exists()
+
+    again = Checkpointer(tmp_path, TinyLearner(), keep_checkpoints=2)
+    assert [c.step for c in again.checkpoints()] == [100]
+    assert again.restore_latest() == (100, 1)
+    skipped = [r for r in caplog.records if r.levelname == "WARNING"]
+    assert len(skipped) == 1 and "ckpt-200" in skipped[0].getMessage(), skipped
+    again.save(step=150, version=3)
+    assert sorted(p.name for p in tmp_path.glob("ckpt-*.index")) == ["ckpt-100.index", "ckpt-150.index"]
+    assert not list(tmp_path.glob("ckpt-200*"))
+
+
+def test_no_complete_checkpoint_is_a_config_error(tmp_path: Path) -> None:
+    Checkpointer(tmp_path, TinyLearner(), keep_checkpoints=1).save(step=5, version=0)
+    (data,) = tmp_path.glob("ckpt-5.data-*")
+    data.write_bytes(data.read_bytes()[:3])
+    with pytest.raises(ConfigError, match=rf"{tmp_path}: no complete checkpoint to restore \(ckpt-5: its TensorFlow data"):
+        Checkpointer(tmp_path, TinyLearner(), keep_checkpoints=1).restore_latest()

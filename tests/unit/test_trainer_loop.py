@@ -14,7 +14,9 @@ import pytest
 import tensorflow as tf
 
 from common.config import BehaviorSettings, SACHyperparameters, TrainerType
+from common.errors import PolicyVersionError
 from common.topics import PolicyTopic, TrajectoryTopic
+from common.topics.base import MAX_POLICY_VERSION
 from common.trajectory import Trajectory, TrajectoryId
 from protos import pb
 from trainer.loop import CONDITION, EPISODE_HISTORY, MAX_STEPS, STOPPED, TOPIC_CLOSED, TrainerLoop, TrainerResult
@@ -214,6 +216,29 @@ def test_a_refused_version_jumps_above_the_sink() -> None:
     topics.publish(trajectory(1))
     result = topics.loop(learner, settings()).run(should_stop=lambda r: r.updates >= 1)
     assert result.policy_version == 41 == topics.policies.highest_version
+
+
+def test_a_version_past_the_bound_is_refused_before_anything_is_exported() -> None:
+    """At the bound, the next version is refused with one clear error (not an int64 overflow in the export)."""
+    topics = Topics()
+    topics.policies.publish(pb.PolicyUpdate(version=MAX_POLICY_VERSION), MAX_POLICY_VERSION)
+
+    class Exporting(CountingLearner):
+        exported: list[int] = []
+
+        def export_policy(self, version: int, trainer_step: int) -> pb.PolicyUpdate:
+            self.exported.append(version)
+            return super().export_policy(version, trainer_step)
+
+    learner = Exporting()
+    with pytest.raises(PolicyVersionError, match=rf"next policy version, {MAX_POLICY_VERSION + 1}, would pass"):
+        topics.loop(learner, settings(max_steps=0)).run()
+    assert learner.exported == [] and topics.policies.highest_version == MAX_POLICY_VERSION
+
+    # One below the bound still runs: the first version is the bound itself.
+    topics = Topics()
+    topics.policies.publish(pb.PolicyUpdate(version=MAX_POLICY_VERSION - 1), MAX_POLICY_VERSION - 1)
+    assert topics.loop(CountingLearner(), settings(max_steps=0)).run().policy_version == MAX_POLICY_VERSION
 
 
 def test_checkpoints_summaries_and_resume(tmp_path: Path) -> None:
