@@ -221,11 +221,16 @@ class EmbeddedRun:
         from trainer.offline import offline_loop
 
         settings = self._settings(name)
-        trainer = offline_loop(
-            name, settings, seed=self.seed, results_dir=self.run_dir, run_started_at=self.started_at, resume=self.options.resume
+        loop = offline_loop(
+            name,
+            settings,
+            seed=self.seed,
+            results_dir=self.run_dir,
+            run_started_at=self.started_at,
+            resume=self.options.resume,
         )
-        self.loops[name] = trainer
-        self.threads[name] = asyncio.ensure_future(asyncio.to_thread(trainer.run, self.trainer_stop))
+        self.loops[name] = loop
+        self.threads[name] = asyncio.ensure_future(asyncio.to_thread(loop.run, self.trainer_stop))
 
     def _publish_checkpoint_policy(self, name: str, params: BrainParameters, topics: TopicRegistry) -> None:
         """--inference: the newest checkpoint's policy, published once; no trainer runs."""

@@ -373,9 +373,8 @@ class BCLearner:
         mask = rows.get(ACTION_MASK, np.ones((k, 0), np.float32))
         expert_continuous, expert_discrete = rows[CONTINUOUS_ACTIONS], rows[DISCRETE_ACTIONS]
         tensors = {name: tf.constant(value) for name, value in out.items()}
-        loss = float(
-            cloning_loss(tensors, tf.constant(expert_continuous), tf.constant(expert_discrete), tf.constant(mask), self._branches)
-        )
+        expert = (tf.constant(expert_continuous), tf.constant(expert_discrete), tf.constant(mask))
+        loss = float(cloning_loss(tensors, *expert, self._branches))
         if "mean" in out:
             metrics["r2"] = r_squared(np.clip(out["mean"], -1.0, 1.0), np.clip(expert_continuous, -1.0, 1.0))
         if "logits" in out:

@@ -60,7 +60,8 @@ def checkpoints_dir(run_dir: Path) -> Path:
 
 
 def checkpoint_steps(run_dir: Path) -> list[int]:
-    return sorted(int(p.name.removeprefix("ckpt-").removesuffix(".index")) for p in checkpoints_dir(run_dir).glob("ckpt-*.index"))
+    indexes = checkpoints_dir(run_dir).glob("ckpt-*.index")
+    return sorted(int(p.name.removeprefix("ckpt-").removesuffix(".index")) for p in indexes)
 
 
 def read_status(run_dir: Path) -> dict[str, Any]:

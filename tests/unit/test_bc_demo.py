@@ -19,8 +19,8 @@ from envclient.simple_env import SimpleEnv, scripted_expert, simple_brain_parame
 from trainer.bc import BCLearner
 from trainer.bc_metrics import BC_METRICS_FILE, HOLDOUT_SEED, branch_accuracy, r_squared, split_rows
 from trainer.loop import MAX_STEPS
-from trainer.summaries import CLONING_LOSS
 from trainer.offline import DemonstrationPasses, load_demonstrations, make_offline_learner, offline_loop
+from trainer.summaries import CLONING_LOSS
 
 BEHAVIOR = "Simple1D"
 

@@ -8,6 +8,7 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 import pytest
@@ -224,7 +225,7 @@ def test_a_version_past_the_bound_is_refused_before_anything_is_exported() -> No
     topics.policies.publish(pb.PolicyUpdate(version=MAX_POLICY_VERSION), MAX_POLICY_VERSION)
 
     class Exporting(CountingLearner):
-        exported: list[int] = []
+        exported: ClassVar[list[int]] = []
 
         def export_policy(self, version: int, trainer_step: int) -> pb.PolicyUpdate:
             self.exported.append(version)
