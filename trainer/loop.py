@@ -338,7 +338,7 @@ class TrainerLoop:
             except TopicClosedError:
                 return TOPIC_CLOSED
             if deliveries:
-                self._take_in(deliveries)
+                self._take_in(self._subscription, deliveries)
         if self.learner.ready_to_update():
             self._update()
         if self.result.steps >= self._next_summary:
@@ -402,7 +402,7 @@ class TrainerLoop:
 
     # -- steps of an iteration -------------------------------------------------------------------
 
-    def _take_in(self, deliveries: Sequence[Delivery[Trajectory]]) -> None:
+    def _take_in(self, subscription: TrajectorySubscription[Trajectory], deliveries: Sequence[Delivery[Trajectory]]) -> None:
         """Drop duplicates and stale trajectories, feed the rest to the learner, ack them, record episodes.
 
         Only what fits the step budget is taken: once the fresh experiences reach ``max_steps``
@@ -435,7 +435,7 @@ class TrainerLoop:
         if fresh:
             result.steps += self.learner.add_trajectories(fresh)
             result.trajectories += len(fresh)
-        self._subscription.ack(tags)
+        subscription.ack(tags)
         if ended:
             self._record_episodes(ended)
 
