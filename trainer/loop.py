@@ -61,8 +61,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from common.config import BehaviorSettings
 from common.errors import PolicyVersionError, TopicClosedError
-from common.topics import Deduplicator, Delivery, PolicySink, TrajectorySubscription
-from common.topics.base import MAX_POLICY_VERSION
+from common.topics import MAX_POLICY_VERSION, Deduplicator, Delivery, PolicySink, TrajectorySubscription
 from common.trajectory import Trajectory
 from protos import pb
 from trainer.checkpoint import Checkpointer

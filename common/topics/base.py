@@ -33,10 +33,6 @@ highest (highest + 1) can never overflow int64. At one version per millisecond i
 #: gets every trajectory.
 TRAINER_SUBSCRIBER = "trainer"
 
-MAX_POLICY_VERSION = 2**53
-"""The highest policy version anyone may publish: exactly representable as a float64 (JSON, metrics), far
-below int64's maximum, so ``highest + 1`` never overflows. A trainer refuses to go past it."""
-
 T_co = TypeVar("T_co", covariant=True)
 T_contra = TypeVar("T_contra", contravariant=True)
 

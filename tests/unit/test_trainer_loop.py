@@ -16,8 +16,7 @@ import tensorflow as tf
 
 from common.config import BehaviorSettings, SACHyperparameters, TrainerType
 from common.errors import PolicyVersionError
-from common.topics import PolicyTopic, TrajectoryTopic
-from common.topics.base import MAX_POLICY_VERSION
+from common.topics import MAX_POLICY_VERSION, PolicyTopic, TrajectoryTopic
 from common.trajectory import Trajectory, TrajectoryId
 from protos import pb
 from trainer.loop import CONDITION, EPISODE_HISTORY, MAX_STEPS, STOPPED, TOPIC_CLOSED, TrainerLoop, TrainerResult
