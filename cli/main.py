@@ -205,6 +205,12 @@ def _add_unity(sub: argparse._SubParsersAction) -> None:
     add_unity_parser(sub)
 
 
+def _add_export(sub: argparse._SubParsersAction) -> None:
+    from cli.export import add_export_parser
+
+    add_export_parser(sub)
+
+
 def _build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="stepstream", description="Asynchronous agent-processor service for RL.")
     parser.add_argument("--log-level", default="INFO", help="logging level (default: INFO)")
@@ -224,6 +230,7 @@ def _build_parser() -> argparse.ArgumentParser:
     _add_demo(sub)
     _add_record(sub)
     _add_unity(sub)
+    _add_export(sub)
     return parser
 
 

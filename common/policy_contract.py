@@ -26,7 +26,17 @@ The arithmetic around the model, whose stored log-probs a trainer recomputes and
 * continuous in squash mode (``InferenceArtifact.tanh_squash``): the log-prob of ``a = tanh(u)``
   adds ``-log(1 - a^2 + TANH_LOG_EPSILON)`` per dimension, computed in float64 from the float32 ``a``.
 
-Extending the contract: a new artifact format (ONNX) adds its format name beside
+The ONNX model Unity runs (``trainer.onnx_export`` writes it; ML-Agents 1.1.0's model contract,
+``MODEL_API_VERSION`` 3, opset ``ONNX_OPSET``): inputs ``input_name(i)`` float32 ``[batch, *shape_i]``
+of *raw* observations (the normaliser is inside the graph) and, with discrete actions,
+``ACTION_MASKS`` float32 ``[batch, M]`` (1 = allowed); outputs, in ``ONNX_OUTPUTS`` order, those of
+the action spec: the constants ``VERSION_NUMBER`` and ``MEMORY_SIZE`` float32 ``[1]``; continuous:
+``CONTINUOUS_ACTIONS`` (sampled) and ``DETERMINISTIC_CONTINUOUS_ACTIONS`` float32 ``[batch, C]``,
+env actions, and ``CONTINUOUS_ACTION_OUTPUT_SHAPE`` float32 ``[1]`` = ``[C]``; discrete:
+``DISCRETE_ACTIONS`` (sampled) and ``DETERMINISTIC_DISCRETE_ACTIONS`` int64 ``[batch, B]``, and
+``DISCRETE_ACTION_OUTPUT_SHAPE`` float32 ``[1, B]`` = the branch sizes.
+
+Extending the contract: a new artifact format adds its format name beside
 ``TFLITE_FORMAT``, and recurrent policies add their memory input and output names beside
 ``input_name`` and ``POLICY_OUTPUTS``, here, so that exporter and runtime again share one copy.
 This module imports nothing, so either side, and any tool between them, may import it.
@@ -36,6 +46,35 @@ from __future__ import annotations
 
 #: ``InferenceArtifact.format`` of a TFLite flatbuffer, the one format exported and run today.
 TFLITE_FORMAT = "tflite"
+
+#: ML-Agents' ``.onnx`` for Unity (module docstring): the input names beside ``input_name``, the
+#: output names, the model API version (ML-Agents 2.0's, ``SimpleActor.MODEL_EXPORT_VERSION``) and the opset.
+ACTION_MASKS = "action_masks"
+VERSION_NUMBER = "version_number"
+MEMORY_SIZE = "memory_size"
+CONTINUOUS_ACTIONS = "continuous_actions"
+CONTINUOUS_ACTION_OUTPUT_SHAPE = "continuous_action_output_shape"
+DETERMINISTIC_CONTINUOUS_ACTIONS = "deterministic_continuous_actions"
+DISCRETE_ACTIONS = "discrete_actions"
+DISCRETE_ACTION_OUTPUT_SHAPE = "discrete_action_output_shape"
+DETERMINISTIC_DISCRETE_ACTIONS = "deterministic_discrete_actions"
+#: Every ONNX output name, in the order ML-Agents' exporter writes them (those of the action spec).
+ONNX_OUTPUTS = (
+    VERSION_NUMBER,
+    MEMORY_SIZE,
+    CONTINUOUS_ACTIONS,
+    CONTINUOUS_ACTION_OUTPUT_SHAPE,
+    DETERMINISTIC_CONTINUOUS_ACTIONS,
+    DISCRETE_ACTIONS,
+    DISCRETE_ACTION_OUTPUT_SHAPE,
+    DETERMINISTIC_DISCRETE_ACTIONS,
+)
+MODEL_API_VERSION = 3
+ONNX_OPSET = 9
+#: The name of the dynamic first axis of every batched input and output.
+ONNX_BATCH_AXIS = "batch"
+#: What ML-Agents' graph subtracts from masked logits (``logits * mask - 1e8 * (1 - mask)``).
+ONNX_MASKED_LOGIT_OFFSET = 1e8
 
 #: Output names: the Gaussian's mean and log standard deviation (continuous), the logits (discrete).
 MEAN = "mean"

@@ -10,6 +10,9 @@ A checkpoint taken at ``step`` (agent steps) in ``directory`` is:
 * ``ckpt-<step>.json``: ``{"step", "version", "wall_time", "path"}``, the checkpoint's **commit
   record**. It is written last, atomically (a temporary file renamed over it), after the
   TensorFlow files and the policy are on disk; a checkpoint without it is incomplete.
+* ``ckpt-<step>.onnx``: the policy as the ONNX model Unity runs (``trainer.onnx_export``), written
+  after the commit (it is derived, not needed to restore), and the same bytes at ``onnx_path``
+  (``<run>/<behavior>.onnx``, where ML-Agents puts the newest model) when given;
 * ``extra-<step>/``: whatever ``learner.save_extra`` writes there (SAC's replay buffer). Extra
   state is kept for the newest checkpoint only, as ML-Agents keeps its replay buffer (copies per
   checkpoint would multiply the largest file by ``keep_checkpoints``). It is written *before* the
@@ -45,6 +48,7 @@ import tensorflow as tf
 from common.errors import ConfigError
 from protos import pb
 from trainer.learner import Learner
+from trainer.onnx_export import policy_to_onnx
 
 logger = logging.getLogger(__name__)
 
@@ -77,12 +81,13 @@ class Checkpointer:
         directory: created if absent; one behavior's checkpoints only.
         learner: provides ``checkpoint_objects()``, ``save_extra`` and ``load_extra``.
         keep_checkpoints: newest checkpoints kept on disk, >= 1.
+        onnx_path: where the newest checkpoint's ONNX model is also written, if anywhere.
 
     Raises:
         ValueError: ``keep_checkpoints`` < 1, or the learner names an object ``step`` or ``version``.
     """
 
-    def __init__(self, directory: Path, learner: Learner, keep_checkpoints: int) -> None:
+    def __init__(self, directory: Path, learner: Learner, keep_checkpoints: int, onnx_path: Path | None = None) -> None:
         if keep_checkpoints < 1:
             raise ValueError(f"keep_checkpoints must be >= 1, got {keep_checkpoints}")
         objects = dict(learner.checkpoint_objects())
@@ -93,6 +98,7 @@ class Checkpointer:
         self.directory.mkdir(parents=True, exist_ok=True)
         self.keep_checkpoints = keep_checkpoints
         self._learner = learner
+        self._onnx_path = onnx_path
         self._step = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")
         self._version = tf.Variable(-1, dtype=tf.int64, trainable=False, name="version")
         self._checkpoint = tf.train.Checkpoint(**objects, step=self._step, version=self._version)
@@ -129,11 +135,24 @@ class Checkpointer:
         data = {"step": step, "version": version, "wall_time": info.wall_time, "path": path}
         _write_atomically(record, json.dumps(data).encode("utf-8"))  # the commit
         self._skipped.discard(step)
+        if policy is not None:
+            self._write_onnx(policy, Path(f"{prefix}.onnx"))
         self._prune(keep_extra=extra)
         logger.info(
             "checkpoint %s saved (step %d, policy version %d) in %.2f s", path, step, version, time.monotonic() - started
         )
         return info
+
+    def _write_onnx(self, policy: pb.PolicyUpdate, path: Path) -> None:
+        """The checkpoint's ONNX model, and the same at ``onnx_path``. A failure is logged, not raised: the
+        checkpoint itself is committed and training goes on (``stepstream export`` can retry from it)."""
+        try:
+            data = policy_to_onnx(policy).SerializeToString()
+            _write_atomically(path, data)
+            if self._onnx_path is not None:
+                _write_atomically(self._onnx_path, data)
+        except (ValueError, OSError) as err:
+            logger.error("checkpoint %s: no ONNX model written: %s", path, err)
 
     def _extra_dir(self, step: int) -> Path:
         return self.directory / f"extra-{step}"

@@ -267,7 +267,12 @@ class TrainerLoop:
         self._max_items = max_items
         self._poll_s = poll_s
         if checkpointer is None and results_dir is not None:
-            checkpointer = Checkpointer(results_dir / behavior_name / CHECKPOINTS_DIR, learner, settings.keep_checkpoints)
+            checkpointer = Checkpointer(
+                results_dir / behavior_name / CHECKPOINTS_DIR,
+                learner,
+                settings.keep_checkpoints,
+                onnx_path=results_dir / f"{behavior_name}.onnx",  # the newest policy for Unity, where ML-Agents puts it
+            )
         self.checkpointer = checkpointer
         self.summaries = Summaries(behavior_name, results_dir, run_started_at, writers)
         self._behavior_dir = None if results_dir is None else results_dir / behavior_name
