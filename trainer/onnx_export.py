@@ -57,6 +57,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 import tf2onnx
 from ai_edge_litert.interpreter import Interpreter
 from onnx import TensorProto, helper, numpy_helper
@@ -91,6 +92,7 @@ logger = logging.getLogger(__name__)
 
 #: ML-Agents 1.1.0's files carry IR version 4, the one of opset 9.
 ONNX_IR_VERSION = 4
+_CONSTANT_OUTPUTS = (VERSION_NUMBER, MEMORY_SIZE, CONTINUOUS_ACTION_OUTPUT_SHAPE, DISCRETE_ACTION_OUTPUT_SHAPE)
 
 
 def continuous_transform(tanh_squash: bool, clip: float) -> str:
@@ -127,7 +129,9 @@ def _signature_tensors(model: bytes) -> tuple[list[str], list[tuple[int, ...]], 
     for i in range(len(inputs)):
         detail = inputs.get(input_name(i))
         if detail is None:
-            raise ValueError(f"the TFLite model has inputs {sorted(inputs)}, not {input_name(0)}..{input_name(len(inputs) - 1)}")
+            raise ValueError(
+                f"the TFLite model has inputs {sorted(inputs)}, not {input_name(0)}..{input_name(len(inputs) - 1)}"
+            )
         in_names.append(names[detail["index"]])
         shapes.append(tuple(int(d) for d in detail["shape_signature"][1:]))
     return in_names, shapes, {key: names[d["index"]] for key, d in outputs.items()}
@@ -141,9 +145,7 @@ def _convert_core(model: bytes, in_names: list[str], out_names: list[str]) -> on
         # tf2onnx reads the flatbuffer's signatures with tf.lite.Interpreter, which warns of its deprecation.
         with _quiet_tf2onnx(), warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*tf.lite.Interpreter is deprecated.*")
-            proto, _ = tf2onnx.convert.from_tflite(
-                str(path), input_names=in_names, output_names=out_names, opset=ONNX_OPSET
-            )
+            proto, _ = tf2onnx.convert.from_tflite(str(path), input_names=in_names, output_names=out_names, opset=ONNX_OPSET)
     return proto
 
 
@@ -285,7 +287,25 @@ def policy_to_onnx(update: pb.PolicyUpdate) -> onnx.ModelProto:
         },
     )
     onnx.checker.check_model(model, full_check=True)
+    _check_runs(model, shapes, branches)
     return model
+
+
+def _check_runs(model: onnx.ModelProto, shapes: list[tuple[int, ...]], branches: list[int]) -> None:
+    """Loads the model in onnxruntime and runs it on two rows: the checker passes graphs that no runtime loads
+    (two nodes of one name), and Unity's only message would be a failed import."""
+    try:
+        session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+        feed = {input_name(i): np.zeros((2, *shape), np.float32) for i, shape in enumerate(shapes)}
+        if branches:
+            feed[ACTION_MASKS] = np.ones((2, sum(branches)), np.float32)
+        outputs = session.run(None, feed)
+    except Exception as err:  # onnxruntime raises its own exception types
+        raise ValueError(f"onnxruntime cannot run the exported model: {err}") from err
+    names = [o.name for o in session.get_outputs()]
+    short = [n for n, value in zip(names, outputs, strict=True) if n not in _CONSTANT_OUTPUTS and value.shape[0] != 2]
+    if short:
+        raise ValueError(f"outputs {short} of the exported model do not have one row per observation row")
 
 
 def _discrete_outputs(g: _Graph, pre: _Graph, logits: str, branches: list[int]) -> None:

@@ -40,8 +40,21 @@ def test_the_layer_contracts_hold() -> None:
 @pytest.mark.parametrize(
     ("module", "line", "broken"),
     [
-        ("processor/wire.py", "import tensorflow", "The processor runs policies without trainer code or TensorFlow"),
-        ("processor/wire.py", "import trainer.networks", "The processor runs policies without trainer code or TensorFlow"),
+        (
+            "processor/wire.py",
+            "import tensorflow",
+            "The processor runs policies without trainer code, TensorFlow or the ONNX converter",
+        ),
+        (
+            "processor/wire.py",
+            "import trainer.networks",
+            "The processor runs policies without trainer code, TensorFlow or the ONNX converter",
+        ),
+        (
+            "processor/wire.py",
+            "import onnx",
+            "The processor runs policies without trainer code, TensorFlow or the ONNX converter",
+        ),
         ("trainer/export.py", "import processor.inference", "The trainers never import the processor"),
         ("common/specs.py", "import cli.main", "common imports none of the packages above it"),
         ("envclient/runner.py", "import common.config_sections", "envclient needs nothing from the YAML schema"),
@@ -51,6 +64,7 @@ def test_the_layer_contracts_hold() -> None:
     ids=[
         "processor-tensorflow",
         "processor-trainer",
+        "processor-onnx",
         "trainer-processor",
         "common-cli",
         "envclient-yaml",

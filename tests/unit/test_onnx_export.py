@@ -133,7 +133,9 @@ def _greedy_discrete(logits: np.ndarray, masks: np.ndarray, branches: tuple[int,
     return np.stack([masked[:, s : s + n].argmax(axis=1) for s, n in zip(starts, branches, strict=True)], axis=1)
 
 
-def _tf_greedy(case: Case, exported: Exported, observations: list[np.ndarray], masks: np.ndarray | None) -> dict[str, np.ndarray]:
+def _tf_greedy(
+    case: Case, exported: Exported, observations: list[np.ndarray], masks: np.ndarray | None
+) -> dict[str, np.ndarray]:
     """The TensorFlow network's greedy env actions (normalised in TF, transformed in TF)."""
     with tf.device("/CPU:0"):
         normed = [n.normalize(tf.constant(obs)) for n, obs in zip(exported.normalizers, observations, strict=True)]
@@ -154,7 +156,9 @@ def _tf_greedy(case: Case, exported: Exported, observations: list[np.ndarray], m
     return result
 
 
-def _tflite_greedy(case: Case, exported: Exported, observations: list[np.ndarray], masks: np.ndarray | None) -> dict[str, np.ndarray]:
+def _tflite_greedy(
+    case: Case, exported: Exported, observations: list[np.ndarray], masks: np.ndarray | None
+) -> dict[str, np.ndarray]:
     """The processor's greedy env actions from the TFLite artifact (as ``stepstream record --deterministic``)."""
     policy = Policy.from_update(exported.update)
     raw = policy.forward(observations)
@@ -300,7 +304,7 @@ def test_sampled_actions_follow_the_processors_distribution(exported: tuple[Case
 def test_an_artifact_of_another_format_is_refused() -> None:
     update = _export(CASES["hybrid"]).update
     update.artifact.format = "onnx"
-    with pytest.raises(ValueError, match="artifact.format 'onnx'"):
+    with pytest.raises(ValueError, match=r"artifact\.format 'onnx'"):
         policy_to_onnx(update)
 
 
