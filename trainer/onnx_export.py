@@ -54,6 +54,7 @@ import tempfile
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -169,7 +170,7 @@ class _Graph:
         self.initializers.append(numpy_helper.from_array(value, name))
         return name
 
-    def node(self, op: str, inputs: list[str], output: str | None = None, **attributes: object) -> str:
+    def node(self, op: str, inputs: list[str], output: str | None = None, **attributes: Any) -> str:
         out = output or self.name(op.lower())
         self.nodes.append(helper.make_node(op, inputs, [out], name=self.name(f"{op}_node"), **attributes))
         return out
