@@ -19,10 +19,22 @@ partial trajectories of ended sessions) are published or dropped like any other,
 reported beside them. ``conserved``: implied == published + dropped, to the single experience, and the subscriber
 received every published experience.
 
-Prints one JSON line last: agent_steps_per_s, p50_ms / p99_ms (client round trip of one BrainInfo), peak processor
-RSS (MB, sampled every 0.1 s from /proc), and the conservation counts.
+Hostile minority (``--hostile N``, issue 13): N more clients, in a process of their own, send the attack classes of
+``benchmarks.hostile.HOSTILE_KINDS`` at the same processor while the well-behaved ones step (each kind in a loop,
+reconnecting after each refusal). Before the clients start, the processor's RSS is measured at idle and the bound
+its peak must stay under is computed from the configured caps and the memory model (``rss_bound``), and printed.
+``good_conserved``: the well-behaved clients' implied experiences equal what the subscriber received for their
+sessions (client ids ``soak-*``) plus what the processor dropped of theirs. Its drops are not counted per session:
+the good clients' share is all it dropped less at most what the hostile sessions miss (the hostile agents flood
+counts the experiences it implied, the subscriber what it received of them); exact when it dropped nothing. A
+stranger can displace the subscriber (issue 13, point 2, where that is not defended): it then subscribes again, as
+a trainer would (``subscriber_restarts``).
 
-usage: soak.py [--clients 32] [--agents 16] [--seconds 60] [--client-processes 2] [--policy-every-s 10]
+Prints one JSON line last: agent_steps_per_s (= good_agent_steps_per_s: the well-behaved clients' rows), p50_ms /
+p99_ms (their round trip of one BrainInfo), peak processor RSS (MB, sampled every 0.1 s from /proc), the RSS bound,
+the conservation counts, and with ``--hostile`` the outcomes of every hostile kind (status code -> count).
+
+usage: soak.py [--clients 32] [--agents 16] [--seconds 60] [--client-processes 2] [--policy-every-s 10] [--hostile 0]
 """
 
 from __future__ import annotations
@@ -33,6 +45,7 @@ import json
 import logging
 import multiprocessing as mp
 import os
+import queue
 import signal
 import socket
 import subprocess
@@ -41,6 +54,7 @@ import tempfile
 import threading
 import time
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -52,8 +66,17 @@ EPISODE_STEPS = (50, 300)
 MAX_REACHED_FRACTION = 0.2
 START_DELAY_S = 5.0
 """Time the client processes get to import and connect before the clock starts."""
-DRAIN_TIMEOUT_S = 60.0
+DRAIN_TIMEOUT_S = 120.0
+"""After the clients end: how long the subscriber gets to take every published trajectory (a flood's flush included)."""
+SETTLE_S = 10.0
+"""After the clients end, the counts are final once nothing has moved for this long."""
+STALL_MARGIN_S = 120.0
+"""A client process that has not reported this long after the clock stopped is stalled (issue 13, point 4)."""
 RSS_POLL_S = 0.1
+BASELINE_S = 1.0
+"""How long the idle processor's RSS is sampled (its maximum) before the clients start."""
+GOOD_PREFIX = "soak-"
+"""The well-behaved clients' client ids (and so their session ids) start with it; the hostile ones' do not."""
 REPO = Path(__file__).resolve().parents[1]
 CONFIG = f"""
 behaviors:
@@ -145,21 +168,43 @@ def _policy_update(version: int) -> Any:
 
 
 class CountingSubscriber:
-    """The ``trainer`` queue's subscriber: counts unique trajectories and their experiences, and acks each batch."""
+    """The ``trainer`` queue's subscriber: counts unique trajectories and their experiences, and acks each batch.
+
+    Experiences are counted apart for the well-behaved sessions (``GOOD_PREFIX``) and the rest. When its stream
+    ends (a stranger displaced it, where that is possible), it subscribes again after a pause, as a trainer
+    restarting would; the unacked deliveries were requeued, and the ids drop their duplicates.
+    """
+
+    RESUBSCRIBE_S = 0.5
 
     def __init__(self, address: str) -> None:
-        from common.topics.grpc_transport import GrpcTrajectorySubscription
-
-        self.trajectories = self.experiences = self.duplicates = 0
+        self.address = address
+        self.trajectories = self.experiences = self.duplicates = self.restarts = 0
+        self.good_experiences = 0
         self._ids: set[tuple[str, int, int]] = set()
         self._stop = threading.Event()
-        self._subscription = GrpcTrajectorySubscription(address, BEHAVIOR, "trainer")
+        self._subscription = self._subscribe()
         self._thread = threading.Thread(target=self._run, name="soak-subscriber", daemon=True)
         self._thread.start()
 
+    def _subscribe(self) -> Any:
+        from common.topics.grpc_transport import GrpcTrajectorySubscription
+
+        return GrpcTrajectorySubscription(self.address, BEHAVIOR, "trainer")
+
     def _run(self) -> None:
+        from common.errors import StepstreamError
+
         while not self._stop.is_set():
-            deliveries = self._subscription.get(1024, 0.1)
+            try:
+                deliveries = self._subscription.get(1024, 0.1)
+            except StepstreamError as err:
+                log.warning("the subscriber's stream ended (%s): subscribing again", str(err)[:200])
+                self.restarts += 1
+                self._subscription.detach()
+                self._stop.wait(self.RESUBSCRIBE_S)
+                self._subscription = self._subscribe()
+                continue
             for delivery in deliveries:
                 key = (delivery.item.id.session_id, delivery.item.id.agent_id, delivery.item.id.sequence)
                 if key in self._ids:
@@ -168,6 +213,8 @@ class CountingSubscriber:
                 self._ids.add(key)
                 self.trajectories += 1
                 self.experiences += delivery.item.length
+                if key[0].startswith(GOOD_PREFIX):
+                    self.good_experiences += delivery.item.length
             self._subscription.ack([d.tag for d in deliveries])
 
     def close(self) -> None:
@@ -200,6 +247,199 @@ class RssSampler:
     def close(self) -> None:
         self._stop.set()
         self._thread.join(5.0)
+
+
+# -- the memory model ---------------------------------------------------------------------------
+
+CONNECTION_BYTES = 512 * 1024
+"""Estimate: one client connection's state in the processor (gRPC's HTTP/2 transport, its read buffers, the
+channel's call objects), besides the messages it carries."""
+SESSION_BYTES = 64 * 1024
+"""Estimate: one session's own objects (the ``Session``, its assemblers' empty buffers, the handler task and its
+grpc.aio call), besides its agents."""
+AGENT_SLOT_BYTES = 140
+"""Per live agent besides its rows: per-slot counters and the id table's entry (``processor.assembly``'s model)."""
+GROWTH_FACTOR = 3
+"""Slots and chunks grow by doubling (``common.buffer.ProcessingBuffer``): up to twice the bytes in use, and while
+a doubling copies, the old arrays beside the new ones: three times."""
+TRAJECTORY_OBJECT_BYTES = 4 * 1024
+"""Estimate: a queued trajectory's Python objects beside its arrays (about 16 numpy headers, the id, the delivery)."""
+IN_FLIGHT_COPIES = 3
+"""A request is in memory up to three times while it is handled: gRPC's receive buffer, the decoded message, and
+the strings or arrays decoded from it."""
+POLICIES_HELD = 3
+"""Policy versions the processor may hold at once: the current one, one being loaded, one just replaced."""
+POLICY_BYTES = 4 * 1024 * 1024
+"""Estimate: one loaded policy of the soak's 2x64 MLP (the TFLite interpreter, its arena, the PolicyUpdate)."""
+WATCH_BYTES = 64 * 1024
+"""Estimate: one open health Watch stream's state besides its request."""
+
+
+@dataclass(frozen=True)
+class MemoryCaps:
+    """The processor's configured caps that bound what peers can make it hold, read from its code and config.
+
+    A cap that the code does not have (yet) is None: the model then counts what the peers send.
+    """
+
+    max_message_bytes: int
+    """``ServerOptions.max_message_bytes``: every request and every delivered trajectory fits it."""
+    time_horizon: int
+    """The soak behavior's ``time_horizon``: the most experiences an agent holds before its trajectory is cut."""
+    queue_size: int
+    """Trajectories (queued + unacknowledged) of each subscriber queue."""
+    declared_subscribers: int
+    """Subscriber queues declared on each behavior's trajectory topic."""
+    undeclared_queues: bool
+    """Whether a remote peer may attach to a subscriber name nobody declared (and so create a queue)."""
+    max_trajectory_bytes: int
+    """``processor.wire.TrajectorySize``: the encoded size of the soak behavior's longest trajectory."""
+    one_step_trajectory_bytes: int
+    """The same, for a trajectory of one experience (what the agents flood's agents flush)."""
+    agent_row_bytes: int
+    """``ProcessingBuffer.row_bytes`` of the soak behavior: one stored experience (or pending row) of one agent."""
+    chunk_rows: int
+    """``ProcessingBuffer.chunk_rows``: rows are stored in chunks of this many."""
+    max_agents_per_session: int | None
+    max_agents_per_brain_info: int | None
+    flush_batch_agents: int | None
+    """Agents flushed per batch at a session's end (``processor.assembly.FLUSH_BATCH_AGENTS``); None: all at once."""
+    max_health_watches: int | None
+    max_health_name_bytes: int | None
+    max_batch_bytes: int
+    """``processor.servicer.MAX_BATCH_BYTES``: one DeliveryBatch to a subscriber."""
+
+    def agent_bytes(self, rows: int) -> int:
+        """Bytes held for one live agent with ``rows`` experiences stored (``processor.assembly``'s model):
+        ``GROWTH_FACTOR * (W + AGENT_SLOT_BYTES + ceil(rows / c) * (c * W + 16))``, with the pending row ``W``."""
+        w, c = self.agent_row_bytes, self.chunk_rows
+        return GROWTH_FACTOR * (w + AGENT_SLOT_BYTES + -(-rows // c) * (c * w + 16))
+
+
+def configured_caps(config: Path) -> MemoryCaps:
+    """The caps of a ``stepstream processor CONFIG`` started with default flags, read from the code."""
+    import inspect
+
+    from common.config import load_config
+    from common.topics.memory import TrajectoryTopic
+    from processor import assembly, servicer
+    from processor import server as processor_server
+    from processor.behaviors import ProcessorSettings
+    from processor.server import ServerOptions
+    from processor.wire import TrajectorySize
+
+    settings = ProcessorSettings.from_run_options(load_config(config))
+    options = ServerOptions()
+    runtime = settings.runtime(BEHAVIOR)
+    params = _brain_parameters()
+    size = TrajectorySize.of(params)
+    buffer = getattr(assembly.TrajectoryAssembler(params, "caps", runtime.time_horizon), "buffer", None)
+    # An assembler without a ProcessingBuffer holds time_horizon rows per agent from its first sighting.
+    horizon = runtime.time_horizon
+    row_bytes, chunk_rows = (size.step_bytes, horizon) if buffer is None else (buffer.row_bytes, buffer.chunk_rows)
+    return MemoryCaps(
+        max_message_bytes=options.max_message_bytes,
+        time_horizon=runtime.time_horizon,
+        queue_size=runtime.trajectory_queue_size or settings.trajectory_queue_size,
+        declared_subscribers=len(settings.declared_subscribers),
+        undeclared_queues="declared_only" not in inspect.signature(TrajectoryTopic.subscribe).parameters,
+        max_trajectory_bytes=size.at_most(runtime.time_horizon),
+        one_step_trajectory_bytes=size.at_most(1),
+        agent_row_bytes=row_bytes,
+        chunk_rows=chunk_rows,
+        max_agents_per_session=getattr(settings, "max_agents_per_session", None),
+        max_agents_per_brain_info=getattr(settings, "max_agents_per_brain_info", None),
+        flush_batch_agents=getattr(assembly, "FLUSH_BATCH_AGENTS", None),
+        max_health_watches=getattr(processor_server, "MAX_HEALTH_WATCHES", None),
+        max_health_name_bytes=getattr(processor_server, "MAX_HEALTH_SERVICE_NAME_BYTES", None),
+        max_batch_bytes=servicer.MAX_BATCH_BYTES,
+    )
+
+
+def rss_bound(
+    baseline_bytes: int,
+    caps: MemoryCaps,
+    clients: int,
+    agents: int,
+    hostile: int,
+    flood: tuple[int, int],
+    kinds: tuple[str, ...],
+) -> dict[str, int]:
+    """The processor's peak RSS under the soak, term by term (bytes), from the caps and the memory model.
+
+    Computed before anything is measured but the idle baseline. ``K`` = ``clients`` well-behaved sessions of
+    ``agents`` agents, ``H`` = ``hostile`` clients, each running every kind of ``kinds`` at once.
+
+    * ``baseline``: the processor's RSS at idle, serving, with the first policy loaded, before any client.
+    * ``connections``: ``(K + 2 + H * len(kinds)) * CONNECTION_BYTES`` (the publisher and subscriber are the 2).
+    * ``sessions``: ``(K + H * (kinds that open a session, SESSION_KINDS)) * SESSION_BYTES``.
+    * ``good_agents``: ``K * agents`` agents holding ``time_horizon`` experiences each (``MemoryCaps.agent_bytes``).
+    * ``flood_agents``: each hostile client's agents flood holds ``min(agents, max_agents_per_session)`` agents
+      (``flood``: agents, twice-stepped agents), the twice-stepped ones with one experience, the rest with none;
+      its huge BrainInfo's first sightings (no rows) unless ``max_agents_per_brain_info`` refuses it.
+    * ``queues``: every queue full: ``(declared + H if undeclared names may attach) * queue_size`` trajectories
+      of ``max_trajectory_bytes + TRAJECTORY_OBJECT_BYTES``.
+    * ``flushing``: each hostile flood session's end flush in progress, ``flush_batch_agents`` one-experience
+      trajectories at a time (all its agents where the flush is not chunked).
+    * ``in_flight``: ``IN_FLIGHT_COPIES`` times every request the processor may be decoding at once: each hostile
+      client's largest message of each kind (``message_bytes_per_kind``), the well-behaved BrainInfos, and two
+      DeliveryBatches (``max_batch_bytes``) to the subscriber.
+    * ``watches``: ``WATCH_BYTES`` per health Watch stream that can stay open (``max_health_watches``, and none when
+      ``max_health_name_bytes`` refuses the hostile names).
+    * ``policies``: ``POLICIES_HELD * POLICY_BYTES``.
+
+    Returns:
+        Term -> bytes, with ``total`` their sum.
+    """
+    from benchmarks import hostile as h
+
+    flood_held = min(flood[0], caps.max_agents_per_session or flood[0]) if "agents_flood" in kinds else 0
+    flood_twice = min(flood[1], flood_held)
+    huge = h.huge_brain_info_agents(caps.max_message_bytes, OBS_SIZE) if "huge_brain_info" in kinds else 0
+    huge_held = 0 if caps.max_agents_per_brain_info is not None and huge > caps.max_agents_per_brain_info else huge
+    flood_batch_bytes = h.FLOOD_BATCH_AGENTS * (4 * OBS_SIZE + 14)
+    brain_info_bytes = agents * (4 * OBS_SIZE + 14) + 1024
+    watches_open = hostile * h.HEALTH_WATCHES_PER_CLIENT if "health_watches" in kinds else 0
+    if caps.max_health_name_bytes is not None and h.HEALTH_NAME_BYTES > caps.max_health_name_bytes:
+        watches_open = 0
+    elif caps.max_health_watches is not None:
+        watches_open = min(watches_open, caps.max_health_watches)
+    flush_batch = min(flood_held, caps.flush_batch_agents or flood_held)
+    message_bytes = h.message_bytes_per_kind(caps.max_message_bytes, flood_batch_bytes)
+    terms = {
+        "baseline": baseline_bytes,
+        "connections": (clients + 2 + hostile * len(kinds)) * CONNECTION_BYTES,
+        "sessions": (clients + hostile * len(set(h.SESSION_KINDS) & set(kinds))) * SESSION_BYTES,
+        "good_agents": clients * agents * caps.agent_bytes(caps.time_horizon),
+        "flood_agents": hostile
+        * (flood_twice * caps.agent_bytes(1) + (flood_held - flood_twice + huge_held) * caps.agent_bytes(0)),
+        "queues": (caps.declared_subscribers + (hostile if caps.undeclared_queues else 0))
+        * caps.queue_size
+        * (caps.max_trajectory_bytes + TRAJECTORY_OBJECT_BYTES),
+        "flushing": hostile * flush_batch * (caps.one_step_trajectory_bytes + TRAJECTORY_OBJECT_BYTES),
+        "in_flight": IN_FLIGHT_COPIES
+        * (hostile * sum(message_bytes[k] for k in kinds) + clients * brain_info_bytes + 2 * caps.max_batch_bytes),
+        "watches": watches_open * WATCH_BYTES,
+        "policies": POLICIES_HELD * POLICY_BYTES,
+    }
+    terms["total"] = sum(terms.values())
+    return terms
+
+
+def _rss_bytes(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text(encoding="utf-8").splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def _idle_rss(pid: int) -> int:
+    """The largest RSS of ``pid`` over ``BASELINE_S``."""
+    peak, deadline = 0, time.monotonic() + BASELINE_S
+    while time.monotonic() < deadline:
+        peak = max(peak, _rss_bytes(pid))
+        time.sleep(RSS_POLL_S)
+    return peak
 
 
 def _free_port() -> int:
@@ -245,8 +485,22 @@ def _wait_serving(address: str, process: subprocess.Popen[bytes], timeout_s: flo
     raise TimeoutError(f"the processor at {address} did not serve within {timeout_s} s")
 
 
-def _run_clients(args: argparse.Namespace, address: str, publish: Any) -> list[ClientResult]:
-    """Start the client processes, publish a new policy version every ``--policy-every-s`` while they run."""
+class Hostile(NamedTuple):
+    """What the hostile process reported (``benchmarks.hostile.Outcomes``), or None where it stalled."""
+
+    by_kind: dict[str, dict[str, int]]
+    implied_experiences: int
+    details_over_limit: int
+
+
+def _run_clients(
+    args: argparse.Namespace, address: str, publish: Any, policy: bytes
+) -> tuple[list[ClientResult], int, Hostile | None]:
+    """Start the client processes (and the hostile one), publish a new policy version every ``--policy-every-s``
+    while they run; returns the well-behaved clients' results, how many of their processes stalled, and the
+    hostile outcomes (None without ``--hostile`` or where the hostile process stalled)."""
+    from benchmarks.hostile import hostile_process
+
     ctx = mp.get_context("spawn")
     out: Any = ctx.Queue()
     start_at = time.time() + START_DELAY_S
@@ -258,6 +512,23 @@ def _run_clients(args: argparse.Namespace, address: str, publish: Any) -> list[C
         child.start()
         processes.append(child)
         first += count
+    hostile_out: Any = ctx.Queue()
+    hostile_child = None
+    if args.hostile:
+        flood = (args.flood_agents, args.flood_twice_agents)
+        hostile_args = (
+            address,
+            args.hostile,
+            BEHAVIOR,
+            policy,
+            flood,
+            start_at,
+            stop_at,
+            args.hostile_pause_s,
+            args.hostile_kinds,
+        )
+        hostile_child = ctx.Process(target=hostile_process, args=hostile_args, kwargs={"out": hostile_out})
+        hostile_child.start()
     version = 1
     next_policy = start_at + args.policy_every_s
     while time.time() < stop_at:
@@ -266,13 +537,33 @@ def _run_clients(args: argparse.Namespace, address: str, publish: Any) -> list[C
             version += 1
             publish(version)
             next_policy += args.policy_every_s
-    results = [ClientResult(*r) for _ in processes for r in out.get()]
-    for child in processes:
-        child.join()
-    return results
+    results: list[ClientResult] = []
+    stalled = 0
+    for _ in processes:
+        try:
+            results += [ClientResult(*r) for r in out.get(timeout=max(1.0, stop_at + STALL_MARGIN_S - time.time()))]
+        except queue.Empty:
+            stalled += 1
+    hostile = None
+    if hostile_child is not None:
+        try:
+            hostile = Hostile(*hostile_out.get(timeout=max(1.0, stop_at + STALL_MARGIN_S - time.time())))
+        except queue.Empty:
+            log.warning("the hostile clients did not end within %.0f s of the clock", STALL_MARGIN_S)
+    for child in [*processes, *([hostile_child] if hostile_child is not None else [])]:
+        child.join(5.0)
+        if child.is_alive():
+            child.kill()
+            child.join()
+    if stalled:
+        log.warning(
+            "%d of %d client processes stalled (no result %.0f s after the clock)", stalled, len(processes), STALL_MARGIN_S
+        )
+    return results, stalled, hostile
 
 
 def soak(args: argparse.Namespace) -> dict[str, Any]:
+    from benchmarks.hostile import HOSTILE_KINDS
     from common.topics.grpc_transport import GrpcPolicyPublisher
 
     port, metrics_port = _free_port(), _free_port()
@@ -280,25 +571,43 @@ def soak(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="soak-") as tmp:
         config = Path(tmp) / "soak.yaml"
         config.write_text(CONFIG, encoding="utf-8")
+        caps = configured_caps(config)
         command = [sys.executable, "-m", "cli.main", "--log-level", "WARNING", "processor", str(config)]
         command += ["--port", str(port), "--metrics-port", str(metrics_port), "--grace-s", "10"]
         with open(Path(tmp) / "processor.log", "wb") as log_file:
             processor = subprocess.Popen(command, cwd=REPO, stdout=log_file, stderr=subprocess.STDOUT)
         try:
+            first = _policy_update(1)  # TensorFlow's import overlaps the processor's start
             _wait_serving(address, processor)
-            rss = RssSampler(processor.pid)
             with GrpcPolicyPublisher(address, BEHAVIOR) as publisher:
-                publisher.publish(_policy_update(1), 1)
+                publisher.publish(first, 1)
                 subscriber = CountingSubscriber(address)
-                results = _run_clients(args, address, lambda v: publisher.publish(_policy_update(v), v))
-            # Every session is closed (flushed); wait until the subscriber has taken everything published.
-            deadline = time.monotonic() + DRAIN_TIMEOUT_S
+                baseline = _idle_rss(processor.pid)
+                flood = (args.flood_agents, args.flood_twice_agents)
+                bound = rss_bound(baseline, caps, args.clients, args.agents, args.hostile, flood, args.hostile_kinds)
+                log.warning(
+                    "RSS bound %.0f MB: %s",
+                    bound["total"] / 2**20,
+                    ", ".join(f"{k} {v / 2**20:.1f}" for k, v in bound.items() if k != "total"),
+                )
+                rss = RssSampler(processor.pid)
+                publish = lambda v: publisher.publish(_policy_update(v), v)  # noqa: E731
+                results, stalled, hostile = _run_clients(args, address, publish, first.SerializeToString())
+            # Every session is closed, but its flush may still wait for room on the queue: wait until every
+            # implied experience is published or dropped and the subscriber has taken every published one,
+            # or until nothing moved for SETTLE_S (something was lost: the counts will say so).
+            implied_all = sum(r.implied_experiences for r in results) + (hostile.implied_experiences if hostile else 0)
+            deadline, last, moved = time.monotonic() + DRAIN_TIMEOUT_S, -1, time.monotonic()
             while True:
                 samples = _scrape(metrics_port)
-                settled = _metric(samples, "sessions") == 0 and subscriber.experiences == _metric(
-                    samples, "experiences_published_total"
-                )
-                if settled or time.monotonic() > deadline:
+                accounted = _metric(samples, "experiences_published_total") + _metric(samples, "experiences_dropped_total")
+                taken = subscriber.experiences == _metric(samples, "experiences_published_total")
+                if (accounted, subscriber.experiences) != last:
+                    last, moved = (accounted, subscriber.experiences), time.monotonic()
+                idle = _metric(samples, "sessions") == 0 and taken
+                if idle and (accounted == implied_all or time.monotonic() - moved > SETTLE_S):
+                    break
+                if time.monotonic() > deadline:
                     break
                 time.sleep(0.2)
             subscriber.close()
@@ -310,18 +619,29 @@ def soak(args: argparse.Namespace) -> dict[str, Any]:
             except subprocess.TimeoutExpired:
                 processor.kill()
                 processor.wait()
-    timings = np.concatenate([np.asarray(r.round_trips_s) for r in results])
-    wall = max(r.window_end for r in results) - min(r.window_start for r in results)
+            processor_log = (Path(tmp) / "processor.log").read_text(encoding="utf-8", errors="replace")
+            if args.processor_log:
+                Path(args.processor_log).write_text(processor_log, encoding="utf-8")
+    timings = np.concatenate([np.asarray(r.round_trips_s) for r in results]) if results else np.zeros(1)
+    wall = (max(r.window_end for r in results) - min(r.window_start for r in results)) if results else float("inf")
     implied = sum(r.implied_experiences for r in results)
+    hostile_implied = hostile.implied_experiences if hostile else 0
     published = _metric(samples, "experiences_published_total")
     dropped = _metric(samples, "experiences_dropped_total")
-    return {
-        "agent_steps_per_s": sum(r.rows for r in results) / wall,
+    # The processor's drops are not counted per session: the good clients' share is all of them less at most what
+    # the hostile sessions are missing (exact when it dropped nothing, or the hostile sessions miss nothing).
+    good_missing = implied - subscriber.good_experiences
+    hostile_missing = hostile_implied - (subscriber.experiences - subscriber.good_experiences)
+    good_accounted = max(0, dropped - max(0, hostile_missing)) <= good_missing <= dropped
+    received_all = subscriber.experiences == published and subscriber.duplicates == 0
+    good_steps_per_s = sum(r.rows for r in results) / wall
+    figures: dict[str, Any] = {
+        "agent_steps_per_s": good_steps_per_s,
         "p50_ms": float(np.percentile(timings, 50) * 1e3),
         "p99_ms": float(np.percentile(timings, 99) * 1e3),
         "peak_processor_rss_mb": rss.peak_bytes / 2**20,
         "agent_steps": sum(r.rows for r in results),
-        "experiences_implied": implied,
+        "experiences_implied": implied + hostile_implied,
         "experiences_accounted": published + dropped,
         "experiences_published": published,
         "experiences_dropped_stale": _metric(samples, "experiences_dropped_total", reason="stale"),
@@ -332,8 +652,31 @@ def soak(args: argparse.Namespace) -> dict[str, Any]:
         "duplicates_received": subscriber.duplicates,
         "queue_dropped": _metric(samples, "queue_dropped_total"),
         "policy_versions": _metric(samples, "policy_updates_total"),
-        "conserved": implied == published + dropped and subscriber.experiences == published,
+        "conserved": not stalled and implied + hostile_implied == published + dropped and received_all,
+        "hostile_clients": args.hostile,
+        "hostile_kinds": [{"kind": name, "issue_point": HOSTILE_KINDS[name].point} for name in args.hostile_kinds]
+        if args.hostile
+        else [],
+        "good_agent_steps_per_s": good_steps_per_s,
+        "good_experiences_implied": implied,
+        "good_experiences_received": subscriber.good_experiences,
+        "good_experiences_missing": good_missing,
+        "good_conserved": not stalled and received_all and good_accounted and not (args.hostile and hostile is None),
+        "good_client_processes_stalled": stalled,
+        "hostile_stalled": bool(args.hostile) and hostile is None,
+        "hostile_experiences_implied": hostile_implied,
+        "hostile_outcomes": hostile.by_kind if hostile else {},
+        "hostile_details_over_limit": hostile.details_over_limit if hostile else 0,
+        "subscriber_restarts": subscriber.restarts,
+        "baseline_rss_mb": baseline / 2**20,
+        "rss_bound_mb": bound["total"] / 2**20,
+        "rss_bound_terms_mb": {k: round(v / 2**20, 1) for k, v in bound.items() if k != "total"},
+        "rss_within_bound": rss.peak_bytes <= bound["total"],
+        "processor_exit_code": processor.returncode,
+        "processor_log_tracebacks": processor_log.count("Traceback"),
+        "load_average_1m": os.getloadavg()[0],
     }
+    return figures
 
 
 def main() -> None:
@@ -343,31 +686,70 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=60.0, help="how long the clients step")
     parser.add_argument("--client-processes", type=int, default=2, help="processes the sessions are spread over")
     parser.add_argument("--policy-every-s", type=float, default=10.0, help="seconds between new policy versions")
+    parser.add_argument("--processor-log", help="keep the processor's log (WARNING and above) in this file")
+    parser.add_argument("--hostile", type=int, default=0, help="hostile clients beside the well-behaved ones")
+    parser.add_argument(
+        "--hostile-kinds",
+        type=lambda text: tuple(text.split(",")),
+        default=None,
+        help="comma-separated kinds of benchmarks.hostile.HOSTILE_KINDS the hostile clients send (default: all)",
+    )
+    parser.add_argument("--hostile-pause-s", type=float, default=0.5, help="pause of each hostile kind between attempts")
+    parser.add_argument(
+        "--flood-agents",
+        type=int,
+        default=None,
+        help="live agents one hostile agents flood aims for (default: the processor's per-session cap and one batch more)",
+    )
+    parser.add_argument(
+        "--flood-twice-agents",
+        type=int,
+        default=1024,
+        help="of those, how many it steps twice: each flushes as a one-experience trajectory when the flood ends",
+    )
     args = parser.parse_args()
     if not 1 <= args.client_processes <= args.clients:
         parser.error("--client-processes must be between 1 and --clients")
+    if args.hostile < 0:
+        parser.error("--hostile must be >= 0")
+    from benchmarks.hostile import HOSTILE_KINDS
+
+    args.hostile_kinds = args.hostile_kinds or tuple(HOSTILE_KINDS)
+    if unknown := set(args.hostile_kinds) - set(HOSTILE_KINDS):
+        parser.error(f"--hostile-kinds: unknown {sorted(unknown)} (known: {list(HOSTILE_KINDS)})")
+    if args.flood_agents is None:
+        from benchmarks.hostile import FLOOD_BATCH_AGENTS
+        from processor.behaviors import ProcessorSettings
+
+        cap = getattr(ProcessorSettings(), "max_agents_per_session", 65536)  # 65536: before the cap existed
+        args.flood_agents = cap + FLOOD_BATCH_AGENTS
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     figures = soak(args)
     logging.getLogger().setLevel(logging.INFO)
     log.info(
-        "soak K=%d A=%d %.0f s: %.0f agent-steps/s, p50 %.2f ms, p99 %.2f ms, peak processor RSS %.0f MB; "
-        "implied %d, published %d + dropped %d, flushed %d, received %d: conserved %s",
+        "soak K=%d A=%d H=%d %.0f s: %.0f agent-steps/s, p50 %.2f ms, p99 %.2f ms, peak processor RSS %.0f MB"
+        " (bound %.0f MB); implied %d, published %d + dropped %d, flushed %d, received %d: conserved %s, good %s",
         args.clients,
         args.agents,
+        args.hostile,
         args.seconds,
         figures["agent_steps_per_s"],
         figures["p50_ms"],
         figures["p99_ms"],
         figures["peak_processor_rss_mb"],
+        figures["rss_bound_mb"],
         figures["experiences_implied"],
         figures["experiences_published"],
         figures["experiences_accounted"] - figures["experiences_published"],
         figures["experiences_flushed"],
         figures["experiences_received"],
         figures["conserved"],
+        figures["good_conserved"],
     )
     rounded = {k: round(v, 3) if isinstance(v, float) else v for k, v in figures.items()}
+    if not rounded["rss_within_bound"]:
+        log.warning("peak RSS %.0f MB passed the bound %.0f MB", figures["peak_processor_rss_mb"], figures["rss_bound_mb"])
     print(json.dumps({"workload": "soak", "clients": args.clients, "agents": args.agents, "seconds": args.seconds, **rounded}))
 
 

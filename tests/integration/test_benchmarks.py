@@ -71,3 +71,21 @@ def test_demo_action_predictability_on_test_demo() -> None:
     out = last_json_line("demo_action_predictability.py", str(DEMO_DIR / "test.demo"))
     assert out["rows"] == 2143 and out["executed_action_record"] == "i+1"
     assert out["inverse_dynamics_r2"] > 0.9 > out["policy_r2"]["quadratic"]
+
+
+def test_soak_with_a_hostile_minority_conserves_the_good_clients_experiences() -> None:
+    from benchmarks.hostile import HOSTILE_KINDS
+
+    out = last_json_line(
+        "soak.py",
+        *("--clients", "2", "--agents", "4", "--seconds", "3", "--client-processes", "1", "--policy-every-s", "1"),
+        *("--hostile", "2", "--flood-agents", "8192", "--flood-twice-agents", "256"),
+    )
+    for key in ("peak_processor_rss_mb", "conserved", "hostile_clients", "hostile_kinds", "good_agent_steps_per_s"):
+        assert key in out, key
+    assert out["hostile_clients"] == 2
+    assert {(k["kind"], k["issue_point"]) for k in out["hostile_kinds"]} == {(n, k.point) for n, k in HOSTILE_KINDS.items()}
+    assert set(out["hostile_outcomes"]) == set(HOSTILE_KINDS), "a kind never completed an attempt"
+    assert out["good_agent_steps_per_s"] > 0 and out["good_experiences_implied"] > 0
+    assert out["good_conserved"] is True and out["conserved"] is True
+    assert out["rss_bound_mb"] > out["baseline_rss_mb"] > 0
