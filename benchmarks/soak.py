@@ -264,9 +264,10 @@ GROWTH_FACTOR = 3
 a doubling copies, the old arrays beside the new ones: three times."""
 TRAJECTORY_OBJECT_BYTES = 4 * 1024
 """Estimate: a queued trajectory's Python objects beside its arrays (about 16 numpy headers, the id, the delivery)."""
-IN_FLIGHT_COPIES = 3
-"""A request is in memory up to three times while it is handled: gRPC's receive buffer, the decoded message, and
-the strings or arrays decoded from it."""
+IN_FLIGHT_COPIES = 5
+"""A request is in memory up to five times while it is handled, by its decode path: gRPC's receive buffer, the bytes
+handed to the deserializer, the parsed message, and what the checks decode from it: a Python ``str`` of a name and
+its UTF-8 ``encode`` (``processor.wire.check_name``), or a tensor's ``bytes`` and its numpy conversion."""
 POLICIES_HELD = 3
 """Policy versions the processor may hold at once: the current one, one being loaded, one just replaced."""
 POLICY_BYTES = 4 * 1024 * 1024
