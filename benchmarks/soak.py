@@ -301,6 +301,8 @@ class MemoryCaps:
     """``ProcessingBuffer.row_bytes`` of the soak behavior: one stored experience (or pending row) of one agent."""
     chunk_rows: int
     """``ProcessingBuffer.chunk_rows``: rows are stored in chunks of this many."""
+    preallocated_rows: int
+    """Rows an agent's slot holds from its first sighting, whatever it sent (0 with a ProcessingBuffer)."""
     max_agents_per_session: int | None
     max_agents_per_brain_info: int | None
     flush_batch_agents: int | None
@@ -313,7 +315,7 @@ class MemoryCaps:
     def agent_bytes(self, rows: int) -> int:
         """Bytes held for one live agent with ``rows`` experiences stored (``processor.assembly``'s model):
         ``GROWTH_FACTOR * (W + AGENT_SLOT_BYTES + ceil(rows / c) * (c * W + 16))``, with the pending row ``W``."""
-        w, c = self.agent_row_bytes, self.chunk_rows
+        w, c, rows = self.agent_row_bytes, self.chunk_rows, max(rows, self.preallocated_rows)
         return GROWTH_FACTOR * (w + AGENT_SLOT_BYTES + -(-rows // c) * (c * w + 16))
 
 
@@ -348,6 +350,7 @@ def configured_caps(config: Path) -> MemoryCaps:
         one_step_trajectory_bytes=size.at_most(1),
         agent_row_bytes=row_bytes,
         chunk_rows=chunk_rows,
+        preallocated_rows=0 if buffer is not None else horizon,
         max_agents_per_session=getattr(settings, "max_agents_per_session", None),
         max_agents_per_brain_info=getattr(settings, "max_agents_per_brain_info", None),
         flush_batch_agents=getattr(assembly, "FLUSH_BATCH_AGENTS", None),
