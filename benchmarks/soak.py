@@ -278,21 +278,16 @@ WATCH_BYTES = 64 * 1024
 
 @dataclass(frozen=True)
 class MemoryCaps:
-    """The processor's configured caps that bound what peers can make it hold, read from its code and config.
-
-    A cap that the code does not have (yet) is None: the model then counts what the peers send.
-    """
+    """The processor's configured caps that bound what peers can make it hold, read from its code and config."""
 
     max_message_bytes: int
     """``ServerOptions.max_message_bytes``: every request and every delivered trajectory fits it."""
     time_horizon: int
     """The soak behavior's ``time_horizon``: the most experiences an agent holds before its trajectory is cut."""
     queue_size: int
-    """Trajectories (queued + unacknowledged) of each subscriber queue."""
+    """Trajectories (queued + unacknowledged) of each subscriber queue (``BehaviorTable.queue_size``)."""
     declared_subscribers: int
-    """Subscriber queues declared on each behavior's trajectory topic."""
-    undeclared_queues: bool
-    """Whether a remote peer may attach to a subscriber name nobody declared (and so create a queue)."""
+    """Subscriber queues declared on each behavior's trajectory topic; a remote peer may attach to no other."""
     max_trajectory_bytes: int
     """``processor.wire.TrajectorySize``: the encoded size of the soak behavior's longest trajectory."""
     one_step_trajectory_bytes: int
@@ -301,62 +296,56 @@ class MemoryCaps:
     """``ProcessingBuffer.row_bytes`` of the soak behavior: one stored experience (or pending row) of one agent."""
     chunk_rows: int
     """``ProcessingBuffer.chunk_rows``: rows are stored in chunks of this many."""
-    preallocated_rows: int
-    """Rows an agent's slot holds from its first sighting, whatever it sent (0 with a ProcessingBuffer)."""
-    max_agents_per_session: int | None
-    max_agents_per_brain_info: int | None
-    flush_batch_agents: int | None
-    """Agents flushed per batch at a session's end (``processor.assembly.FLUSH_BATCH_AGENTS``); None: all at once."""
-    max_health_watches: int | None
-    max_health_name_bytes: int | None
+    max_agents_per_session: int
+    """``ProcessorSettings.max_agents_per_session``: live agents one session may hold."""
+    max_agents_per_brain_info: int
+    """``ProcessorSettings.max_agents_per_brain_info``: rows one BrainInfo may carry."""
+    flush_batch_agents: int
+    """``processor.assembly.FLUSH_BATCH_AGENTS``: agents flushed per batch at a session's end."""
+    max_health_watches: int
+    """``processor.server.MAX_HEALTH_WATCHES``: concurrent health Watch streams."""
+    max_health_name_bytes: int
+    """``processor.server.MAX_HEALTH_SERVICE_NAME_BYTES``: the longest name a health call may ask about."""
     max_batch_bytes: int
     """``processor.servicer.MAX_BATCH_BYTES``: one DeliveryBatch to a subscriber."""
 
     def agent_bytes(self, rows: int) -> int:
         """Bytes held for one live agent with ``rows`` experiences stored (``processor.assembly``'s model):
         ``GROWTH_FACTOR * (W + AGENT_SLOT_BYTES + ceil(rows / c) * (c * W + 16))``, with the pending row ``W``."""
-        w, c, rows = self.agent_row_bytes, self.chunk_rows, max(rows, self.preallocated_rows)
+        w, c = self.agent_row_bytes, self.chunk_rows
         return GROWTH_FACTOR * (w + AGENT_SLOT_BYTES + -(-rows // c) * (c * w + 16))
 
 
 def configured_caps(config: Path) -> MemoryCaps:
     """The caps of a ``stepstream processor CONFIG`` started with default flags, read from the code."""
-    import inspect
-
     from common.config import load_config
-    from common.topics.memory import TrajectoryTopic
-    from processor import assembly, servicer
-    from processor import server as processor_server
-    from processor.behaviors import ProcessorSettings
-    from processor.server import ServerOptions
+    from common.topics import TopicRegistry
+    from processor.assembly import FLUSH_BATCH_AGENTS, TrajectoryAssembler
+    from processor.behaviors import BehaviorTable, ProcessorSettings
+    from processor.server import MAX_HEALTH_SERVICE_NAME_BYTES, MAX_HEALTH_WATCHES, ServerOptions
+    from processor.servicer import MAX_BATCH_BYTES
     from processor.wire import TrajectorySize
 
     settings = ProcessorSettings.from_run_options(load_config(config))
-    options = ServerOptions()
     runtime = settings.runtime(BEHAVIOR)
     params = _brain_parameters()
     size = TrajectorySize.of(params)
-    buffer = getattr(assembly.TrajectoryAssembler(params, "caps", runtime.time_horizon), "buffer", None)
-    # An assembler without a ProcessingBuffer holds time_horizon rows per agent from its first sighting.
-    horizon = runtime.time_horizon
-    row_bytes, chunk_rows = (size.step_bytes, horizon) if buffer is None else (buffer.row_bytes, buffer.chunk_rows)
+    buffer = TrajectoryAssembler(params, "caps", runtime.time_horizon).buffer
     return MemoryCaps(
-        max_message_bytes=options.max_message_bytes,
+        max_message_bytes=ServerOptions().max_message_bytes,
         time_horizon=runtime.time_horizon,
-        queue_size=runtime.trajectory_queue_size or settings.trajectory_queue_size,
+        queue_size=BehaviorTable(settings, TopicRegistry()).queue_size(BEHAVIOR),
         declared_subscribers=len(settings.declared_subscribers),
-        undeclared_queues="declared_only" not in inspect.signature(TrajectoryTopic.subscribe).parameters,
         max_trajectory_bytes=size.at_most(runtime.time_horizon),
         one_step_trajectory_bytes=size.at_most(1),
-        agent_row_bytes=row_bytes,
-        chunk_rows=chunk_rows,
-        preallocated_rows=0 if buffer is not None else horizon,
-        max_agents_per_session=getattr(settings, "max_agents_per_session", None),
-        max_agents_per_brain_info=getattr(settings, "max_agents_per_brain_info", None),
-        flush_batch_agents=getattr(assembly, "FLUSH_BATCH_AGENTS", None),
-        max_health_watches=getattr(processor_server, "MAX_HEALTH_WATCHES", None),
-        max_health_name_bytes=getattr(processor_server, "MAX_HEALTH_SERVICE_NAME_BYTES", None),
-        max_batch_bytes=servicer.MAX_BATCH_BYTES,
+        agent_row_bytes=buffer.row_bytes,
+        chunk_rows=buffer.chunk_rows,
+        max_agents_per_session=settings.max_agents_per_session,
+        max_agents_per_brain_info=settings.max_agents_per_brain_info,
+        flush_batch_agents=FLUSH_BATCH_AGENTS,
+        max_health_watches=MAX_HEALTH_WATCHES,
+        max_health_name_bytes=MAX_HEALTH_SERVICE_NAME_BYTES,
+        max_batch_bytes=MAX_BATCH_BYTES,
     )
 
 
@@ -381,10 +370,10 @@ def rss_bound(
     * ``flood_agents``: each hostile client's agents flood holds ``min(agents, max_agents_per_session)`` agents
       (``flood``: agents, twice-stepped agents), the twice-stepped ones with one experience, the rest with none;
       its huge BrainInfo's first sightings (no rows) unless ``max_agents_per_brain_info`` refuses it.
-    * ``queues``: every queue full: ``(declared + H if undeclared names may attach) * queue_size`` trajectories
-      of ``max_trajectory_bytes + TRAJECTORY_OBJECT_BYTES``.
+    * ``queues``: every declared queue full (a remote peer cannot attach to any other): ``declared * queue_size``
+      trajectories of ``max_trajectory_bytes + TRAJECTORY_OBJECT_BYTES``.
     * ``flushing``: each hostile flood session's end flush in progress, ``flush_batch_agents`` one-experience
-      trajectories at a time (all its agents where the flush is not chunked).
+      trajectories at a time.
     * ``in_flight``: ``IN_FLIGHT_COPIES`` times every request the processor may be decoding at once: each hostile
       client's largest message of each kind (``message_bytes_per_kind``), the well-behaved BrainInfos, and two
       DeliveryBatches (``max_batch_bytes``) to the subscriber.
@@ -397,18 +386,15 @@ def rss_bound(
     """
     from benchmarks import hostile as h
 
-    flood_held = min(flood[0], caps.max_agents_per_session or flood[0]) if "agents_flood" in kinds else 0
+    flood_held = min(flood[0], caps.max_agents_per_session) if "agents_flood" in kinds else 0
     flood_twice = min(flood[1], flood_held)
     huge = h.huge_brain_info_agents(caps.max_message_bytes, OBS_SIZE) if "huge_brain_info" in kinds else 0
-    huge_held = 0 if caps.max_agents_per_brain_info is not None and huge > caps.max_agents_per_brain_info else huge
+    huge_held = 0 if huge > caps.max_agents_per_brain_info else huge
     flood_batch_bytes = h.FLOOD_BATCH_AGENTS * (4 * OBS_SIZE + 14)
     brain_info_bytes = agents * (4 * OBS_SIZE + 14) + 1024
     watches_open = hostile * h.HEALTH_WATCHES_PER_CLIENT if "health_watches" in kinds else 0
-    if caps.max_health_name_bytes is not None and h.HEALTH_NAME_BYTES > caps.max_health_name_bytes:
-        watches_open = 0
-    elif caps.max_health_watches is not None:
-        watches_open = min(watches_open, caps.max_health_watches)
-    flush_batch = min(flood_held, caps.flush_batch_agents or flood_held)
+    watches_open = 0 if h.HEALTH_NAME_BYTES > caps.max_health_name_bytes else min(watches_open, caps.max_health_watches)
+    flush_batch = min(flood_held, caps.flush_batch_agents)
     message_bytes = h.message_bytes_per_kind(caps.max_message_bytes, flood_batch_bytes)
     terms = {
         "baseline": baseline_bytes,
@@ -417,9 +403,7 @@ def rss_bound(
         "good_agents": clients * agents * caps.agent_bytes(caps.time_horizon),
         "flood_agents": hostile
         * (flood_twice * caps.agent_bytes(1) + (flood_held - flood_twice + huge_held) * caps.agent_bytes(0)),
-        "queues": (caps.declared_subscribers + (hostile if caps.undeclared_queues else 0))
-        * caps.queue_size
-        * (caps.max_trajectory_bytes + TRAJECTORY_OBJECT_BYTES),
+        "queues": caps.declared_subscribers * caps.queue_size * (caps.max_trajectory_bytes + TRAJECTORY_OBJECT_BYTES),
         "flushing": hostile * flush_batch * (caps.one_step_trajectory_bytes + TRAJECTORY_OBJECT_BYTES),
         "in_flight": IN_FLIGHT_COPIES
         * (hostile * sum(message_bytes[k] for k in kinds) + clients * brain_info_bytes + 2 * caps.max_batch_bytes),
@@ -736,8 +720,7 @@ def main() -> None:
         from benchmarks.hostile import FLOOD_BATCH_AGENTS
         from processor.behaviors import ProcessorSettings
 
-        cap = getattr(ProcessorSettings(), "max_agents_per_session", 65536)  # 65536: before the cap existed
-        args.flood_agents = cap + FLOOD_BATCH_AGENTS
+        args.flood_agents = ProcessorSettings().max_agents_per_session + FLOOD_BATCH_AGENTS
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     figures = soak(args)
