@@ -5,8 +5,8 @@ bytes serialized once (``channel.stream_stream(path)`` without serializers), so 
 the attacker one copy and the processor a full decode. ``HOSTILE_KINDS`` is the table of attack
 classes, name -> (issue 13 point, coroutine). Each hostile client runs every kind as its own task,
 in a loop until the soak's clock stops: one attempt (a call, or a few calls held open), its outcome
-recorded (the status code the processor ended it with, or ``accepted`` for a call that was still
-open and answered when the attacker ended it), a pause, and a new connection for the next attempt,
+recorded (the status code the processor ended it with, or ``still_open`` for a call that was neither
+refused nor ended when the attacker ended it), a pause, and a new connection for the next attempt,
 as a peer reconnecting after each refusal does.
 
 The kinds that open a real session for the soak's behavior (``agents_flood``) count the experiences
@@ -54,8 +54,10 @@ CALL_TIMEOUT_S = 30.0
 FLUSH_TIMEOUT_S = 300.0
 """How long the agents flood waits for its session's end: the processor flushes every agent it holds as a
 trajectory, into a queue that holds back the flush until the trainer has taken room (``block``)."""
-ACCEPTED = "accepted"
-"""The outcome of a call still open (and answered) when the attacker ended it."""
+STILL_OPEN = "still_open"
+"""The outcome of a call the processor had neither refused nor ended when the attacker ended it, ``HOLD_S`` after
+it began: accepted, or not handled yet (200 Watch requests of 1 MiB take longer than that to arrive on a loaded
+machine)."""
 
 
 class Outcomes(NamedTuple):
@@ -166,7 +168,7 @@ async def _stream(
                     await asyncio.wait_for(call.code(), hold_s)
                 except asyncio.TimeoutError:
                     call.cancel()
-                    return ACCEPTED, "", answered
+                    return STILL_OPEN, "", answered
             elif method == "Step" and answered == len(requests):
                 await call.done_writing()
             code = await asyncio.wait_for(call.code(), end_timeout_s)
@@ -301,7 +303,7 @@ async def health_watches(client: HostileClient) -> None:
                 client.record("health_watches", (await call.code()).name, await call.details() or "")
             else:
                 call.cancel()
-                client.record("health_watches", ACCEPTED)
+                client.record("health_watches", STILL_OPEN)
 
 
 async def many_behaviors(client: HostileClient) -> None:

@@ -595,7 +595,8 @@ def soak(args: argparse.Namespace) -> dict[str, Any]:
             # implied experience is published or dropped and the subscriber has taken every published one,
             # or until nothing moved for SETTLE_S (something was lost: the counts will say so).
             implied_all = sum(r.implied_experiences for r in results) + (hostile.implied_experiences if hostile else 0)
-            deadline, last, moved = time.monotonic() + DRAIN_TIMEOUT_S, -1, time.monotonic()
+            deadline, moved = time.monotonic() + DRAIN_TIMEOUT_S, time.monotonic()
+            last: tuple[int, int] = (-1, -1)
             while True:
                 samples = _scrape(metrics_port)
                 accounted = _metric(samples, "experiences_published_total") + _metric(samples, "experiences_dropped_total")
