@@ -257,7 +257,7 @@ channel's call objects), besides the messages it carries."""
 SESSION_BYTES = 64 * 1024
 """Estimate: one session's own objects (the ``Session``, its assemblers' empty buffers, the handler task and its
 grpc.aio call), besides its agents."""
-AGENT_SLOT_BYTES = 140
+AGENT_SLOT_BYTES = 150
 """Per live agent besides its rows: per-slot counters and the id table's entry (``processor.assembly``'s model)."""
 GROWTH_FACTOR = 3
 """Slots and chunks grow by doubling (``common.buffer.ProcessingBuffer``): up to twice the bytes in use, and while
