@@ -385,19 +385,13 @@ def test_env_client_killed_mid_episode_is_reclaimed_and_its_restart_starts_clean
 
 
 def newest_complete_checkpoint(checkpoints: Path) -> tuple[int, int] | None:
-    """``(step, version)`` of the checkpoint the ``checkpoint`` state file names, if its JSON record is written
-    (the checkpointer writes the replay buffer, the TF files, then the JSON); None while one is being written."""
-    state = checkpoints / "checkpoint"
-    if not state.exists():
+    """``(step, version)`` of the newest checkpoint whose JSON commit record is written (the checkpointer writes
+    the replay buffer, the TF files, then the record, atomically); None while none is."""
+    records = [json.loads(path.read_text(encoding="utf-8")) for path in checkpoints.glob("ckpt-*.json")]
+    if not records:
         return None
-    match = re.search(r'^model_checkpoint_path: "(.+)"$', state.read_text(encoding="utf-8"), re.MULTILINE)
-    if match is None:
-        return None
-    record = checkpoints / (Path(match.group(1)).name + ".json")
-    if not record.exists():
-        return None
-    data = json.loads(record.read_text(encoding="utf-8"))
-    return int(data["step"]), int(data["version"])
+    newest = max(records, key=lambda data: int(data["step"]))
+    return int(newest["step"]), int(newest["version"])
 
 
 def replay_size(checkpoints: Path, step: int) -> int:
