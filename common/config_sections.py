@@ -68,6 +68,17 @@ class ScheduleType(str, Enum):
     LINEAR = "linear"
 
 
+class DemoActionTiming(str, Enum):
+    """Which record of a .demo file holds the action chosen at an observation (``common.demo_timing``)."""
+
+    AUTO = "auto"
+    """Detect it per file from the data."""
+    SAME = "same"
+    """Record t (ML-Agents' loader pairing)."""
+    NEXT = "next"
+    """Record t+1 (Unity's ``storedActions`` recording order)."""
+
+
 class EncoderType(str, Enum):
     """Visual encoder for image observations (ML-Agents' ``EncoderType``); only ``simple`` for now."""
 
@@ -228,6 +239,8 @@ class BCHyperparameters:
 
     demo_path: str
     """Path of a ``.demo`` file, or a folder of them (required)."""
+    demo_action_timing: DemoActionTiming = DemoActionTiming.AUTO
+    """Which record holds the action chosen at an observation: ``auto`` (detected per file), ``same``, ``next``."""
     batch_size: int = 64
     """Demonstrated experiences per gradient minibatch (agent steps); >= 1."""
     num_epoch: int = 3
@@ -316,6 +329,8 @@ class GAILSettings(RewardSignalSettings):
 
     demo_path: str
     """Path of a ``.demo`` file, or a folder of them (required)."""
+    demo_action_timing: DemoActionTiming = DemoActionTiming.AUTO
+    """Which record holds the action chosen at an observation: ``auto`` (detected per file), ``same``, ``next``."""
     learning_rate: float = 3.0e-4
     """Adam step size of the discriminator; > 0."""
     encoding_size: int | None = None
@@ -363,6 +378,8 @@ class BehavioralCloningSettings:
 
     demo_path: str
     """Path of a ``.demo`` file, or a folder of them (required)."""
+    demo_action_timing: DemoActionTiming = DemoActionTiming.AUTO
+    """Which record holds the action chosen at an observation: ``auto`` (detected per file), ``same``, ``next``."""
     steps: int = 0
     """Agent steps over which strength decays linearly to 0; 0 keeps it constant; >= 0."""
     strength: float = 1.0
