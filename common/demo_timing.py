@@ -136,7 +136,7 @@ def _score(pred: np.ndarray, actions: np.ndarray, continuous_size: int, branches
         y, p = actions[:, :continuous_size], pred[:, :continuous_size]
         total = ((y - y.mean(axis=0)) ** 2).sum(axis=0)
         return float(np.mean(1.0 - ((y - p) ** 2).sum(axis=0) / np.maximum(total, 1e-12)))
-    start, hits = continuous_size, []
+    start, hits = 0, []  # no continuous columns before the branches here
     for size in branches:
         hits.append(np.mean(pred[:, start : start + size].argmax(axis=1) == actions[:, start : start + size].argmax(axis=1)))
         start += size
