@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
+from common.demo_timing import DemoActionTiming
 from common.errors import ConfigError, NotSupportedYetError
 
 
@@ -66,17 +67,6 @@ class ScheduleType(str, Enum):
 
     CONSTANT = "constant"
     LINEAR = "linear"
-
-
-class DemoActionTiming(str, Enum):
-    """Which record of a .demo file holds the action chosen at an observation (``common.demo_timing``)."""
-
-    AUTO = "auto"
-    """Detect it per file from the data."""
-    SAME = "same"
-    """Record t (ML-Agents' loader pairing)."""
-    NEXT = "next"
-    """Record t+1 (Unity's ``storedActions`` recording order)."""
 
 
 class EncoderType(str, Enum):

@@ -60,9 +60,8 @@ from google.protobuf.message import DecodeError
 
 from common import trajectory as tr
 from common.buffer import AgentBuffer
-from common.config_sections import DemoActionTiming
 from common.demo_images import MAX_DECODED_BYTES, MAX_IMAGE_PIXELS, DecodeBudget, DemoError, DemoFormatError, decode_image
-from common.demo_timing import SAME, TimingEvidence, detect_action_timing
+from common.demo_timing import SAME, DemoActionTiming, TimingEvidence, detect_action_timing
 from common.specs import ActionSpec, BrainParameters, ObservationSpec
 from protos import mlagents_demo_pb2 as demo_pb
 

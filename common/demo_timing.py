@@ -42,13 +42,25 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from enum import Enum
 from typing import Any
 
 import numpy as np
 
-SAME = "same"
-NEXT = "next"
-TIMINGS = (SAME, NEXT)
+
+class DemoActionTiming(str, Enum):
+    """The ``demo_action_timing`` setting (``common.config_sections``): detect, or name the timing."""
+
+    AUTO = "auto"
+    """Detect it per file from the data (``detect_action_timing``)."""
+    SAME = "same"
+    """Record t holds obs_t's action (ML-Agents' loader pairing)."""
+    NEXT = "next"
+    """Record t+1 holds obs_t's action (Unity's ``storedActions`` recording order)."""
+
+
+SAME = DemoActionTiming.SAME.value
+NEXT = DemoActionTiming.NEXT.value
 
 FOLDS = 5
 RIDGE = 1e-3
