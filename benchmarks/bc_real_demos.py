@@ -5,7 +5,10 @@ Part 1, real files (``STEPSTREAM_DEMO_DIR``, default ``../shared/data/mlagents-d
 ExpertPyramid, ExpertHallway, test.demo (3DBall, continuous), ExpertBasic and Expert3DBall, each
 scored on its held-out 10% (``bc_metrics.json``). Targets: discrete held-out accuracy >= 2x chance, where chance
 is a uniform random choice among the allowed options (1/5 for Pyramid's and Hallway's one branch
-of 5: 0.2); test.demo held-out R^2 >= 0.5. The majority-class accuracy is reported beside it.
+of 5: 0.2). The majority-class accuracy is reported beside it. test.demo's former target (R^2 >= 0.5)
+was set on ML-Agents' pairing, where BC learns an echo of the previous action; on its detected
+``next`` pairing the observation explains about 0.2 of the expert's choice (issue 18), so it is
+reported only, and judged by the ceiling below.
 
 Beside BC, off-the-shelf fits of the action from the observation on the same rows, split and
 pairing (``demo_to_buffer``'s detected action timing, ``common.demo_timing``): scikit-learn's
@@ -14,7 +17,8 @@ cross-validation on the training rows only, then scored once on the held-out row
 over branches; R^2, mean over dimensions). scikit-learn is the ``bench`` extra
 (``pip install -e '.[bench]'``). The last line's ``files`` maps each file to ``{"timing", "bc"
 (median over the seeds), "best_fit" (the better of the two fits), "metric"}``; ``reference_fits``
-holds both fits and their chosen settings.
+holds both fits and their chosen settings; ``bc_within_0_03_of_best_fit`` says whether BC is
+within 0.03 of ``best_fit`` on every file (issue 18's goal).
 
 Part 2, CartPole, every step through the ``stepstream`` command in subprocesses:
 
@@ -55,7 +59,7 @@ REAL_DEMOS = {
     # name: (metric, whether a target applies)
     "ExpertPyramid.demo": ("accuracy", True),
     "ExpertHallway.demo": ("accuracy", True),
-    "test.demo": ("r2", True),
+    "test.demo": ("r2", False),  # judged against the fits' ceiling (module docstring)
     "ExpertBasic.demo": ("accuracy", False),  # 73 records, 7 held out: reported only
     "Expert3DBall.demo": ("r2", False),  # reported beside test.demo: the other 3DBall recording
     "Expert3DBallHard.demo": ("r2", False),
@@ -276,6 +280,8 @@ def main() -> int:
                 "best_fit": fits[name]["best_fit"] if name in fits else None,
                 "metric": metric,
             }
+        if fits:
+            summary["bc_within_0_03_of_best_fit"] = all(f["bc"] >= f["best_fit"] - 0.03 for f in summary["files"].values())
     summary["all_pass"] = all(r["pass"] is not False for k, v in summary.items() if k.startswith("seed_") for r in v.values())
     print(json.dumps(summary, default=lambda v: None if isinstance(v, float) and math.isnan(v) else v))
     return 0
