@@ -187,7 +187,7 @@ def stepstream(*args: Any, timeout_s: float = 600.0) -> str:
 
 def cartpole(seed: int, work: Path) -> dict[str, Any]:
     """PPO -> record an expert -> offline BC -> act with --inference (module docstring)."""
-    from common.demo import load_demonstration
+    from common.demo import demo_action_timings, load_demonstration
 
     results = work / "results"
     started = time.monotonic()
@@ -202,7 +202,9 @@ def cartpole(seed: int, work: Path) -> dict[str, Any]:
         "record", "configs/cartpole_ppo.yaml", "--checkpoint", results / "ppo", "--deterministic",
         "--episodes", CARTPOLE_EXPERT_EPISODES, "--num-envs", 4, "--seed", seed, "--out", expert,
     )  # fmt: skip
-    header = load_demonstration(expert).files[0]
+    recorded = load_demonstration(expert)
+    header = recorded.files[0]
+    expert_timing = demo_action_timings(recorded)[0].timing  # our recorder's order: must read as same
 
     rows = header.number_steps - 1
     behavior = {
@@ -236,6 +238,7 @@ def cartpole(seed: int, work: Path) -> dict[str, Any]:
         "expert_records": header.number_steps,
         "expert_episodes": header.number_episodes,
         "expert_mean_return": round(header.mean_reward, 2),
+        "expert_action_timing": expert_timing,
         "bc_train_rows": metrics["train_rows"],
         "bc_held_out_accuracy": metrics["held_out_accuracy"],
         "bc_wall_s": round(bc_s, 1),
