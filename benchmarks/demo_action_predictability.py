@@ -4,12 +4,14 @@ BC's held-out R^2 on ``test.demo`` (3DBall) stays at 0.35-0.36 and on ``Expert3D
 script separates two reasons it could be low, with closed-form least squares scored on the rows
 ``bc_metrics.json`` holds out (``trainer.bc_metrics.split_rows`` over all rows, same fraction and seed):
 
-* ``inverse_dynamics_r2``: the action executed between obs_i and obs_{i+1}, within an episode, predicted
-  from the pair. Which record holds it depends on the recorder: ML-Agents stores with each agent info the
-  action taken *before* it (``storedActions``: record i+1, as in ``test.demo``), older files the one chosen
-  at it (record i, as in ``Expert3DBall.demo``). Both are fitted; the better one is
-  ``executed_action_record`` ("i+1" or "i"). Near 1: the recorded actions are the executed ones, every
-  per-step variation included, and they are no mystery given what they did;
+* ``timing`` and ``inverse_dynamics_r2``: the library's detector (``common.demo_timing``, the code
+  ``demo_to_buffer`` runs) says which record holds the action executed between obs_i and obs_{i+1}:
+  ML-Agents' recorder stores with each agent info the action taken *before* it (``storedActions``:
+  record i+1, ``next``, as in ``test.demo``), older files the one chosen at it (record i, ``same``,
+  as in ``Expert3DBall.demo``). ``executed_action_record`` is "i+1" or "i"; ``inverse_dynamics_r2``
+  the detector's out-of-fold R^2 of that record's action from the pair (``timing_evidence`` holds
+  both fits). Near 1: the recorded actions are the executed ones, every per-step variation
+  included, and they are no mystery given what they did;
 * ``policy_r2``: that executed action from obs_i alone (what the agent saw when it chose it), and
   ``policy_r2_buffer_pairing`` for ``demo_to_buffer``'s pairing (action of record i with obs i, what BC
   trains on), each with linear and with quadratic features of the observation.
@@ -36,7 +38,8 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from common.demo import demo_to_buffer  # noqa: E402
+from common.demo import demo_action_timings, demo_to_buffer, load_demonstration  # noqa: E402
+from common.demo_timing import NEXT  # noqa: E402
 from trainer.bc_metrics import HOLDOUT_FRACTION, HOLDOUT_SEED, r_squared, split_rows  # noqa: E402
 
 DEMO_DIR = Path(os.environ.get("STEPSTREAM_DEMO_DIR", REPO.parent / "shared" / "data" / "mlagents-demos"))
@@ -72,12 +75,12 @@ def held_out_r2(features: np.ndarray, actions: np.ndarray, held: np.ndarray) -> 
 
 def main() -> None:
     path = Path(sys.argv[1]) if len(sys.argv) > 1 else DEMO_DIR / "test.demo"
-    spec, rows = demo_to_buffer(path, 1)
+    (evidence,) = demo_action_timings(load_demonstration(path))
+    spec, rows = demo_to_buffer(path, 1, action_timing="same")  # ML-Agents' pairing: row i is record i -> i+1
     if spec.action_spec.continuous_size == 0 or len(spec.observation_specs) != 1:
         raise SystemExit(f"{path}: needs continuous actions and one vector observation")
     k = len(rows["obs_0"])
     obs = np.asarray(rows["obs_0"], np.float64).reshape(k, -1)
-    next_obs = np.asarray(rows["next_obs_0"], np.float64).reshape(k, -1)
     actions = np.asarray(rows["continuous_actions"], np.float64)
     done = np.asarray(rows["done"]).astype(bool)
     _, held_rows = split_rows({"row": np.arange(k)}, HOLDOUT_FRACTION, HOLDOUT_SEED)  # bc_metrics.json's split
@@ -86,16 +89,16 @@ def main() -> None:
     # Row i is record i -> record i+1, and done[i] says record i+1 ends an episode, so row i+1 runs from that
     # terminal record into the next episode: drop such rows. The last row goes too: lag 1 reads row i+1's action.
     within = np.flatnonzero(~np.r_[False, done[:-1]][:-1])
-    transition = linear(np.hstack([obs[within], next_obs[within]]))
-    fits = {lag: held_out_r2(transition, actions[within + lag], held[within]) for lag in (0, 1)}
-    lag = max(fits, key=lambda key: fits[key])
+    lag = 1 if evidence.timing == NEXT else 0
     executed = actions[within + lag]
     out = {
         "demo": path.name,
         "rows": k,
         "transitions": len(within),
+        "timing": evidence.timing,
         "executed_action_record": "i+1" if lag else "i",
-        "inverse_dynamics_r2": fits[lag],
+        "inverse_dynamics_r2": evidence.next_fit if lag else evidence.same_fit,
+        "timing_evidence": evidence.to_dict(),
         "policy_r2": {
             "linear": held_out_r2(linear(obs[within]), executed, held[within]),
             "quadratic": held_out_r2(quadratic(obs[within]), executed, held[within]),

@@ -148,7 +148,7 @@ def write_demos(folder: Path) -> list[Path]:
 
 def our_figures(path: Path) -> dict[str, Any]:
     demo = load_demonstration(path)
-    spec, buffer = demo_to_buffer(path, 1)
+    spec, buffer = demo_to_buffer(path, 1, action_timing="same")  # ML-Agents' pairing, whatever the file's timing
 
     def total(key: str) -> float:
         return float(np.asarray(buffer[key].data, dtype=np.float64).sum()) if key in buffer else 0.0

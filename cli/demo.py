@@ -2,7 +2,12 @@
 
 ``--json`` prints one object: ``records`` (read, up to each header's count), ``episodes_done``
 (records flagged done), ``sum_reward`` (over every record), ``observation_shapes`` (from the agent
-infos), ``continuous_actions`` and ``discrete_branches``. Without it, a readable summary.
+infos), ``continuous_actions``, ``discrete_branches`` and ``action_timing``: each file's name
+mapped to its detected action timing and the evidence (``common.demo_timing.TimingEvidence``:
+``timing`` same|next, ``decided_by``, ``metric`` r2|accuracy, ``same_fit`` and ``next_fit``, the
+inverse-dynamics scores of record t's and record t+1's action, ``scored_rows``, ``episode_starts``,
+``start_zero_actions``, ``zero_action_share``). Without it, a readable summary with one timing
+line per file.
 """
 
 from __future__ import annotations
@@ -23,7 +28,8 @@ def add_demo_parser(sub: argparse._SubParsersAction) -> None:
         "inspect",
         help="print what a .demo file (or a directory of them) holds",
         description="Read a .demo file, or every .demo file of a directory, as ML-Agents' loader does, and print its "
-        "record and episode counts, total reward, observation shapes and action spec.",
+        "record and episode counts, total reward, observation shapes, action spec and the action timing detected "
+        "per file (which record holds the action chosen at an observation) with its evidence.",
     )
     inspect.add_argument("path", metavar="FILE", help="a .demo file, or a directory of .demo files")
     inspect.add_argument("--json", action="store_true", help="print one JSON object instead of a summary")
@@ -31,11 +37,12 @@ def add_demo_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run_demo_inspect(args: argparse.Namespace, out: TextIO | None = None) -> int:
-    from common.demo import demo_summary, load_demonstration
+    from common.demo import demo_action_timings, demo_summary, load_demonstration
 
     stream = sys.stdout if out is None else out
     demo = load_demonstration(args.path)
-    summary = demo_summary(demo)
+    timings = demo_action_timings(demo)
+    summary = demo_summary(demo, timings)
     if args.json:
         print(json.dumps(summary), file=stream)
         return 0
@@ -55,5 +62,11 @@ def run_demo_inspect(args: argparse.Namespace, out: TextIO | None = None) -> int
         lines.append(f"observation {k}  {list(obs.shape)}{name}")
     actions = spec.action_spec
     lines.append(f"actions        {actions.continuous_size} continuous, discrete branches {list(actions.discrete_branches)}")
+    for f, t in zip(demo.files, timings, strict=True):
+        lines.append(
+            f"action timing  {f.path.name}: {t.timing} (by {t.decided_by}; inverse-dynamics {t.metric} of record t's "
+            f"action {t.same_fit}, of record t+1's {t.next_fit}, on {t.scored_rows} rows; "
+            f"{t.start_zero_actions}/{t.episode_starts} episode starts with a zero action)"
+        )
     print("\n".join(lines), file=stream)
     return 0

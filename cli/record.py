@@ -28,6 +28,11 @@ T + 1 records: record t holds the obs seen at t, the reward of the action before
 done on the last one (with ``max_step_reached`` for a time limit) and the action the policy chose
 on that obs (on the last record the env ignores it, as ML-Agents' recorder stores one there too).
 Actions are env actions: continuous in [-1, 1], discrete choices.
+
+Action timing differs from Unity's recorder, on purpose: record t holds the action chosen at obs_t
+(``same`` in ``common.demo_timing``), where Unity's stores the one chosen at obs_{t-1} (``next``).
+Our order pairs each record with its own decision and keeps ML-Agents' loader pairing right for our
+files; ``demo_to_buffer`` detects either order (tested on files from this writer in both orders).
 """
 
 from __future__ import annotations

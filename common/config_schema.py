@@ -21,6 +21,7 @@ from common.config_sections import (
     BCHyperparameters,
     BehavioralCloningSettings,
     ConfigKeyError,
+    DemoActionTiming,
     Hyperparameters,
     NetworkSettings,
     NotSupportedKeyError,
@@ -125,6 +126,12 @@ class BehaviorSettings:
     def demo_path(self) -> str | None:
         """The demonstrations a ``bc`` trainer learns from; None for other trainer types."""
         return self.hyperparameters.demo_path if isinstance(self.hyperparameters, BCHyperparameters) else None
+
+    @property
+    def demo_action_timing(self) -> DemoActionTiming:
+        """A ``bc`` trainer's ``demo_action_timing`` (``common.demo_timing``); ``auto`` for other trainer types."""
+        hp = self.hyperparameters
+        return hp.demo_action_timing if isinstance(hp, BCHyperparameters) else DemoActionTiming.AUTO
 
     def resolved(self) -> dict[str, Any]:
         """Fields whose written value is derived: what ``to_dict`` records instead of None."""

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
+from common.demo_timing import DemoActionTiming
 from common.errors import ConfigError, NotSupportedYetError
 
 
@@ -228,6 +229,8 @@ class BCHyperparameters:
 
     demo_path: str
     """Path of a ``.demo`` file, or a folder of them (required)."""
+    demo_action_timing: DemoActionTiming = DemoActionTiming.AUTO
+    """Which record holds the action chosen at an observation: ``auto`` (detected per file), ``same``, ``next``."""
     batch_size: int = 64
     """Demonstrated experiences per gradient minibatch (agent steps); >= 1."""
     num_epoch: int = 3
@@ -316,6 +319,8 @@ class GAILSettings(RewardSignalSettings):
 
     demo_path: str
     """Path of a ``.demo`` file, or a folder of them (required)."""
+    demo_action_timing: DemoActionTiming = DemoActionTiming.AUTO
+    """Which record holds the action chosen at an observation: ``auto`` (detected per file), ``same``, ``next``."""
     learning_rate: float = 3.0e-4
     """Adam step size of the discriminator; > 0."""
     encoding_size: int | None = None
@@ -363,6 +368,8 @@ class BehavioralCloningSettings:
 
     demo_path: str
     """Path of a ``.demo`` file, or a folder of them (required)."""
+    demo_action_timing: DemoActionTiming = DemoActionTiming.AUTO
+    """Which record holds the action chosen at an observation: ``auto`` (detected per file), ``same``, ``next``."""
     steps: int = 0
     """Agent steps over which strength decays linearly to 0; 0 keeps it constant; >= 0."""
     strength: float = 1.0

@@ -25,12 +25,25 @@ Rules, as ML-Agents 1.1.0's loader applies them unless noted:
   per file (its observation arrays plus the observation being decoded); see ``common.demo_images``.
 - A directory reads every ``*.demo`` file in it, in name order; all must have the same spec.
 
-Update-buffer rows (``demo_to_buffer``): one per record but the last of each file. Row i has the
-obs, action and action mask of record i, the reward and done of record i+1, and the action of
-record i-1 as its previous action. *Ours:* the previous action is zeros at an episode's start (the
-row after a done, as ``common.trajectory`` rows have it; ML-Agents carries the last episode's
-action over), rows never pair records of different files, and the rows also carry ``next_obs_{k}``
-(record i+1's obs), ``interrupted`` (record i+1 ended by max step) and ``action_mask``.
+Update-buffer rows (``demo_to_buffer``) depend on each file's action timing (``common.demo_timing``:
+which record holds the action chosen at an observation), detected per file unless
+``action_timing`` (the ``demo_action_timing`` config key) names one:
+
+- ``same``, ML-Agents' pairing: one row per record but the last of each file. Row i has the obs,
+  action and action mask of record i, the reward and done of record i+1, and the action of record
+  i-1 as its previous action. A file of R records gives R - 1 rows (the row from an episode's
+  terminal record into the next episode's first is kept, as ML-Agents keeps it).
+- ``next`` (Unity's ``storedActions`` order): row i has the obs and action mask of record i, the
+  action of record i+1 (the one chosen at obs i), the reward and done of record i+1, and the action
+  of record i as its previous action. A pair that would cross an episode boundary (record i done:
+  record i+1's action belongs to the next episode) is dropped, and so is the last row when the last
+  record stores no action: R - 1 - (done records among the first R - 1) rows, one fewer when the
+  last record stores no action and the one before it is not done.
+
+*Ours,* in both: the previous action is zeros at an episode's start (the row after a done, as
+``common.trajectory`` rows have it; ML-Agents carries the last episode's action over), rows never
+pair records of different files, and the rows also carry ``next_obs_{k}`` (record i+1's obs),
+``interrupted`` (record i+1 ended by max step) and ``action_mask``.
 """
 
 from __future__ import annotations
@@ -48,6 +61,7 @@ from google.protobuf.message import DecodeError
 from common import trajectory as tr
 from common.buffer import AgentBuffer
 from common.demo_images import MAX_DECODED_BYTES, MAX_IMAGE_PIXELS, DecodeBudget, DemoError, DemoFormatError, decode_image
+from common.demo_timing import SAME, DemoActionTiming, TimingEvidence, detect_action_timing
 from common.specs import ActionSpec, BrainParameters, ObservationSpec
 from protos import mlagents_demo_pb2 as demo_pb
 
@@ -67,11 +81,14 @@ __all__ = [
     "DemoSpecMismatchError",
     "DemoVersionError",
     "Demonstration",
+    "TimingEvidence",
     "check_demo_spec",
+    "demo_action_timings",
     "demo_files",
     "demo_summary",
     "demo_to_buffer",
     "encode_demo",
+    "file_action_timing",
     "load_demonstration",
 ]
 
@@ -396,56 +413,123 @@ def _action_masks(pairs: Sequence[demo_pb.AgentInfoActionPairProto], spec: Actio
     return masks
 
 
-def _file_rows(demo_file: DemoFile, spec: BrainParameters) -> dict[str, np.ndarray] | None:
-    """The update-buffer rows of one file (module docstring), or None with fewer than 2 records."""
+def _has_action(pair: demo_pb.AgentInfoActionPairProto) -> bool:
+    action = pair.action_info
+    return bool(len(action.continuous_actions) or len(action.discrete_actions) or len(action.vector_actions_deprecated))
+
+
+def _recorded_actions(demo_file: DemoFile, spec: ActionSpec) -> tuple[np.ndarray, np.ndarray]:
+    """The actions of every record, ``[A, C]`` and ``[A, B]``: A = R, or R - 1 when the last record stores none."""
+    pairs = demo_file.pairs
+    return _actions(pairs if _has_action(pairs[-1]) else pairs[:-1], spec, demo_file.path)
+
+
+def _done(demo_file: DemoFile) -> np.ndarray:
+    return np.array([pair.agent_info.done for pair in demo_file.pairs], dtype=bool)
+
+
+def file_action_timing(demo_file: DemoFile, spec: BrainParameters) -> TimingEvidence:
+    """Detect one file's action timing from its records (``common.demo_timing``).
+
+    Raises:
+        DemoFormatError: an observation or action that does not decode.
+    """
+    continuous, discrete = _recorded_actions(demo_file, spec.action_spec)
+    observations = _observations(demo_file.pairs, spec, demo_file.path)
+    return detect_action_timing(observations, continuous, discrete, _done(demo_file), spec.action_spec.discrete_branches)
+
+
+def demo_action_timings(demo: Demonstration) -> list[TimingEvidence]:
+    """``file_action_timing`` of each of ``demo``'s files, in its order."""
+    return [file_action_timing(f, demo.spec) for f in demo.files]
+
+
+def _timing_value(action_timing: DemoActionTiming | str) -> str:
+    """``auto``, ``same`` or ``next``, or DemoError naming the value."""
+    value = action_timing.value if isinstance(action_timing, DemoActionTiming) else action_timing
+    allowed = [t.value for t in DemoActionTiming]
+    if value not in allowed:
+        raise DemoError(f"action_timing must be one of {', '.join(allowed)}, got {action_timing!r}")
+    return value
+
+
+def _file_rows(demo_file: DemoFile, spec: BrainParameters, timing: str) -> dict[str, np.ndarray] | None:
+    """The update-buffer rows of one file in ``timing`` (module docstring), or None with no row."""
     pairs = demo_file.pairs
     if len(pairs) < 2:
         return None
     infos = [pair.agent_info for pair in pairs]
-    done = np.array([info.done for info in infos], dtype=bool)
+    done = _done(demo_file)
     max_step = np.array([info.max_step_reached for info in infos], dtype=bool)
     rewards = np.array([info.reward for info in infos], dtype=np.float32)
-    continuous, discrete = _actions(pairs[:-1], spec.action_spec, demo_file.path)
-    episode_start = np.concatenate([[True], done[:-2]])  # row i's record i follows a done (or opens the file)
+    if timing == SAME:
+        continuous, discrete = _actions(pairs[:-1], spec.action_spec, demo_file.path)
+        rows_at = np.arange(len(pairs) - 1)  # every record but the last
+        prev_continuous = np.concatenate([np.zeros_like(continuous[:1]), continuous[:-1]])
+        prev_discrete = np.concatenate([np.zeros_like(discrete[:1]), discrete[:-1]])
+    else:
+        recorded_c, recorded_d = _recorded_actions(demo_file, spec.action_spec)
+        # Record i+1's action was chosen at obs i; a done record i would pair it with the next episode's.
+        rows_at = np.flatnonzero(~done[: len(recorded_c) - 1])
+        continuous, discrete = recorded_c[rows_at + 1], recorded_d[rows_at + 1]
+        prev_continuous, prev_discrete = recorded_c[rows_at], recorded_d[rows_at]
+    if not len(rows_at):
+        return None
+    starts = np.r_[True, done[:-1]][rows_at]  # row's record opens the file or follows a done
     rows: dict[str, np.ndarray] = {}
     for k, values in enumerate(_observations(pairs, spec, demo_file.path)):
-        rows[tr.obs_key(k)] = values[:-1]
-        rows[tr.next_obs_key(k)] = values[1:]
+        rows[tr.obs_key(k)] = values[rows_at]
+        rows[tr.next_obs_key(k)] = values[rows_at + 1]
     rows[tr.CONTINUOUS_ACTIONS] = continuous
     rows[tr.DISCRETE_ACTIONS] = discrete
-    for key, actions in ((tr.PREV_CONTINUOUS_ACTIONS, continuous), (tr.PREV_DISCRETE_ACTIONS, discrete)):
-        prev = np.concatenate([np.zeros_like(actions[:1]), actions[:-1]])
-        prev[episode_start] = 0
+    for key, prev in ((tr.PREV_CONTINUOUS_ACTIONS, prev_continuous), (tr.PREV_DISCRETE_ACTIONS, prev_discrete)):
+        prev = prev.copy()
+        prev[starts] = 0
         rows[key] = prev
     if spec.action_spec.num_branches:
-        rows[tr.ACTION_MASK] = _action_masks(pairs[:-1], spec.action_spec, demo_file.path)
-    rows[tr.REWARDS] = rewards[1:]
-    rows[tr.DONE] = done[1:]
-    rows[tr.INTERRUPTED] = done[1:] & max_step[1:]
+        rows[tr.ACTION_MASK] = _action_masks(pairs, spec.action_spec, demo_file.path)[rows_at]
+    rows[tr.REWARDS] = rewards[rows_at + 1]
+    rows[tr.DONE] = done[rows_at + 1]
+    rows[tr.INTERRUPTED] = done[rows_at + 1] & max_step[rows_at + 1]
     return rows
 
 
 def demo_to_buffer(
-    path: str | Path, sequence_length: int = 1, expected_spec: BrainParameters | None = None
+    path: str | Path,
+    sequence_length: int = 1,
+    expected_spec: BrainParameters | None = None,
+    action_timing: DemoActionTiming | str = DemoActionTiming.AUTO,
 ) -> tuple[BrainParameters, AgentBuffer]:
-    """The spec and update-buffer rows of a .demo file or directory, as ML-Agents' ``demo_to_buffer``.
+    """The spec and update-buffer rows of a .demo file or directory (module docstring).
 
     With ``sequence_length`` > 1, each episode's rows are cut into sequences of that length (the
     first padded), as ML-Agents resequences them. ``expected_spec``: the behavior being trained;
-    its action spec and observation shapes must equal the demo's.
+    its action spec and observation shapes must equal the demo's. ``action_timing``: ``auto``
+    detects each file's timing (``file_action_timing``, logged at INFO); ``same`` is ML-Agents'
+    pairing for every file; ``next`` pairs each obs with the next record's action.
 
     Raises:
         DemoSpecMismatchError: the demo does not fit ``expected_spec``.
-        DemoError: see ``load_demonstration``; DemoFormatError for an observation that does not decode.
+        DemoError: see ``load_demonstration``; DemoFormatError for an observation that does not
+            decode; DemoError for an ``action_timing`` other than auto, same or next.
     """
     if sequence_length < 1:
         raise DemoError(f"sequence_length must be >= 1, got {sequence_length}")
+    chosen = _timing_value(action_timing)
     demo = load_demonstration(path)
     if expected_spec is not None:
         check_demo_spec(demo.spec, expected_spec, source=str(path))
     buffer = AgentBuffer()
     for demo_file in demo.files:
-        rows = _file_rows(demo_file, demo.spec)
+        timing = chosen
+        if chosen == DemoActionTiming.AUTO.value:
+            evidence = file_action_timing(demo_file, demo.spec)
+            timing = evidence.timing
+            log.info(
+                "%s: action timing %s (by %s; %s of record t's action %s, of record t+1's %s)",
+                demo_file.path, timing, evidence.decided_by, evidence.metric, evidence.same_fit, evidence.next_fit,
+            )  # fmt: skip
+        rows = _file_rows(demo_file, demo.spec, timing)
         if rows is None:
             continue
         if sequence_length == 1:
@@ -465,8 +549,12 @@ def demo_to_buffer(
 # -- summary and writing -------------------------------------------------------------------------
 
 
-def demo_summary(demo: Demonstration) -> dict[str, Any]:
-    """The ``stepstream demo inspect --json`` figures (meanings: ``../shared/yardsticks/README.md``)."""
+def demo_summary(demo: Demonstration, timings: Sequence[TimingEvidence] | None = None) -> dict[str, Any]:
+    """The ``stepstream demo inspect --json`` figures (meanings: ``../shared/yardsticks/README.md``).
+
+    With ``timings`` (``demo_action_timings(demo)``), also ``action_timing``: each file's name mapped
+    to its ``TimingEvidence`` as a dict.
+    """
     infos = [pair.agent_info for pair in demo.pairs]
     rewards = np.array([info.reward for info in infos], dtype=np.float32)
     return {
@@ -476,7 +564,7 @@ def demo_summary(demo: Demonstration) -> dict[str, Any]:
         "observation_shapes": [list(o.shape) for o in demo.spec.observation_specs],
         "continuous_actions": demo.spec.action_spec.continuous_size,
         "discrete_branches": list(demo.spec.action_spec.discrete_branches),
-    }
+    } | ({"action_timing": {f.path.name: t.to_dict() for f, t in zip(demo.files, timings, strict=True)}} if timings else {})
 
 
 def _length_prefixed(message: Any) -> bytes:

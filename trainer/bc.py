@@ -54,7 +54,7 @@ import numpy as np
 import tensorflow as tf
 
 from common.buffer import AgentBuffer
-from common.config import BCHyperparameters, BehaviorSettings, ConfigKeyError
+from common.config import BCHyperparameters, BehaviorSettings, ConfigKeyError, DemoActionTiming
 from common.demo import demo_to_buffer
 from common.specs import BrainParameters
 from common.trajectory import ACTION_MASK, CONTINUOUS_ACTIONS, DISCRETE_ACTIONS, Trajectory, obs_key
@@ -246,8 +246,13 @@ class BCLearner:
         """
         return self._add_rows(demo_rows(buffer, self.brain_parameters))
 
-    def load_demonstrations(self, path: str | Path, holdout_fraction: float = HOLDOUT_FRACTION) -> int:
-        """Read ``path`` (a .demo file or folder) with ``demo_to_buffer``, hold out a random
+    def load_demonstrations(
+        self,
+        path: str | Path,
+        holdout_fraction: float = HOLDOUT_FRACTION,
+        action_timing: DemoActionTiming = DemoActionTiming.AUTO,
+    ) -> int:
+        """Read ``path`` (a .demo file or folder) with ``demo_to_buffer`` (paired by ``action_timing``), hold out a random
         ``holdout_fraction`` of its rows (seed ``HOLDOUT_SEED``) and train on the rest.
 
         Returns:
@@ -257,7 +262,7 @@ class BCLearner:
             DemoSpecMismatchError: the demonstration's spec differs from this behavior's.
             DemoError: a missing path, a wrong extension, an unsupported or malformed file.
         """
-        _, buffer = demo_to_buffer(path, 1, expected_spec=self.brain_parameters)
+        _, buffer = demo_to_buffer(path, 1, expected_spec=self.brain_parameters, action_timing=action_timing)
         train, held = split_rows(demo_rows(buffer, self.brain_parameters), holdout_fraction, HOLDOUT_SEED)
         self.demo_path = str(path)
         self.held_out = held

@@ -116,7 +116,7 @@ class BCComponent:
         self.num_epoch = settings.num_epoch or default_num_epoch
         self.base_learning_rate = policy_learning_rate
         self._branches = tuple(brain_parameters.action_spec.discrete_branches)
-        rows = demo_rows(expert_rows(settings.demo_path, brain_parameters), brain_parameters)
+        rows = demo_rows(expert_rows(settings.demo_path, brain_parameters, settings.demo_action_timing), brain_parameters)
         k, width = len(rows[tr.CONTINUOUS_ACTIONS]), brain_parameters.action_spec.mask_width
         self._obs = [rows[tr.obs_key(i)].reshape(k, -1) for i in range(len(brain_parameters.observation_specs))]
         self._continuous, self._discrete = rows[tr.CONTINUOUS_ACTIONS], rows[tr.DISCRETE_ACTIONS]

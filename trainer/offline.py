@@ -78,7 +78,7 @@ def load_demonstrations(learner: Learner, behavior_name: str, settings: Behavior
         raise TypeError(f"{behavior_name}: demonstrations need a BCLearner, got {type(learner).__name__}")
     path = _demo_path(behavior_name, settings)
     try:
-        return learner.load_demonstrations(path)
+        return learner.load_demonstrations(path, action_timing=settings.demo_action_timing)
     except DemoError as err:
         raise ConfigError(f"{demo_key(behavior_name)}: {err}") from err
 

@@ -19,6 +19,7 @@ from common.config import (
     BehaviorSettings,
     ConfigKeyError,
     CuriositySettings,
+    DemoActionTiming,
     EncoderType,
     EnvSettings,
     GAILSettings,
@@ -94,7 +95,13 @@ ML_AGENTS_DEFAULTS = [
     (
         BCHyperparameters,
         {"demo_path": "x.demo"},
-        {"batch_size": 64, "num_epoch": 3, "learning_rate": 3.0e-4, "learning_rate_schedule": ScheduleType.CONSTANT},
+        {
+            "demo_action_timing": DemoActionTiming.AUTO,  # stepstream's own (issue 18)
+            "batch_size": 64,
+            "num_epoch": 3,
+            "learning_rate": 3.0e-4,
+            "learning_rate_schedule": ScheduleType.CONSTANT,
+        },
     ),
     (
         NetworkSettings,
@@ -117,6 +124,7 @@ ML_AGENTS_DEFAULTS = [
             "gamma": 0.99,
             "strength": 1.0,
             "network_settings": NetworkSettings(),
+            "demo_action_timing": DemoActionTiming.AUTO,  # stepstream's own (issue 18)
             "learning_rate": 3e-4,
             "encoding_size": None,
             "use_actions": False,
@@ -131,7 +139,14 @@ ML_AGENTS_DEFAULTS = [
     (
         BehavioralCloningSettings,
         {"demo_path": "x.demo"},
-        {"steps": 0, "strength": 1.0, "samples_per_update": 0, "num_epoch": None, "batch_size": None},
+        {
+            "demo_action_timing": DemoActionTiming.AUTO,  # stepstream's own (issue 18)
+            "steps": 0,
+            "strength": 1.0,
+            "samples_per_update": 0,
+            "num_epoch": None,
+            "batch_size": None,
+        },
     ),
     (EnvSettings, {}, {"env_path": None, "num_envs": 1, "seed": -1}),
 ]

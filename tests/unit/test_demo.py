@@ -26,12 +26,14 @@ import pytest
 from common import demo_images
 from common import trajectory as tr
 from common.demo import (
+    DemoError,
     DemoFormatError,
     DemoNotFoundError,
     DemoPathError,
     DemoSpecMismatchError,
     DemoVersionError,
     check_demo_spec,
+    demo_action_timings,
     demo_summary,
     demo_to_buffer,
     encode_demo,
@@ -78,7 +80,7 @@ def test_inspect_figures_match_manifest(name: str) -> None:
 @pytest.mark.parametrize("name", sorted(n for n, e in MANIFEST.items() if "buffer_rows" in e))
 def test_buffer_figures_match_manifest(name: str) -> None:
     expected = MANIFEST[name]
-    spec, buffer = demo_to_buffer(DEMO_DIR / name, 1)
+    spec, buffer = demo_to_buffer(DEMO_DIR / name, 1, action_timing="same")  # MANIFEST holds ML-Agents' pairing
     rows = expected["buffer_rows"]
     assert rows == expected["records"] - 1
     assert buffer.num_experiences == rows and buffer.check_length()
@@ -335,7 +337,10 @@ def test_cli_inspect_json() -> None:
         "observation_shapes",
         "continuous_actions",
         "discrete_branches",
+        "action_timing",
     }
+    timing = got.pop("action_timing")
+    assert list(timing) == [SMALL] and timing[SMALL]["timing"] == "same" and timing[SMALL]["episode_starts"] == 11
     assert {k: v for k, v in got.items() if k != "sum_reward"} == {k: expected[k] for k in got if k != "sum_reward"}
     assert got["sum_reward"] == approx(expected["sum_reward"])
 
@@ -346,4 +351,270 @@ def test_cli_inspect_summary_and_error(tmp_path: Path, capsys: pytest.CaptureFix
     assert main(["demo", "inspect", str(_crafted(tmp_path / "c.demo"))]) == 0
     out = capsys.readouterr().out
     assert "records        6" in out and "1 continuous" in out and "behavior 'Crafted'" in out
+    assert "action timing  c.demo: same (by default;" in out
     assert main(["demo", "inspect", str(tmp_path / "absent.demo")]) == 2
+
+
+# -- action timing (common.demo_timing) ----------------------------------------------------------
+
+EXPECTED_TIMING = {
+    # name: (timing, decided_by). The evidence, measured with `stepstream demo inspect FILE`
+    # (inverse-dynamics score of record t's action | of record t+1's, on the rows where they differ;
+    # episode starts with an all-zero action), and a 5-NN inverse-dynamics check where the linear fit
+    # is close (leave-one-out accuracy on those rows, record t | t+1):
+    "Expert3DBall.demo": ("same", "inverse_dynamics"),  # R^2 0.9996 | 0.208 on 547 rows
+    "Expert3DBallHard.demo": ("same", "inverse_dynamics"),  # R^2 0.957 | -0.401 on 274 rows
+    "ExpertBasic.demo": ("same", "episode_start_zeros"),  # one constant action: no rows to fit; 0/11 zero starts
+    "ExpertGridWorld.demo": (
+        "next",
+        "episode_start_zeros",
+    ),  # images, 23 rows: 0.087 | 0.174; 13/14 zero starts (5% elsewhere)
+    "ExpertHallway.demo": ("same", "episode_start_zeros"),  # 0.617 | 0.635 on 1257 rows; 8/91 zero starts; 5-NN 0.656 | 0.623
+    "ExpertPushBlock.demo": (
+        "same",
+        "episode_start_zeros",
+    ),  # 0.592 | 0.577 on 1206 rows; 2/96 zero starts; 5-NN 0.464 | 0.376
+    "ExpertPyramid.demo": ("next", "inverse_dynamics"),  # accuracy 0.479 | 0.812 on 643 rows; 7/10 zero starts
+    "test.demo": ("next", "inverse_dynamics"),  # R^2 0.179 | 0.992 on 2122 rows; 18/22 zero starts
+    "testdcvis.demo": ("same", "default"),  # 6 rows to fit, one episode start: nothing decides
+    "testhybridvis.demo": ("same", "default"),  # 24 rows, one episode start
+}
+
+
+@needs_demos
+def test_every_shared_file_has_an_expected_timing() -> None:
+    assert set(EXPECTED_TIMING) == set(MANIFEST)
+
+
+@needs_demos
+@pytest.mark.parametrize("name", sorted(EXPECTED_TIMING))
+def test_action_timing_of_each_shared_file(name: str) -> None:
+    (evidence,) = demo_action_timings(load_demonstration(DEMO_DIR / name))
+    assert (evidence.timing, evidence.decided_by) == EXPECTED_TIMING[name], evidence
+    if evidence.decided_by == "inverse_dynamics":
+        assert evidence.same_fit is not None and evidence.next_fit is not None
+        assert abs(evidence.next_fit - evidence.same_fit) > 0.3  # far from the 0.05 margin
+
+
+def _next_pairing_expected(name: str) -> dict[str, float]:
+    """The ``next`` rows' figures computed from the raw records, not through ``_file_rows``."""
+    demo = load_demonstration(DEMO_DIR / name)
+    infos = [pair.agent_info for pair in demo.pairs]
+    kept = [t for t in range(len(infos) - 1) if not infos[t].done]  # record t+1 in t's episode
+
+    c = demo.spec.action_spec.continuous_size
+
+    def action_sum(t: int, field: str) -> float:
+        action = demo.pairs[t].action_info
+        if len(action.continuous_actions) or len(action.discrete_actions):
+            return float(sum(getattr(action, field)))
+        values = list(action.vector_actions_deprecated)  # older files: the first C continuous, then discrete
+        return float(sum(values[:c] if field == "continuous_actions" else values[c:]))
+
+    return {
+        "rows": len(kept),
+        "reward": sum(infos[t + 1].reward for t in kept),
+        "done": sum(infos[t + 1].done for t in kept),
+        "continuous": sum(action_sum(t + 1, "continuous_actions") for t in kept),
+        "discrete": sum(action_sum(t + 1, "discrete_actions") for t in kept),
+    }
+
+
+@needs_demos
+@pytest.mark.parametrize("name", sorted(n for n, (timing, _) in EXPECTED_TIMING.items() if timing == "next"))
+def test_detected_next_pairing_drops_the_pairs_across_episodes(name: str) -> None:
+    expected = _next_pairing_expected(name)
+    manifest = MANIFEST[name]
+    _, buffer = demo_to_buffer(DEMO_DIR / name, 1)  # auto: detected next
+    assert buffer.num_experiences == expected["rows"] == manifest["records"] - 1 - manifest["episodes_done"]
+    assert buffer.check_length()
+    assert _sum(buffer, tr.REWARDS) == approx(expected["reward"])
+    assert int(np.asarray(buffer[tr.DONE].data).sum()) == expected["done"] == manifest["episodes_done"]
+    assert _sum(buffer, tr.CONTINUOUS_ACTIONS) == approx(expected["continuous"])
+    assert _sum(buffer, tr.DISCRETE_ACTIONS) == expected["discrete"]
+    # Row i's previous action is record i's (zeros at an episode's start), its action record i+1's.
+    actions = np.asarray(
+        buffer[tr.CONTINUOUS_ACTIONS].data if manifest["continuous_actions"] else buffer[tr.DISCRETE_ACTIONS].data
+    )
+    prev = np.asarray(
+        buffer[tr.PREV_CONTINUOUS_ACTIONS].data if manifest["continuous_actions"] else buffer[tr.PREV_DISCRETE_ACTIONS].data
+    )
+    within = ~np.r_[True, np.asarray(buffer[tr.DONE].data, bool)[:-1]]
+    np.testing.assert_array_equal(prev[1:][within[1:]], actions[:-1][within[1:]])
+    # Forcing ML-Agents' pairing gives MANIFEST's rows back (test_buffer_figures_match_manifest checks the sums).
+    assert demo_to_buffer(DEMO_DIR / name, 1, action_timing="same")[1].num_experiences == manifest["buffer_rows"]
+
+
+def _crafted_next(path: Path) -> Path:
+    """The crafted file of ``_crafted`` in Unity's order: record t carries record t-1's action, zeros at a start."""
+    meta = demo_pb.DemonstrationMetaProto(api_version=1, demonstration_name="crafted", number_steps=6)
+    brain = demo_pb.BrainParametersProto(brain_name="Crafted")
+    brain.action_spec.num_continuous_actions = 1
+    chosen = [0.5 * i for i in range(6)]
+    stored = [0.0, chosen[0], chosen[1], 0.0, chosen[3], chosen[4]]  # record 3 opens an episode (record 2 is done)
+    pairs = [_pair([float(i), 1.0], [stored[i]], reward=float(i), done=i == 2) for i in range(6)]
+    path.write_bytes(encode_demo(meta, brain, pairs))
+    return path
+
+
+def test_next_pairing_rule_on_a_crafted_file(tmp_path: Path) -> None:
+    _, buffer = demo_to_buffer(_crafted_next(tmp_path / "n.demo"), 1, action_timing="next")
+    # Rows for records 0, 1, 3, 4: record 2 is done, so its pair with record 3's action is dropped.
+    assert buffer.num_experiences == 4 and buffer.check_length()
+    np.testing.assert_array_equal(np.asarray(buffer[tr.obs_key(0)].data)[:, 0], [0, 1, 3, 4])
+    np.testing.assert_array_equal(np.asarray(buffer[tr.next_obs_key(0)].data)[:, 0], [1, 2, 4, 5])
+    np.testing.assert_array_equal(np.asarray(buffer[tr.CONTINUOUS_ACTIONS].data)[:, 0], [0, 0.5, 1.5, 2])
+    np.testing.assert_array_equal(np.asarray(buffer[tr.PREV_CONTINUOUS_ACTIONS].data)[:, 0], [0, 0, 0, 1.5])
+    np.testing.assert_array_equal(np.asarray(buffer[tr.REWARDS].data), [1, 2, 4, 5])
+    np.testing.assert_array_equal(np.asarray(buffer[tr.DONE].data), [False, True, False, False])
+    _, sequences = demo_to_buffer(tmp_path / "n.demo", 2, action_timing="next")
+    assert sequences.num_experiences == 4  # episodes of 2 and 2 rows
+
+
+def test_a_bad_action_timing_is_an_error_naming_the_value(tmp_path: Path) -> None:
+    with pytest.raises(DemoError, match="action_timing must be one of auto, same, next, got 'later'"):
+        demo_to_buffer(_crafted(tmp_path / "c.demo"), 1, action_timing="later")
+
+
+# -- our own writer in each order ----------------------------------------------------------------
+
+
+class DriftEnv:
+    """A point that each action moves (obs = its position), so the observation change shows the action.
+
+    Continuous: 2 actions, position += 0.1 x action. Discrete: one branch of 4 (+x, -x, +y, -y,
+    0 = +x is never zero-sized). Episodes are truncated after 12 steps; next-step auto-reset.
+    """
+
+    def __init__(self, n: int, continuous: bool) -> None:
+        self.n, self.continuous = n, continuous
+        self.position = np.zeros((n, 2), np.float32)
+        self.steps = np.zeros(n, int)
+        self.ended = np.zeros(n, bool)
+        actions = ActionSpec(2, ()) if continuous else ActionSpec(0, (4,))
+        self.params = BrainParameters("Drift", (ObservationSpec((2,), np.dtype(np.float32)),), actions)
+
+    @property
+    def num_agents(self) -> int:
+        return self.n
+
+    @property
+    def brain_parameters(self) -> BrainParameters:
+        return self.params
+
+    def reset(self) -> list[np.ndarray]:
+        self.position[:] = 0
+        return [self.position.copy()]
+
+    def step(
+        self, continuous: np.ndarray, discrete: np.ndarray
+    ) -> tuple[list[np.ndarray], np.ndarray, np.ndarray, np.ndarray]:
+        moves = 0.1 * continuous if self.continuous else 0.1 * np.array([[1, 0], [-1, 0], [0, 1], [0, -1]])[discrete[:, 0]]
+        self.position = np.where(self.ended[:, None], 0.0, self.position + moves).astype(np.float32)
+        self.steps = np.where(self.ended, 0, self.steps + 1)
+        truncated = self.steps >= 12
+        self.ended = truncated
+        return [self.position.copy()], np.full(self.n, 0.1, np.float32), np.zeros(self.n, bool), truncated
+
+
+def _random_policy(seed: int) -> Any:
+    rng = np.random.default_rng(seed)
+
+    def act(observations: list[np.ndarray], spec: ActionSpec) -> tuple[np.ndarray, np.ndarray]:
+        n = len(observations[0])
+        continuous = rng.uniform(-1, 1, (n, spec.continuous_size)).astype(np.float32)
+        discrete = (
+            np.stack([rng.integers(0, b, n) for b in spec.discrete_branches], axis=1)
+            if spec.num_branches
+            else np.zeros((n, 0), int)
+        )
+        return continuous, discrete
+
+    return act
+
+
+def _unity_order(pairs: list[demo_pb.AgentInfoActionPairProto]) -> list[demo_pb.AgentInfoActionPairProto]:
+    """Unity's recording order: each record stores the previous record's action, zeros at an episode's first."""
+    out, previous = [], None
+    for pair in pairs:
+        moved = demo_pb.AgentInfoActionPairProto()
+        moved.agent_info.CopyFrom(pair.agent_info)
+        if previous is None:
+            zeros = demo_pb.AgentActionProto()
+            zeros.continuous_actions.extend([0.0] * len(pair.action_info.continuous_actions))
+            zeros.discrete_actions.extend([0] * len(pair.action_info.discrete_actions))
+            zeros.vector_actions_deprecated.extend([0.0] * len(pair.action_info.vector_actions_deprecated))
+            moved.action_info.CopyFrom(zeros)
+        else:
+            moved.action_info.CopyFrom(previous.action_info)
+        out.append(moved)
+        previous = None if pair.agent_info.done else pair
+    return out
+
+
+@pytest.mark.parametrize("continuous", [True, False], ids=["continuous", "discrete"])
+def test_our_recorder_is_read_as_same_and_unitys_order_as_next(continuous: bool, tmp_path: Path) -> None:
+    from cli.record import demo_bytes, record_episodes, scripted_actor
+
+    env = DriftEnv(2, continuous)
+    pairs, returns = record_episodes(env, scripted_actor(_random_policy(1), env.params, "random"), 20)
+    for order, records in (("same", pairs), ("next", _unity_order(pairs))):
+        path = tmp_path / f"{order}.demo"
+        path.write_bytes(demo_bytes("drift", env.params, records, returns))
+        (evidence,) = demo_action_timings(load_demonstration(path))
+        assert (evidence.timing, evidence.decided_by) == (order, "inverse_dynamics"), evidence
+        # The detected pairing gives every row the action that moved obs to next_obs.
+        _, buffer = demo_to_buffer(path, 1)
+        obs, next_obs = np.asarray(buffer[tr.obs_key(0)].data), np.asarray(buffer[tr.next_obs_key(0)].data)
+        # ML-Agents' pairing (same) keeps the row from a terminal record into the next episode: skip it.
+        done = np.asarray(buffer[tr.DONE].data, bool)
+        moved = ~np.r_[False, done[:-1]]
+        if continuous:
+            np.testing.assert_allclose(
+                (next_obs - obs)[moved], 0.1 * np.asarray(buffer[tr.CONTINUOUS_ACTIONS].data)[moved], atol=1e-5
+            )
+        else:
+            directions = np.array([[1, 0], [-1, 0], [0, 1], [0, -1]])[np.asarray(buffer[tr.DISCRETE_ACTIONS].data)[:, 0]]
+            np.testing.assert_allclose((next_obs - obs)[moved], 0.1 * directions[moved], atol=1e-5)
+
+
+# -- the demo_action_timing key ------------------------------------------------------------------
+
+TIMING_SECTIONS = {
+    "bc": {"trainer_type": "bc", "hyperparameters": {"demo_path": "d.demo"}},
+    "gail": {"reward_signals": {"gail": {"demo_path": "d.demo"}}},
+    "behavioral_cloning": {"behavioral_cloning": {"demo_path": "d.demo"}},
+}
+
+
+def _timing_section(behavior: dict[str, Any], where: str) -> dict[str, Any]:
+    if where == "bc":
+        return behavior["hyperparameters"]
+    return behavior["reward_signals"]["gail"] if where == "gail" else behavior["behavioral_cloning"]
+
+
+@pytest.mark.parametrize("where", sorted(TIMING_SECTIONS))
+def test_demo_action_timing_key_parses_strictly(where: str) -> None:
+    import copy
+
+    from common.config import DemoActionTiming, parse_config
+
+    def settings(value: str | None) -> Any:
+        behavior = copy.deepcopy(TIMING_SECTIONS[where])
+        if value is not None:
+            _timing_section(behavior, where)["demo_action_timing"] = value
+        parsed = parse_config({"behaviors": {"B": behavior}}, "t.yaml").behaviors["B"]
+        if where == "bc":
+            return parsed.hyperparameters
+        return parsed.reward_signals["gail"] if where == "gail" else parsed.behavioral_cloning
+
+    assert settings(None).demo_action_timing is DemoActionTiming.AUTO
+    assert settings("next").demo_action_timing is DemoActionTiming.NEXT
+    assert settings("same").demo_action_timing is DemoActionTiming.SAME
+    key = {
+        "bc": "behaviors.B.hyperparameters.demo_action_timing",
+        "gail": "behaviors.B.reward_signals.gail.demo_action_timing",
+        "behavioral_cloning": "behaviors.B.behavioral_cloning.demo_action_timing",
+    }[where]
+    with pytest.raises(StepstreamError, match=rf"{key}: expected one of auto, same, next, got str 'previous'"):
+        settings("previous")

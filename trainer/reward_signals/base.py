@@ -19,7 +19,7 @@ import tensorflow as tf
 
 from common import trajectory as tr
 from common.buffer import AgentBuffer
-from common.config import RewardSignalSettings
+from common.config import DemoActionTiming, RewardSignalSettings
 from common.demo import demo_to_buffer
 from common.specs import ActionSpec, BrainParameters
 from trainer.summaries import EXTRINSIC_REWARD
@@ -177,15 +177,18 @@ def signal_checkpoint_objects(signals: Sequence[RewardSignal]) -> dict[str, obje
     return objects
 
 
-def expert_rows(demo_path: str, brain_parameters: BrainParameters) -> AgentBuffer:
-    """The demonstration's update-buffer rows (``common.demo.demo_to_buffer``, sequence length 1).
+def expert_rows(
+    demo_path: str, brain_parameters: BrainParameters, action_timing: DemoActionTiming = DemoActionTiming.AUTO
+) -> AgentBuffer:
+    """The demonstration's update-buffer rows (``common.demo.demo_to_buffer``, sequence length 1), paired by
+    ``action_timing`` (the section's ``demo_action_timing``: which record holds an obs's action).
 
     ``demo_path`` is resolved as given, relative to the working directory, as ML-Agents resolves it.
 
     Raises:
         DemoError: a missing or malformed file, or one whose spec differs from ``brain_parameters``.
     """
-    _, buffer = demo_to_buffer(Path(demo_path), 1, expected_spec=brain_parameters)
+    _, buffer = demo_to_buffer(Path(demo_path), 1, expected_spec=brain_parameters, action_timing=action_timing)
     return buffer
 
 

@@ -98,7 +98,7 @@ class GAILSignal:
         self.gamma, self.strength, self.use_actions = settings.gamma, settings.strength, settings.use_actions
         self._spec = brain_parameters.action_spec
         n_obs = len(brain_parameters.observation_specs)
-        demo = expert_rows(settings.demo_path, brain_parameters)
+        demo = expert_rows(settings.demo_path, brain_parameters, settings.demo_action_timing)
         self.expert = SignalBatch.from_rows({key: demo[key].data for key in demo}, n_obs)
         """Every demonstrated experience (``N_E`` rows)."""
         size = sum(int(np.prod(o.shape)) for o in brain_parameters.observation_specs)
