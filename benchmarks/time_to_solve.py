@@ -184,12 +184,19 @@ def watch(
 
 
 def run(
-    algo_env: str, seed: int, results_dir: Path, wall_limit_s: float, poll_s: float, config: Path | None = None
+    algo_env: str,
+    seed: int,
+    results_dir: Path,
+    wall_limit_s: float,
+    poll_s: float,
+    config: Path | None = None,
+    workload: Workload | None = None,
 ) -> tuple[Outcome, bool]:
     """Train until solved or out of budget; ``(outcome, run_ok)``, run_ok False if the run failed.
 
-    ``config`` replaces the workload's own config (same task and threshold), for trying settings."""
-    workload = WORKLOADS[algo_env]
+    ``config`` replaces the workload's own config (same task and threshold), for trying settings;
+    ``workload`` replaces ``WORKLOADS[algo_env]`` (benchmarks/classic_control.py's tasks)."""
+    workload = workload or WORKLOADS[algo_env]
     if config is not None:
         workload = Workload(config, workload.window, workload.threshold)
     options = load_config(workload.config)

@@ -139,6 +139,13 @@ class PPOHyperparameters:
     """Activation of the policy's and value network's hidden layers: tanh (SB3), relu, or swish (ML-Agents)."""
     orthogonal_init: bool = field(default=True, metadata=STEPSTREAM_KEY)
     """Orthogonal kernels (gain sqrt(2) hidden, 0.01 policy head, 1 value head: SB3); false: Glorot (ML-Agents)."""
+    proximal_clip: bool = field(default=False, metadata=STEPSTREAM_KEY)
+    """Clip the ratio around the policy at the update's start and weight the advantages by pi_prox / pi_behaviour
+    (decoupled PPO), so rows taken while the trainer updated (policy lag) still train; false: around the acting
+    policy (ML-Agents, SB3). Helped Acrobot-v1, slowed CartPole-v1 (trainer/ppo.py, PPOLearner._proximal)."""
+    normalize_reward: bool = field(default=False, metadata=STEPSTREAM_KEY)
+    """Divide the extrinsic reward by the running std of its discounted return (SB3's VecNormalize, the reward half;
+    RL-Zoo's ``normalize: true`` turns it on with the observations'); false: raw rewards, as ML-Agents."""
 
     def __post_init__(self) -> None:
         at_least(self.batch_size, 1, "batch_size")

@@ -135,7 +135,9 @@ class MiniBatch(NamedTuple):
     float32 [B, M], 1 = allowed ([B, 0] with no branches); ``old_log_probs`` float32 [B], the
     processor's log-probs summed over dimensions and branches; ``advantages`` float32 [B] (summed over the
     signals); ``returns`` (value targets: each signal's advantages + old values) and ``old_values`` (V when
-    the trajectory was added) float32 [B, K], a column per reward signal. Stacked for one update
+    the trajectory was added) float32 [B, K], a column per reward signal; ``weights`` float32 [B], the
+    advantages' importance weights ``min(1, pi_prox(a|s) / pi_behaviour(a|s))`` when ``proximal_clip`` is on (then
+    ``old_log_probs`` are the proximal policy's, see ``PPOLearner.update``), else 1. Stacked for one update
     (``epoch_minibatches``), every field gains a leading ``[S]`` axis.
     """
 
@@ -147,6 +149,7 @@ class MiniBatch(NamedTuple):
     advantages: tf.Tensor
     returns: tf.Tensor
     old_values: tf.Tensor
+    weights: tf.Tensor
 
     @classmethod
     def from_buffer(cls, buffer: AgentBuffer, n_obs: int, branches: Sequence[int]) -> MiniBatch:
@@ -159,7 +162,8 @@ class MiniBatch(NamedTuple):
         advantages = buffer[ADVANTAGES].data
         returns = buffer[RETURNS].data
         old_values = buffer[VALUE_ESTIMATES].data
-        return cls(obs, continuous, discrete, mask, old_log_probs.astype(np.float32), advantages, returns, old_values)
+        weights = np.ones(buffer.num_experiences, np.float32)
+        return cls(obs, continuous, discrete, mask, old_log_probs.astype(np.float32), advantages, returns, old_values, weights)
 
     @classmethod
     def stacked_signature(cls, obs_specs: tuple[tf.TensorSpec, ...], action_spec: ActionSpec, signals: int) -> MiniBatch:
@@ -170,7 +174,7 @@ class MiniBatch(NamedTuple):
         continuous = tf.TensorSpec([None, action_spec.continuous_size])
         mask = tf.TensorSpec([None, action_spec.mask_width])
         discrete = tf.TensorSpec([None, action_spec.num_branches], tf.int32)
-        batch_spec = cls(obs_specs, continuous, discrete, mask, rows, rows, heads, heads)
+        batch_spec = cls(obs_specs, continuous, discrete, mask, rows, rows, heads, heads, rows)
         stacked: MiniBatch = tf.nest.map_structure(lambda spec: tf.TensorSpec([None, *spec.shape], spec.dtype), batch_spec)
         return stacked
 
@@ -233,7 +237,7 @@ def ppo_losses(
     loss averages over rows and value heads (ML-Agents averages the heads' losses); ``clip_value_loss`` picks
     ``clipped_value_loss`` over ``squared_value_loss`` (module docstring).
     """
-    advantages = normalized_advantages(batch.advantages)
+    advantages = normalized_advantages(batch.advantages) * batch.weights
     policy = clipped_surrogate_loss(log_probs, batch.old_log_probs, advantages, epsilon)
     if clip_value_loss:
         value = clipped_value_loss(values, batch.old_values, batch.returns, epsilon)
@@ -266,6 +270,71 @@ def action_log_probs_and_entropy(
         log_probs.append(tf.reduce_sum(log_p, axis=-1))
         entropies.append(tf.reduce_sum(entropy, axis=-1))
     return tf.add_n(log_probs), tf.add_n(entropies)
+
+
+# -- reward scaling ----------------------------------------------------------------------------------
+
+
+#: SB3 VecNormalize's bounds: the scaled reward is clipped to +-REWARD_CLIP, and the std has this floor (variance).
+REWARD_CLIP = 10.0
+REWARD_VARIANCE_EPSILON = 1e-8
+
+
+class RewardScaler:
+    """SB3 ``VecNormalize``'s reward half (the ``normalize_reward`` setting): ``r / sqrt(var(G) + 1e-8)``, clipped
+    to +-10, where ``G_t = gamma * G_{t-1} + r_t`` is each agent's running discounted return (reset after its
+    episode ends) and ``var(G)`` its running variance over every step taken in so far (not centred: the reward
+    keeps its sign).
+
+    Why: with -1 per step until the goal (Acrobot-v1) the value targets reach -1 / (1 - gamma) = -100. The value
+    loss's gradient then dwarfs the policy's, and ``max_grad_norm`` clips both together, so the policy's step
+    shrinks by the same factor (module docstring of benchmarks/classic_control.py gives the A/B figures).
+
+    The moments (``variables``) checkpoint with the learner; the agents' running returns do not (a resumed run
+    restarts them at 0). A plain class: TF's checkpoint tracking rejects a dict changed outside its wrapper.
+    """
+
+    def __init__(self, gamma: float) -> None:
+        self.gamma = gamma
+        self.count = tf.Variable(0.0, dtype=tf.float64, trainable=False, name="count")
+        self.mean = tf.Variable(0.0, dtype=tf.float64, trainable=False, name="mean")
+        self.var = tf.Variable(1.0, dtype=tf.float64, trainable=False, name="var")
+        self._returns: dict[tuple[str, int], float] = {}
+
+    @property
+    def variables(self) -> tuple[tf.Variable, ...]:
+        """(count, mean, var) of the discounted returns, float64 scalars."""
+        return (self.count, self.mean, self.var)
+
+    def scale(self, trajectories: Sequence[tr.Trajectory], rewards: np.ndarray) -> np.ndarray:
+        """float32 [N]: ``rewards`` [N] (the trajectories' steps in order) scaled, after folding their returns in."""
+        returns = np.empty(len(rewards), np.float64)
+        start = 0
+        for trajectory in trajectories:
+            key = (trajectory.id.session_id, trajectory.id.agent_id)
+            running = self._returns.pop(key, 0.0)
+            for t in range(start, start + trajectory.length):
+                running = running * self.gamma + float(rewards[t])
+                returns[t] = running
+            start += trajectory.length
+            if not trajectory.done_reached:  # the episode goes on in this agent's next trajectory
+                self._returns[key] = running
+        self._update(returns)
+        scaled = rewards / np.sqrt(float(self.var.numpy()) + REWARD_VARIANCE_EPSILON)
+        return np.clip(scaled, -REWARD_CLIP, REWARD_CLIP).astype(np.float32)
+
+    def _update(self, returns: np.ndarray) -> None:
+        """Chan et al.'s parallel update of (count, mean, var) with a batch, as SB3's ``RunningMeanStd``."""
+        if len(returns) == 0:
+            return
+        count, mean, var = float(self.count.numpy()), float(self.mean.numpy()), float(self.var.numpy())
+        batch_count, batch_mean, batch_var = len(returns), float(returns.mean()), float(returns.var())
+        total = count + batch_count
+        delta = batch_mean - mean
+        m2 = var * count + batch_var * batch_count + delta**2 * count * batch_count / total
+        self.count.assign(total)
+        self.mean.assign(mean + delta * batch_count / total)
+        self.var.assign(m2 / total)
 
 
 # -- the update buffer: its rows, and the minibatches of one update -----------------------------------
@@ -313,13 +382,20 @@ def trajectory_rows(
 
 
 def epoch_minibatches(
-    buffer: AgentBuffer, n_obs: int, branches: Sequence[int], num_epoch: int, batch_size: int, rng: np.random.Generator
+    buffer: AgentBuffer,
+    n_obs: int,
+    branches: Sequence[int],
+    num_epoch: int,
+    batch_size: int,
+    rng: np.random.Generator,
+    full: MiniBatch | None = None,
 ) -> tuple[MiniBatch, np.ndarray]:
     """Every minibatch of ``num_epoch`` shuffled passes over the ``N`` rows of ``buffer``, epochs back to back,
     stacked: ``MiniBatch`` fields ``[S, B, ...]``, with their row indices int [S, B]; ``S = num_epoch * (N // B)``.
 
     One shuffle per epoch, composed as ``AgentBuffer.shuffle`` would compose them in place; each epoch keeps its
-    first ``(N // batch_size) * batch_size`` rows (a last partial minibatch is dropped).
+    first ``(N // batch_size) * batch_size`` rows (a last partial minibatch is dropped). ``full``: the buffer's rows
+    as a ``MiniBatch`` already (default ``MiniBatch.from_buffer``).
     """
     n = buffer.num_experiences
     per_epoch = n // batch_size
@@ -329,7 +405,8 @@ def epoch_minibatches(
         order = order[rng.permutation(n)]
         index.append(order[: per_epoch * batch_size])
     take = np.concatenate(index).reshape(num_epoch * per_epoch, batch_size)
-    stacked: MiniBatch = tf.nest.map_structure(lambda x: x[take], MiniBatch.from_buffer(buffer, n_obs, branches))
+    rows = full if full is not None else MiniBatch.from_buffer(buffer, n_obs, branches)
+    stacked: MiniBatch = tf.nest.map_structure(lambda x: x[take], rows)
     return stacked, take
 
 
@@ -414,6 +491,9 @@ class PPOLearner:
                 orthogonal_init=hp.orthogonal_init,
             )
         self._transitions = any(s.checkpoint_objects() for s in self.signals)  # a signal with networks of its own
+        extrinsic = [k for k, signal in enumerate(self.signals) if signal.name == "extrinsic"]
+        self.reward_scaler = RewardScaler(self.signals[extrinsic[0]].gamma) if hp.normalize_reward and extrinsic else None
+        self._extrinsic = extrinsic[0] if extrinsic else -1
         self._variables = (*self.policy.trainable_variables, *self.value.trainable_variables)
         self.optimizer = adam(hp.learning_rate, self._variables, epsilon=ADAM_EPSILON)
         self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")
@@ -427,6 +507,8 @@ class PPOLearner:
         stacked = MiniBatch.stacked_signature(obs_specs, action_spec, len(self.signals))
         scalar = tf.TensorSpec([], tf.float32)
         self._train_epoch = tf.function(self._epochs, input_signature=[stacked, scalar, scalar], autograph=False)
+        rows_spec = tf.nest.map_structure(lambda spec: tf.TensorSpec(spec.shape[1:], spec.dtype), stacked)
+        self._log_probs = tf.function(self._action_log_probs, input_signature=[rows_spec], autograph=False)
         if warm_up:  # no rows: nothing trains, but the graphs are built and optimised
             empty = tf.nest.map_structure(lambda spec: tf.zeros([0, 0, *spec.shape[2:]], spec.dtype), stacked)
             self._train_epoch(empty, 0.0, 0.0)
@@ -437,6 +519,11 @@ class PPOLearner:
         if not self.normalize:
             return list(obs)
         return [normalizer.normalize(o) for normalizer, o in zip(self.normalizers, obs, strict=True)]
+
+    def _action_log_probs(self, batch: MiniBatch) -> tf.Tensor:
+        """log pi(a|s) [N] of the rows' actions under the current policy network."""
+        outputs = self.policy(*self._normalized(batch.obs))
+        return action_log_probs_and_entropy(outputs, batch, self.branches)[0]
 
     def _values(self, obs: tuple[tf.Tensor, ...]) -> tf.Tensor:
         """V(s) [N, K], one column per reward signal, of raw observations (one [N, size_i] each)."""
@@ -501,6 +588,8 @@ class PPOLearner:
         # Signals with networks read whole transitions; extrinsic alone needs only the rewards.
         batch = SignalBatch.from_trajectories(trajectories, n_obs, transitions=self._transitions)
         rewards = np.stack([signal.rewards(batch) for signal in self.signals], axis=1)
+        if self.reward_scaler is not None:
+            rewards[:, self._extrinsic] = self.reward_scaler.scale(trajectories, rewards[:, self._extrinsic])
         advantages = self._advantages(trajectories, rewards, values, next_values)
         computed = {
             ADVANTAGES: advantages.sum(axis=1),
@@ -560,7 +649,10 @@ class PPOLearner:
         signal_stats = signal_summaries(self.update_buffer, self.signals)
         n_obs = len(self.normalizers)
         epochs = self.hyperparameters.num_epoch
-        batches, take = epoch_minibatches(self.update_buffer, n_obs, self.branches, epochs, batch_size, self._rng)
+        rows = MiniBatch.from_buffer(self.update_buffer, n_obs, self.branches)
+        if self.hyperparameters.proximal_clip:
+            rows = self._proximal(rows)
+        batches, take = epoch_minibatches(self.update_buffer, n_obs, self.branches, epochs, batch_size, self._rng, rows)
         sums = self._train_epoch(batches, epsilon, beta).numpy()
         if self._transitions:  # the signals with networks of their own take a step on each minibatch
             signal_stats.update(self._update_signals(take))
@@ -579,6 +671,17 @@ class PPOLearner:
             BETA: beta,
             **signal_stats,
         }
+
+    def _proximal(self, rows: MiniBatch) -> MiniBatch:
+        """``rows`` with the clip centred on the policy at the update's start (decoupled PPO, Hilton et al. 2021,
+        "Batch size-invariance for policy optimization", arXiv:2110.00641): ``old_log_probs`` become the current
+        policy's and the advantages are weighted by ``pi_prox / pi_behaviour``, truncated at 1 (IMPALA's rho-bar,
+        Espeholt et al. 2018). With on-policy rows the ratio starts at 1 either way; with rows the envs took with an
+        older policy while the trainer updated (policy lag) the plain ratio starts off 1 and clipping drops their
+        gradient. The observation normaliser's own update before the step is also taken out of the ratio."""
+        proximal = self._log_probs(rows).numpy()
+        weights = np.minimum(1.0, np.exp(proximal - rows.old_log_probs)).astype(np.float32)
+        return rows._replace(old_log_probs=proximal, weights=weights)
 
     def _update_signals(self, minibatches: np.ndarray) -> dict[str, float]:
         """One ``update`` of every signal on each of the update's minibatches (row indices int [S, B]) of the update
@@ -604,6 +707,8 @@ class PPOLearner:
         objects["trainer_step"] = self.step  # not "step": trainer.checkpoint reserves that name
         objects.update({f"normalizer_{i}": normalizer for i, normalizer in enumerate(self.normalizers)})
         objects.update(signal_checkpoint_objects(self.signals))
+        if self.reward_scaler is not None:
+            objects.update({f"reward_scaler_{v.name.split(':')[0]}": v for v in self.reward_scaler.variables})
         if self.bc is not None:
             objects.update(self.bc.checkpoint_objects())
         return objects

@@ -165,6 +165,8 @@ def test_stepstream_ppo_keys_default_to_sb3s_variants() -> None:
         "max_grad_norm": 0.5,
         "activation": ActivationType.TANH,
         "orthogonal_init": True,
+        "proximal_clip": False,
+        "normalize_reward": False,
     }
     for cls in (SACHyperparameters, BCHyperparameters, NetworkSettings, RewardSignalSettings, BehaviorSettings):
         assert _stepstream_keys(cls) == set(), cls
@@ -192,6 +194,11 @@ def test_stepstream_ppo_keys_parse_strictly() -> None:
         _behavior({"trainer_type": "ppo", "hyperparameters": {"clip_value_loss": "yes"}})
     with pytest.raises(ConfigKeyError, match=rf"{key}\.orthogonal_init: expected true or false, got int 1"):
         _behavior({"trainer_type": "ppo", "hyperparameters": {"orthogonal_init": 1}})
+    own = {"proximal_clip": True, "normalize_reward": True}
+    parsed = _behavior({"trainer_type": "ppo", "hyperparameters": own}).behaviors["CartPole"].hyperparameters
+    assert parsed == PPOHyperparameters(proximal_clip=True, normalize_reward=True)
+    with pytest.raises(ConfigKeyError, match=rf"{key}\.normalize_reward: expected true or false, got str 'on'"):
+        _behavior({"trainer_type": "ppo", "hyperparameters": {"normalize_reward": "on"}})
     with pytest.raises(ConfigKeyError, match=r"'max_grad_norm' is a ppo hyperparameter"):
         _behavior({"trainer_type": "sac", "hyperparameters": {"max_grad_norm": 0.5}})
 

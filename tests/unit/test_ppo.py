@@ -29,6 +29,7 @@ from common.errors import ConfigError, NotSupportedYetError
 from common.specs import ActionSpec, BrainParameters, ObservationSpec
 from common.trajectory import Trajectory, TrajectoryId
 from processor.inference import Policy
+from trainer import ppo as ppo_module
 from trainer.networks import swish
 from trainer.ppo import (
     ACTION_CLIP,
@@ -39,11 +40,13 @@ from trainer.ppo import (
     LEARNING_RATE,
     POLICY_LOSS,
     RETURNS,
+    REWARD_CLIP,
     VALUE_ESTIMATE,
     VALUE_ESTIMATES,
     VALUE_LOSS,
     MiniBatch,
     PPOLearner,
+    RewardScaler,
     action_log_probs_and_entropy,
     clipped_surrogate_loss,
     clipped_value_loss,
@@ -197,7 +200,7 @@ def test_masked_discrete_options_get_no_probability() -> None:
     mask = tf.constant([[1.0, 0.0, 1.0, 1.0, 1.0]])  # option 1 of branch 0 forbidden
 
     def log_prob(actions: list[int]) -> tuple[float, float]:
-        batch = MiniBatch((), tf.zeros([1, 0]), tf.constant([actions], tf.int32), mask, *[tf.zeros([1])] * 4)
+        batch = MiniBatch((), tf.zeros([1, 0]), tf.constant([actions], tf.int32), mask, *[tf.zeros([1])] * 4, tf.ones([1]))
         log_p, entropy = action_log_probs_and_entropy({"logits": logits}, batch, (3, 2))
         return float(log_p[0]), float(entropy[0])
 
@@ -272,7 +275,8 @@ def test_first_ratio_is_one_for_what_the_exported_policy_sampled() -> None:
     traj = trajectory(HYBRID, 16, seed=3)
     out = policy.act(traj.obs, traj.action_mask, np.random.default_rng(0))
     mask = traj.action_mask.astype(np.float32)  # type: ignore[union-attr]
-    batch = MiniBatch((traj.obs[0],), out.continuous_actions, out.discrete_actions, mask, *[np.zeros(16, np.float32)] * 4)
+    zeros, ones = np.zeros(16, np.float32), np.ones(16, np.float32)
+    batch = MiniBatch((traj.obs[0],), out.continuous_actions, out.discrete_actions, mask, *[zeros] * 4, ones)
     outputs = learner.policy(learner.normalizers[0].normalize(traj.obs[0]))
     log_probs, _ = action_log_probs_and_entropy(outputs, batch, (3,))
     stored = out.continuous_log_probs.sum(axis=1) + out.discrete_log_probs.sum(axis=1)
@@ -412,3 +416,89 @@ def test_orthogonal_init_gives_sb3s_gains_or_glorot(orthogonal: bool) -> None:
         assert not np.allclose(gram, np.diag(np.diag(gram)), atol=1e-3)
         assert np.abs(hidden).max() <= math.sqrt(6 / (OBS + 8))
         assert float(np.linalg.norm(value_head)) != pytest.approx(1.0, rel=1e-3)
+
+
+# -- proximal_clip (decoupled PPO) and normalize_reward -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("proximal", [True, False], ids=["proximal", "behaviour"])
+def test_proximal_clip_centres_the_ratio_on_the_update_start(proximal: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rows an older policy took (placeholder log-probs, -1 per dimension): with proximal_clip the update's
+    old log-probs are the current policy's and the advantages carry min(1, pi_prox / pi_behaviour)."""
+    learner = PPOLearner(brain(HYBRID), settings(proximal_clip=proximal), warm_up=False)
+    learner.add_trajectories([trajectory(HYBRID, 32, seed=4)])
+    rows = MiniBatch.from_buffer(learner.update_buffer, 1, HYBRID.discrete_branches)
+    np.testing.assert_array_equal(rows.weights, np.ones(32, np.float32))
+    current = learner._log_probs(rows).numpy()
+    assert np.abs(current - rows.old_log_probs).max() > 0.1  # the rows are off-policy
+    seen: list[MiniBatch] = []
+    minibatches = ppo_module.epoch_minibatches
+
+    def recording(*args: Any) -> Any:
+        seen.append(args[-1])
+        return minibatches(*args)
+
+    monkeypatch.setattr(ppo_module, "epoch_minibatches", recording)
+    learner.update()
+    (trained,) = seen
+    if proximal:
+        np.testing.assert_allclose(trained.old_log_probs, current, rtol=1e-5)
+        expected = np.minimum(1.0, np.exp(current - rows.old_log_probs))
+        np.testing.assert_allclose(trained.weights, expected, rtol=1e-5)
+        assert trained.weights.min() < 1.0
+    else:
+        np.testing.assert_array_equal(trained.old_log_probs, rows.old_log_probs)
+        np.testing.assert_array_equal(trained.weights, np.ones(32, np.float32))
+
+
+def test_weights_scale_the_normalised_advantages_in_the_policy_loss() -> None:
+    learner = PPOLearner(brain(CONTINUOUS), settings(), warm_up=False)
+    batch = one_minibatch(learner, CONTINUOUS)
+    outputs = learner.policy(*learner._normalized(batch.obs))
+    log_probs, entropy = action_log_probs_and_entropy(outputs, batch, ())
+    values = learner._values(batch.obs)
+    eps, beta = tf.constant(0.2), tf.constant(0.0)
+    full = ppo_losses(log_probs, entropy, values, batch, eps, beta, False).policy
+    halved = ppo_losses(log_probs, entropy, values, batch._replace(weights=batch.weights * 0.5), eps, beta, False).policy
+    assert float(halved) == pytest.approx(0.5 * float(full), rel=1e-5)
+
+
+def test_reward_scaler_divides_by_the_std_of_each_agents_discounted_return() -> None:
+    """-1 per step, two agents, one trajectory cut in two: the running return carries over the cut, restarts
+    after the episode's end, and the scale is SB3 VecNormalize's 1 / sqrt(var(G) + 1e-8)."""
+    scaler = RewardScaler(gamma=0.5)
+    a1 = trajectory(DISCRETE, 2, seed=0)  # agent ("s", 0): continues in a2
+    a2 = trajectory(DISCRETE, 2, seed=0, done_reached=True)
+    other = Trajectory(**{**a1.__dict__, "id": TrajectoryId("s", 1, 0)})
+    ones = -np.ones(2, np.float32)
+    first = scaler.scale([a1, other], np.concatenate([ones, ones]))
+    g1 = np.array([-1.0, -1.5, -1.0, -1.5])
+    np.testing.assert_allclose(first, -1.0 / np.sqrt(g1.var() + 1e-8), rtol=1e-6)
+    scaler.scale([a2], ones)  # G goes on: -1.75, -1.875; then the episode ends
+    g = np.concatenate([g1, [-1.75, -1.875]])
+    assert float(scaler.var.numpy()) == pytest.approx(g.var(), rel=1e-9)
+    assert float(scaler.count.numpy()) == 6
+    scaler.scale([a1], ones)  # restarted at 0 after done: -1, -1.5 again
+    np.testing.assert_allclose(float(scaler.mean.numpy()), np.concatenate([g, [-1.0, -1.5]]).mean(), rtol=1e-9)
+    tiny = RewardScaler(gamma=0.0)
+    np.testing.assert_allclose(tiny.scale([a1], np.array([5.0, 5.0], np.float32)), [REWARD_CLIP, REWARD_CLIP])
+
+
+@pytest.mark.parametrize("normalize_reward", [True, False], ids=["scaled", "raw"])
+def test_normalize_reward_scales_only_the_extrinsic_rewards_the_returns_see(normalize_reward: bool) -> None:
+    learner = PPOLearner(brain(DISCRETE), settings(normalize_reward=normalize_reward), warm_up=False)
+    traj = trajectory(DISCRETE, 16, seed=5)
+    learner.add_trajectories([traj])
+    rewards = learner.update_buffer["signal_rewards"].data[:, 0]
+    raw = traj.rewards * np.float32(0.5)  # strength 0.5
+    if normalize_reward:
+        returns = np.zeros(16)
+        running = 0.0
+        for t, r in enumerate(raw):
+            running = running * 0.9 + float(r)
+            returns[t] = running
+        np.testing.assert_allclose(rewards, np.clip(raw / np.sqrt(returns.var() + 1e-8), -10, 10), rtol=1e-5)
+        assert "reward_scaler_var" in learner.checkpoint_objects()
+    else:
+        np.testing.assert_array_equal(rewards, raw)
+        assert not any(key.startswith("reward_scaler") for key in learner.checkpoint_objects())
