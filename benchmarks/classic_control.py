@@ -168,9 +168,13 @@ def run_sb3(task: Task, seed: int, sb3_python: Path) -> Figures:
     return Figures(result["final"], result["solve_steps"], result["solve_s"])
 
 
-def median(values: list[float | None], missing: float) -> float:
-    """The median, with None counted as ``missing`` (Infinity for times, NaN for returns)."""
-    return statistics.median(missing if v is None else v for v in values) if values else math.nan
+def median(values: list[float | None], missing: float | None) -> float:
+    """The median, with None counted as ``missing`` (Infinity for times) or left out (``missing`` None: returns of a
+    run that failed); NaN when nothing is left."""
+    kept = [v for v in values if v is not None]
+    if missing is not None:
+        kept += [missing] * (len(values) - len(kept))
+    return statistics.median(kept) if kept else math.nan
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -209,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
                     log.info("%s seed %d %s: %s", name, seed, side, figures)
             summary: dict[str, Any] = dict(entry)
             for side in ("ours", "sb3"):
-                summary[f"median_{side}_final"] = median(entry[f"{side}_final"], math.nan)
+                summary[f"median_{side}_final"] = median(entry[f"{side}_final"], None)
                 summary[f"median_{side}_solve_s"] = median(entry[f"{side}_solve_s"], math.inf)
             report[name] = summary
     print(json.dumps(report))  # json writes inf as Infinity
