@@ -155,8 +155,9 @@ class ConsoleWriter:
         if AGENT_STEPS_PER_S in metrics:
             parts.append(f"Agent steps/s: {metrics[AGENT_STEPS_PER_S]:.0f}.")
         if POLICY_VERSION in metrics:
-            lag = metrics.get(POLICY_VERSION_LAG, math.nan)
-            parts.append(f"Policy version: {metrics[POLICY_VERSION]:.0f} (lag {lag:.2f}).")
+            # The lag is a property of acted trajectories: a learner fed demonstrations (offline BC) has none.
+            lag = f" (lag {metrics[POLICY_VERSION_LAG]:.2f})" if POLICY_VERSION_LAG in metrics else ""
+            parts.append(f"Policy version: {metrics[POLICY_VERSION]:.0f}{lag}.")
         logger.info("%s", " ".join(parts))
 
     def close(self) -> None:

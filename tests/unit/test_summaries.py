@@ -24,6 +24,7 @@ from trainer.summaries import (
     LEARNING_RATE,
     POLICY_VERSION,
     POLICY_VERSION_LAG,
+    ConsoleWriter,
     EpisodeCsv,
     EpisodeRecord,
     PeriodStats,
@@ -196,3 +197,11 @@ def test_summaries_without_results_dir_write_no_files(tmp_path: Path) -> None:
     summaries.write({EPISODES: 0.0}, 1)
     summaries.close()
     assert not list(tmp_path.iterdir())
+
+
+def test_the_console_line_of_a_learner_without_acted_trajectories_has_no_lag(caplog: pytest.LogCaptureFixture) -> None:
+    writer = ConsoleWriter("Simple1D", run_started_at=time.time())
+    with caplog.at_level(logging.INFO, logger="trainer.summaries"):
+        writer.write({POLICY_VERSION: 4.0}, 300)  # offline BC: versions, no trajectories, so no lag
+    (line,) = [r.getMessage() for r in caplog.records]
+    assert line.endswith("Policy version: 4.") and "nan" not in line
