@@ -63,6 +63,12 @@ def _add_processor(sub: argparse._SubParsersAction) -> None:
         help="nats://HOST:4222: the trajectory and policy topics on that NATS JetStream broker (many processors, "
         "durable) instead of in this process [env STEPSTREAM_TOPICS]",
     )
+    parser.add_argument(
+        "--exit-when-finished",
+        action="store_true",
+        help="exit 0 once the trainer of every configured behavior reported max_steps and no env client is connected "
+        "(the compose stack's end); without it the processor serves inference on with the last policies",
+    )
     add_server_security_flags(parser)
     add_metrics_flags(parser)
     parser.set_defaults(func=_run_processor)
@@ -255,7 +261,7 @@ def _run_processor(args: argparse.Namespace) -> int:
 
         topics = open_topics(args.topics, name="processor")
     server = ProcessorServer(settings, options, topics)  # type: ignore[arg-type]  # the same surface as TopicRegistry
-    asyncio.run(server.serve(grace_s=args.grace_s))
+    asyncio.run(server.serve(grace_s=args.grace_s, exit_when_finished=args.exit_when_finished))
     return 0
 
 

@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 
 from common.config import BehaviorSettings, RunOptions, TrainerType, load_config
-from common.errors import ConfigError, DeadlineExceededError, TopicClosedError
+from common.errors import ConfigError, DeadlineExceededError, StepstreamError, TopicClosedError
 from common.logs import log_context
 from common.metrics import DEFAULT_METRICS_HOST, serve_metrics
 from common.security import PLAINTEXT, ClientSecurity
@@ -197,6 +197,8 @@ class TrainerService:
         from trainer.metrics import TrainerCollector
 
         self.metrics = TrainerCollector(self.name)
+        self.last_result: Any = None
+        """The newest loop's ``TrainerResult`` (its steps and version go to ``FinishTraining``)."""
         """What the metrics endpoint (``--metrics-port``) reports; each new loop is attached to it."""
 
     def run(self, stop: threading.Event) -> int:
@@ -212,7 +214,7 @@ class TrainerService:
     def _run(self, stop: threading.Event) -> int:
         """Wait for the behavior's BrainParameters, build the learner, train; see ``run_trainer``."""
         from common.topics.grpc_transport import GrpcPolicyPublisher
-        from trainer.loop import INTERRUPTED
+        from trainer.loop import INTERRUPTED, MAX_STEPS
         from trainer.registry import make_learner
 
         with GrpcPolicyPublisher(self.options.processor, self.name, security=self.options.security) as publisher:
@@ -240,7 +242,22 @@ class TrainerService:
                     raise ConfigError(
                         f"behavior {self.name!r}: the env clients now declare {again}, the trainer was built for {params}"
                     )
+            if stopped_by == MAX_STEPS:
+                self._report_finished(publisher)
         return 130 if stopped_by == INTERRUPTED else 0
+
+    def _report_finished(self, publisher: Any) -> None:
+        """Tell the processor the behavior's training is over, so it ends the env clients (``FinishTraining``)."""
+        steps, version = self.last_result.steps, self.last_result.policy_version
+        try:
+            publisher.finish(steps, version)
+        except StepstreamError as err:  # the run is done either way; the env clients then end with the processor
+            log.warning("%s: could not tell the processor that training finished: %s", self.name, err)
+            return
+        log.info(
+            "training of %s finished at step %d (policy version %d); the processor ends its env clients",
+            *(self.name, steps, version),
+        )
 
     def _wait_for_brain_parameters(self, publisher: Any, stop: threading.Event) -> BrainParameters | None:
         """The behavior's BrainParameters once an env client declared them; None if stopped first."""
@@ -286,6 +303,7 @@ class TrainerService:
             resume=resume,
         )
         self.metrics.attach(loop, subscription)
+        self.last_result = loop.result
         try:
             result = loop.run(stop)
         except (TopicClosedError, DeadlineExceededError) as err:

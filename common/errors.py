@@ -76,3 +76,7 @@ class SessionReplacedError(StepstreamError):
 
 class PolicyVersionError(StepstreamError):
     """A policy version cannot be followed: the next one would pass ``common.topics.base.MAX_POLICY_VERSION``."""
+
+
+class TrainingFinishedError(StepstreamError):
+    """The behavior's trainer reached max_steps: its env clients are done (gRPC OUT_OF_RANGE, not a failure)."""

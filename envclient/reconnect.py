@@ -21,6 +21,7 @@ import numpy as np
 from common.errors import StepstreamError
 from common.logs import log_context
 from common.security import PLAINTEXT, ClientSecurity
+from common.topics.grpc_status import TRAINING_FINISHED_STATUS
 from common.topics.grpc_transport import KEEPALIVE_OPTIONS
 from envclient.runner import VectorEnv, VectorEnvWrapper, run_env
 from envclient.session import EnvSession, StepRejectedError
@@ -110,9 +111,13 @@ class ReconnectingEnvClient:
         """Sessions opened (Hellos accepted)."""
         self.connected = False
         """A session is open right now."""
+        self.training_finished = False
+        """The processor ended a session with ``TRAINING_FINISHED_STATUS``: the run is over, this client is done."""
 
     def _finished(self) -> bool:
-        return self.stop.is_set() or (self.max_env_steps is not None and self.env.steps >= self.max_env_steps)
+        if self.training_finished or self.stop.is_set():
+            return True
+        return self.max_env_steps is not None and self.env.steps >= self.max_env_steps
 
     async def run(self) -> int:
         """Step until stopped or ``max_env_steps``; returns the env steps sent.
@@ -155,6 +160,10 @@ class ReconnectingEnvClient:
             await run_env(session, self.env, self.behavior_name, max_env_steps=remaining, stop=self.stop)
             return None
         except StepRejectedError as err:
+            if err.code == TRAINING_FINISHED_STATUS:  # the trainer reached max_steps: a normal end, never a reconnect
+                log.info("training of %s finished; env client '%s' ends", self.behavior_name, self.client_id)
+                self.training_finished = True
+                return None
             if err.code not in RETRYABLE_STATUSES:
                 where = f"{self.behavior_name}: the processor at {self.address} refused client '{self.client_id}'"
                 raise StepstreamError(f"{where}: {err} (not retryable; exiting)") from err

@@ -152,6 +152,8 @@ class Behavior:
         self._follower: asyncio.Task[None] | None = None
         self._loaded: dict[int, tuple[pb.PolicyUpdate, Policy]] = {}
         self.active_sessions = 0
+        self.finished = False
+        """Its trainer reported FinishTraining: cut trajectories are dropped (counted as unpublished)."""
 
     @property
     def name(self) -> str:
@@ -252,6 +254,10 @@ class Behavior:
         c = self.counters
         failure: BaseException | None = None
         for trajectory in trajectories:
+            if self.finished:  # no trainer takes them any more: nothing to hold the env clients back for
+                c.unpublished_trajectories += 1
+                c.unpublished_experiences += trajectory.length
+                continue
             if flushed:
                 c.flushed_trajectories += 1
                 c.flushed_experiences += trajectory.length
@@ -286,6 +292,8 @@ class BehaviorTable:
         self.settings = settings
         self.topics = topics
         self._behaviors: dict[str, Behavior] = {}
+        self.finished: set[str] = set()
+        """Behaviors whose trainer reported FinishTraining (``finish``), until a new subscription ``reopen``s one."""
         for name in settings.behaviors:
             self._declare_topics(name)
 
@@ -379,9 +387,47 @@ class BehaviorTable:
         runtime = self.settings.runtime(params.behavior_name)
         self._declare_topics(params.behavior_name)
         behavior = self._behaviors[params.behavior_name] = Behavior(params, runtime, self.settings, self.topics)
+        behavior.finished = params.behavior_name in self.finished
         behavior.start()
         log.info("behavior '%s' declared: %s", params.behavior_name, _describe(params))
         return behavior
+
+    def finish(self, name: str, trainer_step: int, policy_version: int) -> None:
+        """Mark ``name``'s training finished: its declared subscriber queues go (waking publishers blocked on them,
+        whose trajectories are dropped from then on), and sessions whose behaviors are all finished end."""
+        self.require_known(name)
+        if name in self.finished:
+            return
+        self.finished.add(name)
+        behavior = self._behaviors.get(name)
+        if behavior is not None:
+            behavior.finished = True
+        topic = self.topics.trajectories(name)
+        topic.expect_no_subscribers()
+        remove = getattr(topic, "remove", None)  # the broker's streams hold no publisher back
+        for subscriber in self.settings.declared_subscribers:
+            if remove is not None:
+                remove(subscriber)
+        log.info(
+            "training of behavior '%s' finished (trainer step %d, policy version %d); its env clients are told to end",
+            name, trainer_step, policy_version,
+        )  # fmt: skip
+
+    def reopen(self, name: str) -> None:
+        """A trainer subscribes to a finished behavior (a new run against a processor that serves on): train it again."""
+        if name not in self.finished:
+            return
+        self.finished.discard(name)
+        behavior = self._behaviors.get(name)
+        if behavior is not None:
+            behavior.finished = False
+        self._declare_topics(name)
+        log.info("behavior '%s' reopened for training by a new subscription", name)
+
+    def all_finished(self) -> bool:
+        """Every configured behavior (or, without a config, every one declared) has finished training."""
+        names = set(self.settings.behaviors) or set(self._behaviors) | self.finished
+        return bool(names) and names <= self.finished
 
     async def stop(self) -> None:
         for behavior in self._behaviors.values():

@@ -27,6 +27,7 @@ concurrent Watch streams.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import signal
 import time
@@ -286,13 +287,26 @@ class ProcessorServer:
         if self._server is not None:
             await self._server.wait_for_termination()
 
-    async def serve(self, grace_s: float = 5.0) -> None:
-        """Start, then run until SIGTERM/SIGINT, then drain with ``grace_s``."""
+    async def serve(self, grace_s: float = 5.0, *, exit_when_finished: bool = False) -> None:
+        """Start, then run until SIGTERM/SIGINT, then drain with ``grace_s``.
+
+        With ``exit_when_finished`` it also stops, as after a signal, once every behavior has finished training
+        (``BehaviorTable.all_finished``) and no session is open: the end of a stack run."""
         await self.start()
         stopping = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stopping.set)
-        await stopping.wait()
-        log.info("signal received; draining (grace %.1f s)", grace_s)
+        while not stopping.is_set():
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(stopping.wait(), _FINISHED_POLL_S)
+            if exit_when_finished and not stopping.is_set() and self.behaviors.all_finished() and not len(self.sessions):
+                log.info("training of every behavior finished and no session is open; stopping")
+                break
+        else:
+            log.info("signal received; draining (grace %.1f s)", grace_s)
         await self.stop(grace_s)
+
+
+_FINISHED_POLL_S = 0.5
+"""How often ``serve(exit_when_finished=True)`` looks whether the run is over."""

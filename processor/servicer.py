@@ -29,9 +29,11 @@ from common.errors import (
     SubscriberBusyError,
     TopicClosedError,
     TopicFullError,
+    TrainingFinishedError,
     UnknownBehaviorError,
 )
 from common.topics import MAX_POLICY_VERSION, Delivery, Subscription
+from common.topics.grpc_status import TRAINING_FINISHED_STATUS
 from common.topics.grpc_transport import MAX_MESSAGE_BYTES
 from common.trajectory import Trajectory
 from processor.assembly import StepActions
@@ -81,6 +83,7 @@ STATUS_TABLE: tuple[tuple[type[StepstreamError], grpc.StatusCode], ...] = (
     (DeadlineExceededError, grpc.StatusCode.DEADLINE_EXCEEDED),
     (SessionReplacedError, grpc.StatusCode.ABORTED),
     (TopicClosedError, grpc.StatusCode.UNAVAILABLE),
+    (TrainingFinishedError, TRAINING_FINISHED_STATUS),
 )
 
 
@@ -138,7 +141,8 @@ class AgentProcessorServicer(pb_grpc.AgentProcessorServicer):
                 else:
                     yield pb.StepResponse(action_info=await self._step(session, request))
         except StepstreamError as err:
-            log.warning("session %s ends: %s", session.session_id if session else context.peer(), status_details(str(err)))
+            level = logging.INFO if isinstance(err, TrainingFinishedError) else logging.WARNING  # the run's normal end
+            log.log(level, "session %s ends: %s", session.session_id if session else context.peer(), status_details(str(err)))
             await abort(context, err)
         except asyncio.CancelledError:
             if session is None:
@@ -155,6 +159,7 @@ class AgentProcessorServicer(pb_grpc.AgentProcessorServicer):
         if request.WhichOneof("payload") != "hello":
             raise ProtocolError("the first message of a Step stream must be a Hello", precondition=True)
         hello = decode_hello(request.hello)
+        self._check_training(hello.client_id, [p.behavior_name for p in hello.brain_parameters])
         for params in hello.brain_parameters:  # before anything is declared
             check_trajectory_fits(params, self.behaviors.runtime(params.behavior_name).time_horizon, self.max_trajectory_bytes)
         behaviors: list[Behavior] = []
@@ -179,8 +184,14 @@ class AgentProcessorServicer(pb_grpc.AgentProcessorServicer):
                 f"session {session.session_id} was replaced by a newer session of client '{session.client_id}'"
             )
 
+    def _check_training(self, who: str, names: list[str]) -> None:
+        """End a session (or refuse a Hello) once every behavior it declares has finished training."""
+        if names and all(name in self.behaviors.finished for name in names):
+            raise TrainingFinishedError(f"training of {', '.join(map(quoted, names))} finished; {who} can end")
+
     async def _step(self, session: Session, request: pb.StepRequest) -> pb.ActionInfo:
         self._check_live(session)
+        self._check_training(f"session {session.session_id}", list(session.behaviors))
         payload = request.WhichOneof("payload")
         if payload == "hello":
             raise ProtocolError(f"session {session.session_id}: a second Hello on one stream", precondition=True)
@@ -291,6 +302,7 @@ class AgentProcessorServicer(pb_grpc.AgentProcessorServicer):
         check_behavior_name(name, "SubscribeOpen.behavior_name")
         check_name(first.open.subscriber_name, "SubscribeOpen.subscriber_name", MAX_SUBSCRIBER_NAME_BYTES)
         self.behaviors.require_known(name)
+        self.behaviors.reopen(name)  # a new trainer of a finished behavior: train it again
         # Only queues the processor declared; the holder of a live one keeps it (common.topics.grpc_transport).
         return self.topics.trajectories(name).subscribe(
             first.open.subscriber_name,
@@ -322,6 +334,14 @@ class AgentProcessorServicer(pb_grpc.AgentProcessorServicer):
             log.info("behavior '%s': policy version %d ignored (have %d)", name, request.version, topic.highest_version)
         return pb.PublishPolicyReply(accepted=accepted, current_version=topic.highest_version)
 
+    async def FinishTraining(self, request: pb.TrainingFinished, context: grpc.aio.ServicerContext) -> pb.PolicyStatus:
+        try:
+            check_behavior_name(request.behavior_name, "TrainingFinished.behavior_name")
+            self.behaviors.finish(request.behavior_name, request.trainer_step, request.policy_version)
+        except StepstreamError as err:
+            await abort(context, err)
+        return await self.GetPolicyStatus(pb.PolicyQuery(behavior_name=request.behavior_name), context)
+
     async def GetPolicyStatus(self, request: pb.PolicyQuery, context: grpc.aio.ServicerContext) -> pb.PolicyStatus:
         name = request.behavior_name
         try:
@@ -330,9 +350,11 @@ class AgentProcessorServicer(pb_grpc.AgentProcessorServicer):
         except StepstreamError as err:
             await abort(context, err)
         behavior = self.behaviors.get(name)
-        if behavior is not None:
-            return behavior.status()
-        return pb.PolicyStatus(behavior_name=name, highest_version=self.topics.policies(name).highest_version)
+        status = behavior.status() if behavior is not None else pb.PolicyStatus(behavior_name=name)
+        if behavior is None:
+            status.highest_version = self.topics.policies(name).highest_version
+        status.training_finished = name in self.behaviors.finished
+        return status
 
 
 def delivery_batches(

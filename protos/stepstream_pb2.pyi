@@ -279,11 +279,23 @@ class PolicyQuery(_message.Message):
     def __init__(self, behavior_name: _Optional[str] = ...) -> None: ...
 
 class PolicyStatus(_message.Message):
-    __slots__ = ("behavior_name", "highest_version", "brain_parameters")
+    __slots__ = ("behavior_name", "highest_version", "brain_parameters", "training_finished")
     BEHAVIOR_NAME_FIELD_NUMBER: _ClassVar[int]
     HIGHEST_VERSION_FIELD_NUMBER: _ClassVar[int]
     BRAIN_PARAMETERS_FIELD_NUMBER: _ClassVar[int]
+    TRAINING_FINISHED_FIELD_NUMBER: _ClassVar[int]
     behavior_name: str
     highest_version: int
     brain_parameters: BrainParameters
-    def __init__(self, behavior_name: _Optional[str] = ..., highest_version: _Optional[int] = ..., brain_parameters: _Optional[_Union[BrainParameters, _Mapping]] = ...) -> None: ...
+    training_finished: bool
+    def __init__(self, behavior_name: _Optional[str] = ..., highest_version: _Optional[int] = ..., brain_parameters: _Optional[_Union[BrainParameters, _Mapping]] = ..., training_finished: _Optional[bool] = ...) -> None: ...
+
+class TrainingFinished(_message.Message):
+    __slots__ = ("behavior_name", "trainer_step", "policy_version")
+    BEHAVIOR_NAME_FIELD_NUMBER: _ClassVar[int]
+    TRAINER_STEP_FIELD_NUMBER: _ClassVar[int]
+    POLICY_VERSION_FIELD_NUMBER: _ClassVar[int]
+    behavior_name: str
+    trainer_step: int
+    policy_version: int
+    def __init__(self, behavior_name: _Optional[str] = ..., trainer_step: _Optional[int] = ..., policy_version: _Optional[int] = ...) -> None: ...

@@ -54,6 +54,11 @@ class AgentProcessorStub:
                 request_serializer=protos_dot_stepstream__pb2.PolicyQuery.SerializeToString,
                 response_deserializer=protos_dot_stepstream__pb2.PolicyStatus.FromString,
                 _registered_method=True)
+        self.FinishTraining = channel.unary_unary(
+                '/stepstream.v1.AgentProcessor/FinishTraining',
+                request_serializer=protos_dot_stepstream__pb2.TrainingFinished.SerializeToString,
+                response_deserializer=protos_dot_stepstream__pb2.PolicyStatus.FromString,
+                _registered_method=True)
 
 
 class AgentProcessorServicer:
@@ -87,6 +92,16 @@ class AgentProcessorServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def FinishTraining(self, request, context):
+        """A trainer reached max_steps. The processor stops holding publishers back for the behavior and
+        ends each session whose behaviors are all finished at its next step (a Hello declaring only
+        finished behaviors too) with OUT_OF_RANGE, which env clients read as "done, exit 0"; the last
+        policy keeps acting for sessions that still step. A new Subscribe of the behavior reopens it.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AgentProcessorServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -108,6 +123,11 @@ def add_AgentProcessorServicer_to_server(servicer, server):
             'GetPolicyStatus': grpc.unary_unary_rpc_method_handler(
                     servicer.GetPolicyStatus,
                     request_deserializer=protos_dot_stepstream__pb2.PolicyQuery.FromString,
+                    response_serializer=protos_dot_stepstream__pb2.PolicyStatus.SerializeToString,
+            ),
+            'FinishTraining': grpc.unary_unary_rpc_method_handler(
+                    servicer.FinishTraining,
+                    request_deserializer=protos_dot_stepstream__pb2.TrainingFinished.FromString,
                     response_serializer=protos_dot_stepstream__pb2.PolicyStatus.SerializeToString,
             ),
     }
@@ -218,6 +238,33 @@ class AgentProcessor:
             target,
             '/stepstream.v1.AgentProcessor/GetPolicyStatus',
             protos_dot_stepstream__pb2.PolicyQuery.SerializeToString,
+            protos_dot_stepstream__pb2.PolicyStatus.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def FinishTraining(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/stepstream.v1.AgentProcessor/FinishTraining',
+            protos_dot_stepstream__pb2.TrainingFinished.SerializeToString,
             protos_dot_stepstream__pb2.PolicyStatus.FromString,
             options,
             channel_credentials,

@@ -20,8 +20,14 @@ from common.errors import (
     SubscriberBusyError,
     TopicClosedError,
     TopicFullError,
+    TrainingFinishedError,
     UnknownBehaviorError,
 )
+
+TRAINING_FINISHED_STATUS = grpc.StatusCode.OUT_OF_RANGE
+"""The status a session ends with once every behavior it declares has finished training (``FinishTraining``):
+an env client reads it as "done" and exits 0 (never a reconnect). OUT_OF_RANGE, as gRPC defines it for
+"iterating past the end": the run's step budget is spent."""
 
 
 class GrpcStatusError(StepstreamError):
@@ -44,6 +50,7 @@ _ERROR_FOR_STATUS: dict[grpc.StatusCode, Callable[[str], StepstreamError]] = {
     grpc.StatusCode.UNIMPLEMENTED: NotSupportedYetError,
     grpc.StatusCode.RESOURCE_EXHAUSTED: TopicFullError,
     grpc.StatusCode.DEADLINE_EXCEEDED: DeadlineExceededError,
+    TRAINING_FINISHED_STATUS: TrainingFinishedError,
 }
 
 

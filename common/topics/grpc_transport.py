@@ -496,6 +496,20 @@ class GrpcPolicyPublisher:
             logger.warning("%r: version %d not accepted (have %d)", self.behavior_name, version, reply.current_version)
         return bool(reply.accepted)
 
+    def finish(self, trainer_step: int, policy_version: int) -> pb.PolicyStatus:
+        """Tell the processor this behavior's training is over (``FinishTraining``): it ends the env clients.
+
+        Raises:
+            StepstreamError: the call failed (the processor is gone, or does not know the behavior).
+        """
+        request = pb.TrainingFinished(
+            behavior_name=self.behavior_name, trainer_step=trainer_step, policy_version=policy_version
+        )
+        try:
+            return self._stub.FinishTraining(request, timeout=self.timeout_s, metadata=self._metadata, wait_for_ready=True)
+        except grpc.RpcError as err:
+            raise error_from_rpc(err, f"FinishTraining({self.behavior_name!r})") from err
+
     def wait_for_brain_parameters(
         self, behavior_name: str | None = None, timeout_s: float | None = 60.0, poll_interval_s: float = POLL_INTERVAL_S
     ) -> BrainParameters:
