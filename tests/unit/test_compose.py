@@ -13,6 +13,8 @@ from __future__ import annotations
 import argparse
 import re
 import shlex
+import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -170,3 +172,80 @@ def test_every_example_config_parses(path: str) -> None:
     # An offline bc config (every behavior cloned from its demo_path, no env) is the one kind without envs.
     offline = all(s.trainer_type is TrainerType.BC and s.demo_path for s in run_options.behaviors.values())
     assert run_options.env_settings.env_paths or offline, "an example config runs its own envs or trains offline"
+
+
+# -- Compose v1 (docker-compose 1.29, Debian 12's package) and v2 ----------------------------------------------
+
+COMPOSE_FILES = ("docker-compose.yml", "docker-compose.secure.yml")
+V1_TOP_LEVEL_KEYS = {"version", "services", "networks", "volumes", "secrets", "configs"}
+"""The top-level properties of docker-compose 1.29's ``compose/config/compose_spec.json`` (besides ``^x-``
+extensions; ``additionalProperties: false``): no ``name``, which Compose v2 added later."""
+V1_SERVICE_KEYS = set(
+    "blkio_config build cap_add cap_drop cgroup_parent command configs container_name cpu_count cpu_percent cpu_period"
+    " cpu_quota cpu_rt_period cpu_rt_runtime cpu_shares cpus cpuset credential_spec depends_on deploy device_cgroup_rules"
+    " devices dns dns_opt dns_search domainname entrypoint env_file environment expose extends external_links extra_hosts"
+    " group_add healthcheck hostname image init ipc isolation labels links logging mac_address mem_limit mem_reservation"
+    " mem_swappiness memswap_limit network_mode networks oom_kill_disable oom_score_adj pid pids_limit platform ports"
+    " privileged profiles pull_policy read_only restart runtime scale secrets security_opt shm_size stdin_open"
+    " stop_grace_period stop_signal storage_opt sysctls tmpfs tty ulimits user userns_mode volumes volumes_from"
+    " working_dir".split()
+)
+"""The service properties of that schema (``definitions.service``, also ``additionalProperties: false``)."""
+V1_HEALTHCHECK_KEYS = {"disable", "interval", "retries", "start_period", "test", "timeout"}
+V1_DEPENDS_ON_CONDITIONS = {"service_started", "service_healthy", "service_completed_successfully"}
+
+
+def _load(name: str) -> dict[str, Any]:
+    data = yaml.safe_load((REPO / name).read_text(encoding="utf-8"))  # resolves the `<<` merge keys, as Compose does
+    assert isinstance(data, dict)
+    return data
+
+
+@pytest.mark.parametrize("name", COMPOSE_FILES)
+def test_compose_file_fits_docker_compose_1_29s_schema(name: str) -> None:
+    data = _load(name)
+    unknown = {key for key in data if not key.startswith("x-")} - V1_TOP_LEVEL_KEYS
+    assert not unknown, f"{name}: top-level {sorted(unknown)} refused by docker-compose 1.29"
+    # Without `version` 1.29 reads a file that has `services` as the Compose Specification (as v2 does); with
+    # one, every file of a `-f a -f b` stack must carry the same. Compose v2 calls `version` obsolete: none at all.
+    assert "version" not in data and isinstance(data.get("services"), dict), f"{name}: no `version`, and a `services` map"
+    for service_name, service in data["services"].items():
+        unknown = {key for key in service if not key.startswith("x-")} - V1_SERVICE_KEYS
+        assert not unknown, f"{name}: services.{service_name}: {sorted(unknown)} unknown to docker-compose 1.29"
+        assert set(service.get("healthcheck", {})) <= V1_HEALTHCHECK_KEYS, f"{name}: services.{service_name}.healthcheck"
+        for dependency in (service.get("depends_on") or {}).values() if isinstance(service.get("depends_on"), dict) else ():
+            assert dependency.get("condition") in V1_DEPENDS_ON_CONDITIONS, f"{name}: services.{service_name}.depends_on"
+
+
+def _compose_commands() -> list[list[str]]:
+    """The Compose binaries on this machine: ``docker-compose`` (v1) and ``docker compose`` (v2), where present."""
+    commands = []
+    if shutil.which("docker-compose"):
+        commands.append(["docker-compose"])
+    if shutil.which("docker") and subprocess.run(["docker", "compose", "version"], capture_output=True).returncode == 0:
+        commands.append(["docker", "compose"])
+    return commands
+
+
+@pytest.mark.parametrize("files", [COMPOSE_FILES[:1], COMPOSE_FILES], ids=["stack", "stack+secure"])
+def test_compose_binaries_accept_the_files(files: tuple[str, ...]) -> None:
+    commands = _compose_commands()
+    if not commands:
+        pytest.skip(
+            "neither docker-compose (v1) nor the docker compose plugin (v2) is installed; the schema test above covers v1"
+        )
+    for command in commands:
+        argv = [*command, *(arg for f in files for arg in ("-f", f)), "config", "-q"]
+        result = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=120)
+        assert result.returncode == 0, f"`{shlex.join(argv)}` refused the files:\n{result.stderr}"
+
+
+def test_a_finished_run_ends_the_stack() -> None:
+    """`up` returns when training is done: the processor exits 0 once every behavior finished, and nothing
+    without an end (TensorBoard) runs by default."""
+    processor = SERVICES["processor"]
+    assert _parse(_host_argv(processor)).exit_when_finished
+    for name in STEPSTREAM_SERVICES:  # exit 0 at the end of the run must stay down
+        assert SERVICES[name]["restart"] == "on-failure", f"{name}: restart {SERVICES[name]['restart']!r} restarts an exit 0"
+    endless = [name for name in SERVICES if name not in STEPSTREAM_SERVICES and not SERVICES[name].get("profiles")]
+    assert not endless, f"{endless} would keep `docker compose up` running after training: put them in a profile"
