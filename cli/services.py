@@ -254,10 +254,7 @@ class TrainerService:
         except StepstreamError as err:  # the run is done either way; the env clients then end with the processor
             log.warning("%s: could not tell the processor that training finished: %s", self.name, err)
             return
-        log.info(
-            "training of %s finished at step %d (policy version %d); the processor ends its env clients",
-            *(self.name, steps, version),
-        )
+        log.info("training of %s finished at step %d (policy version %d); env clients told to end", self.name, steps, version)
 
     def _wait_for_brain_parameters(self, publisher: Any, stop: threading.Event) -> BrainParameters | None:
         """The behavior's BrainParameters once an env client declared them; None if stopped first."""
