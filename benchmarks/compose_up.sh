@@ -10,7 +10,8 @@
 # * Docker Hub is not reachable on some machines: when `docker pull python:3.11-slim` fails, it builds a stand-in
 #   `python:3.11-slim` locally (debootstrap of Debian 12, whose python3 is 3.11, with a venv at /usr/local so that
 #   `python` and `pip` are on PATH as in the official image) and `docker import`s it. The Dockerfile users run is
-#   unchanged.
+#   unchanged. The stand-in trusts this host's CA bundle (/etc/ssl/certs/ca-certificates.crt, copied in), so that
+#   `pip install` in the build passes an egress proxy that re-signs TLS, as the host's own pip does.
 # * "trained": the run's mean reward (run_logs/training_status.json, last 100 episodes) reached --threshold;
 #   "ended": `up` returned by itself, exit 0, before --timeout-s (the trainer at max_steps, then the env clients,
 #   then the processor with --exit-when-finished). `down -v` always runs at the end.
@@ -23,6 +24,7 @@ TIMEOUT_S=5400
 SCALE=2
 PROJECT=stepstream-bench
 BASE_IMAGE=python:3.11-slim
+HOST_CA_BUNDLE=/etc/ssl/certs/ca-certificates.crt
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --threshold) THRESHOLD=$2; shift 2 ;;
@@ -94,11 +96,13 @@ if ! docker image inspect "$BASE_IMAGE" >/dev/null 2>&1; then
     {
       debootstrap --variant=minbase --include=python3,python3-venv,ca-certificates bookworm "$ROOTFS" http://deb.debian.org/debian \
         && chroot "$ROOTFS" python3 -m venv /usr/local \
-        && chroot "$ROOTFS" /usr/local/bin/pip install --quiet --upgrade pip \
+        && { [[ ! -f "$HOST_CA_BUNDLE" ]] || cp "$HOST_CA_BUNDLE" "$ROOTFS/etc/ssl/certs/ca-certificates.crt"; } \
+        && chroot "$ROOTFS" env PIP_CERT=/etc/ssl/certs/ca-certificates.crt /usr/local/bin/pip install --quiet --upgrade pip \
         && chroot "$ROOTFS" apt-get clean \
         && tar -C "$ROOTFS" -c . | docker import \
           --change 'ENV PATH=/usr/local/bin:/usr/local/sbin:/usr/sbin:/usr/bin:/sbin:/bin' \
-          --change 'ENV LANG=C.UTF-8' --change 'CMD ["python3"]' - "$BASE_IMAGE"
+          --change 'ENV LANG=C.UTF-8' --change 'ENV PIP_CERT=/etc/ssl/certs/ca-certificates.crt' \
+          --change 'ENV SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt' --change 'CMD ["python3"]' - "$BASE_IMAGE"
     } >"$LOG_DIR/debootstrap.log" 2>&1 || { rm -rf "$ROOTFS"; no_engine "building $BASE_IMAGE with debootstrap failed (see $LOG_DIR/debootstrap.log)"; }
     rm -rf "$ROOTFS"
   fi
