@@ -16,6 +16,9 @@ per session, never per step.
   the handler in one ``contextvars.Context``, so every line the handler logs carries them.
 * ``DecodeCheckInterceptor`` ends a call whose request bytes are not its message with
   INVALID_ARGUMENT (instead of grpc.aio's UNKNOWN and traceback).
+
+Every refusal here sets the status and returns, never ``context.abort``: grpc.aio keeps the abort's
+exception with the call, and with it the frame holding the request (``processor.servicer``).
 """
 
 from __future__ import annotations
@@ -48,12 +51,14 @@ def _metadata_value(details: grpc.HandlerCallDetails, key: str) -> str | None:
 
 
 def _refusal(handler: grpc.RpcMethodHandler, code: grpc.StatusCode, details: str) -> grpc.RpcMethodHandler:
-    """A handler of the same kind (streaming or not, same codecs) as ``handler`` that only aborts."""
+    """A handler of the same kind (streaming or not) as ``handler`` that only refuses: it never decodes the request."""
 
     async def abort(unused_request: Any, context: grpc.aio.ServicerContext) -> None:
-        await context.abort(code, details)
+        del unused_request
+        context.set_code(code)
+        context.set_details(details)
 
-    codecs = {"request_deserializer": handler.request_deserializer, "response_serializer": handler.response_serializer}
+    codecs = {"request_deserializer": None, "response_serializer": handler.response_serializer}
     if handler.request_streaming and handler.response_streaming:
         return grpc.stream_stream_rpc_method_handler(abort, **codecs)
     if handler.request_streaming:
@@ -183,15 +188,17 @@ def _decode_checked(handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMeth
 
     async def unary_unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
         if isinstance(request, Undecodable):
-            await _refuse(request, context)
+            return _refuse(request, context)
         return await inner(request, context)
 
     return grpc.unary_unary_rpc_method_handler(unary_unary, request_deserializer=decode_or_mark, **codecs)
 
 
-async def _refuse(undecodable: Undecodable, context: grpc.aio.ServicerContext) -> None:
+def _refuse(undecodable: Undecodable, context: grpc.aio.ServicerContext) -> None:
+    """Set INVALID_ARGUMENT and log it once; the caller returns (no message goes with a status other than OK)."""
     log.warning("%s", undecodable.details)
-    await context.abort(grpc.StatusCode.INVALID_ARGUMENT, undecodable.details)
+    context.set_code(grpc.StatusCode.INVALID_ARGUMENT)
+    context.set_details(undecodable.details)
 
 
 def _checked_unary_stream(inner_stream: Callable[..., Any]) -> Callable[..., Any]:
@@ -201,14 +208,15 @@ def _checked_unary_stream(inner_stream: Callable[..., Any]) -> Callable[..., Any
 
         async def writing(request: Any, context: grpc.aio.ServicerContext) -> Any:
             if isinstance(request, Undecodable):
-                await _refuse(request, context)
+                return _refuse(request, context)
             return await inner_stream(request, context)
 
         return writing
 
     async def yielding(request: Any, context: grpc.aio.ServicerContext) -> Any:
         if isinstance(request, Undecodable):
-            await _refuse(request, context)
+            _refuse(request, context)
+            return
         async for response in inner_stream(request, context):
             yield response
 

@@ -81,24 +81,31 @@ class BoundedHealthServicer(health.aio.HealthServicer):  # type: ignore[misc]
         self.watches = 0
         self.refused = 0
 
-    async def _refuse_long_name(self, request: health_pb2.HealthCheckRequest, context: grpc.aio.ServicerContext) -> None:
+    def _refused(self, context: grpc.aio.ServicerContext, code: grpc.StatusCode, details: str) -> bool:
+        """Set the refusal's status (the caller returns: not ``context.abort``, whose kept exception holds the request)."""
+        self.refused += 1
+        context.set_code(code)
+        context.set_details(details)
+        return True
+
+    def _refuse_long_name(self, request: health_pb2.HealthCheckRequest, context: grpc.aio.ServicerContext) -> bool:
         size = len(request.service.encode("utf-8"))
-        if size > MAX_HEALTH_SERVICE_NAME_BYTES:
-            self.refused += 1
-            await context.abort(
-                grpc.StatusCode.INVALID_ARGUMENT,
-                f"health service name of {size} bytes; at most {MAX_HEALTH_SERVICE_NAME_BYTES}",
-            )
+        if size <= MAX_HEALTH_SERVICE_NAME_BYTES:
+            return False
+        details = f"health service name of {size} bytes; at most {MAX_HEALTH_SERVICE_NAME_BYTES}"
+        return self._refused(context, grpc.StatusCode.INVALID_ARGUMENT, details)
 
     async def Check(self, request: health_pb2.HealthCheckRequest, context: grpc.aio.ServicerContext) -> object:
-        await self._refuse_long_name(request, context)
+        if self._refuse_long_name(request, context):
+            return health_pb2.HealthCheckResponse()  # not sent with a status other than OK
         return await super().Check(request, context)
 
     async def Watch(self, request: health_pb2.HealthCheckRequest, context: grpc.aio.ServicerContext) -> None:
-        await self._refuse_long_name(request, context)
+        if self._refuse_long_name(request, context):
+            return
         if self.watches >= MAX_HEALTH_WATCHES:
-            self.refused += 1
-            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, f"{MAX_HEALTH_WATCHES} health watches are open already")
+            self._refused(context, grpc.StatusCode.RESOURCE_EXHAUSTED, f"{MAX_HEALTH_WATCHES} health watches are open already")
+            return
         self.watches += 1
         try:
             await super().Watch(request, context)
@@ -133,6 +140,16 @@ class ServerOptions:
     """Interface of the Prometheus endpoint; loopback unless asked otherwise."""
     metrics_port: int | None = None
     """Port of the Prometheus endpoint; None serves none, 0 picks a free one (``ProcessorServer.metrics_port``)."""
+    max_concurrent_rpcs: int = 1024
+    """Calls open at once, at most; grpc.aio refuses the next with RESOURCE_EXHAUSTED ("Concurrent RPC limit
+    exceeded!") until one ends, so what peers hold in flight is at most this many calls of at most
+    ``max_message_bytes`` each.
+
+    It counts every open call for its whole life: a Step stream per env-client session, a Subscribe stream per
+    trainer and behavior, a health Watch (at most ``MAX_HEALTH_WATCHES``), and the short unary queries. Normal
+    use needs sessions + subscribers + probes, tens to a few hundred, so 1024 leaves room, and a deployment of
+    more env clients raises it. Env clients retry RESOURCE_EXHAUSTED (``envclient.reconnect``), so a flood delays
+    a new session rather than ending it, and a session already open is never displaced."""
     deliver_timeout_s: float = 5.0
     """At ``stop``, after the sessions are flushed: how long attached subscribers get to take and ack every
     queued trajectory before their streams end (what is left is requeued and lost with the process)."""
@@ -205,7 +222,11 @@ class ProcessorServer:
         interceptors: list[grpc.aio.ServerInterceptor] = [self._stopping, LogContextInterceptor(), DecodeCheckInterceptor()]
         if self._auth is not None:
             interceptors.append(self._auth)
-        server = grpc.aio.server(options=self.options.grpc_options(), interceptors=interceptors)
+        server = grpc.aio.server(
+            options=self.options.grpc_options(),
+            interceptors=interceptors,
+            maximum_concurrent_rpcs=self.options.max_concurrent_rpcs,
+        )
         pb_grpc.add_AgentProcessorServicer_to_server(self.servicer, server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
         address = f"{self.options.host}:{self.options.port}"

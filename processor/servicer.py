@@ -2,8 +2,15 @@
 
 Each RPC decodes (``processor.wire``), calls the core (sessions, behaviors, assembly, topics) and
 encodes. Errors raised by the core are mapped to gRPC status codes by ``STATUS_TABLE``, the one
-place that does so, and their messages bounded by ``status_details`` (``abort``); the offending
+place that does so, and their messages bounded by ``status_details`` (``refuse``); the offending
 stream ends with that status and every other session goes on.
+
+A refused request is not kept (a peer could make the processor hold one 16 MiB message per refusal):
+streams are read with ``context.read()``, not grpc.aio's request iterator, whose async generator keeps
+the last request alive with the call; and a refusal sets the status and returns instead of
+``context.abort``, whose exception grpc.aio keeps with the call, traceback and handler frames (and their
+requests) included. Measured on a real processor: 20 refused 16 MiB Hellos grew its RSS 202 -> 907 MB
+before, and not beyond allocator slack after (``tests/integration/test_refusal_memory.py``).
 
 Queries (Subscribe, PublishPolicy, GetPolicyStatus) name a behavior; one the processor does not know
 (``BehaviorTable.known``) is refused with NOT_FOUND before anything is created for it.
@@ -98,9 +105,14 @@ def status_details(message: str, max_bytes: int = MAX_STATUS_DETAILS_BYTES) -> s
     return f"{head}... ({len(data) - len(head.encode('utf-8', 'surrogatepass'))} more)"
 
 
-async def abort(context: grpc.aio.ServicerContext, error: StepstreamError) -> None:
-    """End the RPC with ``error``'s status code and its bounded message (raises, as ``context.abort`` does)."""
-    await context.abort(status_for(error), status_details(str(error)))
+def refuse(context: grpc.aio.ServicerContext, error: StepstreamError) -> None:
+    """Set ``error``'s status code and bounded message on the RPC; the handler then returns (module docstring).
+
+    Not ``context.abort``: its exception, kept by grpc.aio with the call, holds the handler's frames and so
+    the request that was refused.
+    """
+    context.set_code(status_for(error))
+    context.set_details(status_details(str(error)))
 
 
 def status_for(error: StepstreamError) -> grpc.StatusCode:
@@ -130,20 +142,23 @@ class AgentProcessorServicer(pb_grpc.AgentProcessorServicer):
     async def Step(
         self, request_iterator: AsyncIterator[pb.StepRequest], context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.StepResponse]:
+        del request_iterator  # read with context.read(), which keeps no request past its step (module docstring)
         session: Session | None = None
         try:
-            async for request in request_iterator:
+            while (request := await context.read()) is not grpc.aio.EOF:
                 if session is None:
                     session = await self._open(request)
-                    yield pb.StepResponse(
+                    response = pb.StepResponse(
                         hello_reply=pb.HelloReply(protocol_version=PROTOCOL_VERSION, session_id=session.session_id)
                     )
                 else:
-                    yield pb.StepResponse(action_info=await self._step(session, request))
+                    response = pb.StepResponse(action_info=await self._step(session, request))
+                del request  # not held while the client takes its time with the next one
+                yield response
         except StepstreamError as err:
             level = logging.INFO if isinstance(err, TrainingFinishedError) else logging.WARNING  # the run's normal end
             log.log(level, "session %s ends: %s", session.session_id if session else context.peer(), status_details(str(err)))
-            await abort(context, err)
+            refuse(context, err)
         except asyncio.CancelledError:
             if session is None:
                 raise
@@ -230,16 +245,19 @@ class AgentProcessorServicer(pb_grpc.AgentProcessorServicer):
     async def Subscribe(
         self, request_iterator: AsyncIterator[pb.SubscriberMessage], context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.DeliveryBatch]:
-        requests = aiter(request_iterator)
+        del request_iterator  # read with context.read() (module docstring)
         try:
-            subscription = self._attach(await anext(requests, None))
+            first = await context.read()
+            subscription = self._attach(None if first is grpc.aio.EOF else first)
         except StepstreamError as err:
             log.warning("subscription from %s refused: %s", context.peer(), status_details(str(err)))
-            await abort(context, err)
+            refuse(context, err)
             return
+        finally:
+            first = None
 
         async def read_acks() -> None:
-            async for message in requests:
+            while (message := await context.read()) is not grpc.aio.EOF:
                 if message.WhichOneof("payload") != "ack":
                     raise ProtocolError("a Subscribe stream takes one SubscribeOpen, then only Acks", precondition=True)
                 subscription.ack(message.ack.delivery_tags)
@@ -262,14 +280,13 @@ class AgentProcessorServicer(pb_grpc.AgentProcessorServicer):
             error = acks.exception()
             if isinstance(error, StepstreamError):
                 log.warning("subscriber '%s' ends: %s", subscription.subscriber_name, status_details(str(error)))
-                await abort(context, error)
+                refuse(context, error)
         except TopicClosedError:
             if subscription.topic.closed:
                 return  # the processor is stopping
             # A newer subscriber of this name took over: say so, so this one does not resubscribe in turn.
-            await context.abort(
-                grpc.StatusCode.ABORTED, f"subscriber '{subscription.subscriber_name}' was replaced by a newer subscription"
-            )
+            context.set_code(grpc.StatusCode.ABORTED)
+            context.set_details(f"subscriber '{subscription.subscriber_name}' was replaced by a newer subscription")
         finally:
             for task in (taking, acks):
                 if task is not None:
@@ -329,7 +346,8 @@ class AgentProcessorServicer(pb_grpc.AgentProcessorServicer):
                 behavior.loaded(request.version, request, policy)  # spares the behavior a second load
             accepted = topic.publish(request, request.version)
         except StepstreamError as err:
-            await abort(context, err)
+            refuse(context, err)
+            return pb.PublishPolicyReply()  # grpc.aio sends no message with a status other than OK
         if not accepted:
             log.info("behavior '%s': policy version %d ignored (have %d)", name, request.version, topic.highest_version)
         return pb.PublishPolicyReply(accepted=accepted, current_version=topic.highest_version)
@@ -339,7 +357,8 @@ class AgentProcessorServicer(pb_grpc.AgentProcessorServicer):
             check_behavior_name(request.behavior_name, "TrainingFinished.behavior_name")
             self.behaviors.finish(request.behavior_name, request.trainer_step, request.policy_version)
         except StepstreamError as err:
-            await abort(context, err)
+            refuse(context, err)
+            return pb.PolicyStatus()  # grpc.aio sends no message with a status other than OK
         return await self.GetPolicyStatus(pb.PolicyQuery(behavior_name=request.behavior_name), context)
 
     async def GetPolicyStatus(self, request: pb.PolicyQuery, context: grpc.aio.ServicerContext) -> pb.PolicyStatus:
@@ -348,7 +367,8 @@ class AgentProcessorServicer(pb_grpc.AgentProcessorServicer):
             check_behavior_name(name, "PolicyQuery.behavior_name")
             self.behaviors.require_known(name)
         except StepstreamError as err:
-            await abort(context, err)
+            refuse(context, err)
+            return pb.PolicyStatus()  # grpc.aio sends no message with a status other than OK
         behavior = self.behaviors.get(name)
         status = behavior.status() if behavior is not None else pb.PolicyStatus(behavior_name=name)
         if behavior is None:
