@@ -308,6 +308,8 @@ class MemoryCaps:
     """``processor.server.MAX_HEALTH_SERVICE_NAME_BYTES``: the longest name a health call may ask about."""
     max_batch_bytes: int
     """``processor.servicer.MAX_BATCH_BYTES``: one DeliveryBatch to a subscriber."""
+    max_concurrent_rpcs: int
+    """``ServerOptions.max_concurrent_rpcs``: calls open at once (grpc.aio refuses more with RESOURCE_EXHAUSTED)."""
 
     def agent_bytes(self, rows: int) -> int:
         """Bytes held for one live agent with ``rows`` experiences stored (``processor.assembly``'s model):
@@ -346,6 +348,7 @@ def configured_caps(config: Path) -> MemoryCaps:
         max_health_watches=MAX_HEALTH_WATCHES,
         max_health_name_bytes=MAX_HEALTH_SERVICE_NAME_BYTES,
         max_batch_bytes=MAX_BATCH_BYTES,
+        max_concurrent_rpcs=ServerOptions().max_concurrent_rpcs,
     )
 
 
@@ -376,7 +379,8 @@ def rss_bound(
       trajectories at a time.
     * ``in_flight``: ``IN_FLIGHT_COPIES`` times every request the processor may be decoding at once: each hostile
       client's largest message of each kind (``message_bytes_per_kind``), the well-behaved BrainInfos, and two
-      DeliveryBatches (``max_batch_bytes``) to the subscriber.
+      DeliveryBatches (``max_batch_bytes``) to the subscriber; at most ``max_concurrent_rpcs`` messages of
+      ``max_message_bytes`` whatever the clients (a refused request is not kept past its call).
     * ``watches``: ``WATCH_BYTES`` per health Watch stream that can stay open (``max_health_watches``, and none when
       ``max_health_name_bytes`` refuses the hostile names).
     * ``policies``: ``POLICIES_HELD * POLICY_BYTES``.
@@ -406,7 +410,10 @@ def rss_bound(
         "queues": caps.declared_subscribers * caps.queue_size * (caps.max_trajectory_bytes + TRAJECTORY_OBJECT_BYTES),
         "flushing": hostile * flush_batch * (caps.one_step_trajectory_bytes + TRAJECTORY_OBJECT_BYTES),
         "in_flight": IN_FLIGHT_COPIES
-        * (hostile * sum(message_bytes[k] for k in kinds) + clients * brain_info_bytes + 2 * caps.max_batch_bytes),
+        * min(
+            hostile * sum(message_bytes[k] for k in kinds) + clients * brain_info_bytes + 2 * caps.max_batch_bytes,
+            caps.max_concurrent_rpcs * caps.max_message_bytes,
+        ),
         "watches": watches_open * WATCH_BYTES,
         "policies": POLICIES_HELD * POLICY_BYTES,
     }
