@@ -1,0 +1,102 @@
+"""Everyday mistakes and hostile files through the real ``stepstream`` console script: one clear line, no traceback.
+
+* a config file that is too large, a YAML alias bomb, a recursive alias, and a value too large to
+  quote are refused at once (issue 13, "Bad files and bad bytes"): bounded time, one line that
+  gives the limit, never the expanded value;
+* an unknown Gymnasium id names the closest registered id.
+
+Each case runs the CLI in a subprocess, as a user meets it, and needs no TensorFlow (every check
+happens before it loads), so each takes about the interpreter's start-up.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from common.config import MAX_CONFIG_BYTES, MAX_CONFIG_NODES
+from tests.integration.test_cli import BASE_CONFIG, run_cli, tail
+
+QUICK_TIMEOUT_S = 60.0
+"""Liveness bound of a refused command (it stops before TensorFlow loads; the bomb once hung past 1 GB)."""
+CONFIG_ERROR_EXIT_CODE = 2
+
+
+def alias_bomb(levels: int = 9, width: int = 9) -> str:
+    """A "billion laughs" YAML: ``levels`` anchors, each a list of ``width`` aliases of the one before."""
+    lines = ["a0: &a0 [" + ",".join(["lol"] * width) + "]"]
+    lines += [f"a{i}: &a{i} [" + ",".join([f"*a{i - 1}"] * width) + "]" for i in range(1, levels)]
+    # The expanded graph as a typed field's value: its error message once called repr on it.
+    lines.append(f"behaviors:\n  CartPole:\n    max_steps: *a{levels - 1}")
+    return "\n".join(lines) + "\n"
+
+
+def assert_one_clear_error(output: str, *needles: str) -> None:
+    """A refused command's output: no traceback, an ERROR line holding every needle, and bounded length."""
+    assert "Traceback" not in output, tail(output)
+    errors = [line for line in output.splitlines() if " ERROR " in line]
+    assert len(errors) == 1, tail(output)
+    for needle in needles:
+        assert needle in errors[0], tail(output)
+    assert len(output) < 4000, f"{len(output)} characters of output"
+
+
+def test_an_alias_bomb_is_refused_at_once(tmp_path: Path) -> None:
+    bomb = alias_bomb()
+    assert len(bomb.encode()) < 500  # the issue's bomb was 422 bytes
+    config = tmp_path / "bomb.yaml"
+    config.write_text(bomb, encoding="utf-8")
+    proc = run_cli(["train", config, "--results-dir", tmp_path / "results"], timeout_s=QUICK_TIMEOUT_S)
+    assert proc.returncode == CONFIG_ERROR_EXIT_CODE, tail(proc.stdout)
+    assert_one_clear_error(proc.stdout, str(config), f"expand to more than {MAX_CONFIG_NODES} nodes")
+    assert not (tmp_path / "results").exists()
+
+
+def test_a_recursive_alias_is_refused(tmp_path: Path) -> None:
+    config = tmp_path / "loop.yaml"
+    config.write_text("behaviors:\n  CartPole: &x\n    max_steps: *x\n", encoding="utf-8")
+    proc = run_cli(["train", config], timeout_s=QUICK_TIMEOUT_S)
+    assert proc.returncode == CONFIG_ERROR_EXIT_CODE, tail(proc.stdout)
+    assert_one_clear_error(proc.stdout, "refers to its own anchor")
+
+
+def test_a_config_over_the_size_limit_is_refused_unread(tmp_path: Path) -> None:
+    config = tmp_path / "huge.yaml"
+    base = BASE_CONFIG.read_text(encoding="utf-8")
+    with open(config, "w", encoding="utf-8") as f:  # 20 MB: once more than 120 s of parsing
+        f.write(base)
+        f.write(("# " + "x" * 1000 + "\n") * 20_000)
+    assert config.stat().st_size > 19 * MAX_CONFIG_BYTES
+    proc = run_cli(["train", config], timeout_s=QUICK_TIMEOUT_S)
+    assert proc.returncode == CONFIG_ERROR_EXIT_CODE, tail(proc.stdout)
+    assert_one_clear_error(proc.stdout, f"larger than {MAX_CONFIG_BYTES} bytes")
+
+
+@pytest.mark.parametrize(
+    ("yaml_text", "needle"),
+    [
+        (
+            "behaviors:\n  CartPole:\n    max_steps: [" + ", ".join(["7"] * 15_000) + "]\n",
+            "expected an integer, got list [7, 7",
+        ),
+        ("behaviors:\n  CartPole:\n    max_steps: '" + "9x" * 200_000 + "'\n", "chars)"),
+        ("behaviors:\n  CartPole:\n    ? " + "k" * 300_000 + "\n    : 1\n", "chars)"),
+    ],
+    ids=["long-list", "long-string", "long-key"],
+)
+def test_an_error_quotes_a_large_value_bounded(tmp_path: Path, yaml_text: str, needle: str) -> None:
+    config = tmp_path / "large_value.yaml"
+    config.write_text(yaml_text, encoding="utf-8")
+    proc = run_cli(["train", config], timeout_s=QUICK_TIMEOUT_S)
+    assert proc.returncode == CONFIG_ERROR_EXIT_CODE, tail(proc.stdout)
+    assert_one_clear_error(proc.stdout, "behaviors.CartPole", needle)
+
+
+def test_an_unknown_gym_id_names_the_closest_one(tmp_path: Path) -> None:
+    proc = run_cli(
+        ["train", BASE_CONFIG, "--env", "gym:CartPol-v1", "--results-dir", tmp_path / "results"], timeout_s=QUICK_TIMEOUT_S
+    )
+    assert proc.returncode == CONFIG_ERROR_EXIT_CODE, tail(proc.stdout)
+    assert_one_clear_error(proc.stdout, "env_path: gym:CartPol-v1", "unknown Gymnasium id", "did you mean CartPole-v1")
+    assert not (tmp_path / "results").exists()
