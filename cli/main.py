@@ -30,6 +30,13 @@ log = logging.getLogger(__name__)
 DEFAULT_PORT = 50051
 
 
+def _at_least_one(value: str) -> int:
+    number = int(value)
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {number}")
+    return number
+
+
 def _add_processor(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser(
         "processor",
@@ -101,6 +108,12 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--env", help="override env_settings.env_path (gym:<id>)")
     parser.add_argument("--num-envs", type=int, help="override env_settings.num_envs (copies per env)")
     parser.add_argument("--seed", type=int, help="override env_settings.seed")
+    parser.add_argument(
+        "--max-steps",
+        type=_at_least_one,
+        metavar="N",
+        help="override every behavior's max_steps (agent steps), e.g. a short smoke run",
+    )
     parser.add_argument("--no-progress", action="store_true", help="no live progress bar (log lines only)")
     add_metrics_flags(parser)
     parser.set_defaults(func=_run_train)

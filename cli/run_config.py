@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import zlib
 from collections.abc import Iterable, Sequence
@@ -61,6 +62,22 @@ def load_run_options(config: Path, flags: EnvFlags | None = None) -> RunOptions:
         ConfigError: as ``common.config.load_config`` (a flag's bad value names its ``env_settings`` key).
     """
     return load_config(config, overrides=None if flags is None else flags.overrides())
+
+
+def with_max_steps(run_options: RunOptions, max_steps: int | None) -> RunOptions:
+    """``run_options`` with every behavior's (and ``default_settings``') ``max_steps`` replaced; None keeps them.
+
+    ``train --max-steps``: a short run of any config (a smoke test) without editing the file.
+    """
+    if max_steps is None:
+        return run_options
+    behaviors = {name: dataclasses.replace(s, max_steps=max_steps) for name, s in run_options.behaviors.items()}
+    default = run_options.default_settings
+    return dataclasses.replace(
+        run_options,
+        behaviors=behaviors,
+        default_settings=None if default is None else dataclasses.replace(default, max_steps=max_steps),
+    )
 
 
 def select_behaviors(

@@ -36,6 +36,7 @@ from cli.run_config import (
     resolve_seed,
     select_behaviors,
     vector_env_settings,
+    with_max_steps,
 )
 from cli.signals import StopSignals, set_soon
 from common.config import BehaviorSettings, RunOptions, TrainerType
@@ -70,6 +71,8 @@ class TrainOptions:
     inference: bool = False
     env_flags: EnvFlags = field(default_factory=EnvFlags)
     """``--env``, ``--num-envs`` and ``--seed`` over the config's ``env_settings``."""
+    max_steps: int | None = None
+    """``--max-steps``: every behavior's max_steps (agent steps); None keeps the config's."""
     progress: bool = True
     metrics: MetricsEndpoint = field(default_factory=MetricsEndpoint)
     """The run's one Prometheus endpoint (processor and trainers); no port serves none, 0 picks one."""
@@ -78,7 +81,7 @@ class TrainOptions:
 def run_train(options: TrainOptions) -> int:
     """Train (or, with --inference, act) until every trainer reaches max_steps or Ctrl-C."""
     started_at = process_start_time()
-    run_options = load_run_options(options.config, options.env_flags)
+    run_options = with_max_steps(load_run_options(options.config, options.env_flags), options.max_steps)
     if not run_options.env_settings.env_paths and (options.inference or not offline_behaviors(run_options)):
         raise ConfigError(
             f"{options.config}: env_settings.env_path is required for `stepstream train` (or pass --env)"
@@ -381,6 +384,7 @@ def options_from_args(args: Any) -> TrainOptions:
         force=args.force,
         inference=args.inference,
         env_flags=EnvFlags(args.env, args.num_envs, args.seed),
+        max_steps=args.max_steps,
         progress=not args.no_progress,
         metrics=metrics_from_args(args),
     )
