@@ -22,6 +22,7 @@ from cli.flags import (
     client_security_from_args,
     server_security_from_args,
 )
+from cli.ports import check_port_free
 from common.errors import StepstreamError
 from common.logs import LOG_FORMATS, configure_logging
 
@@ -265,6 +266,8 @@ def _run_processor(args: argparse.Namespace) -> int:
     else:
         settings = ProcessorSettings(full_policy=full_policy)
     security = server_security_from_args(args)
+    check_port_free(args.host, args.port, "--port")
+    check_port_free(args.metrics_host, args.metrics_port, "--metrics-port")
     options = ServerOptions(
         host=args.host, port=args.port, security=security, metrics_host=args.metrics_host, metrics_port=args.metrics_port
     )
@@ -321,6 +324,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except StepstreamError as err:
         log.error("%s", err)
         return 2
+    except OSError as err:
+        # An everyday failure outside the checks (a port taken between its check and the bind, a full
+        # disk): one line, no traceback.
+        log.error("%s", err)
+        return 1
     except KeyboardInterrupt:
         return 130
 

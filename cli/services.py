@@ -33,7 +33,8 @@ from pathlib import Path
 from typing import Any
 
 from cli.flags import MetricsEndpoint, client_security_from_args, metrics_from_args
-from cli.results import prepare_behavior_dir, process_start_time
+from cli.ports import check_port_free
+from cli.results import has_checkpoint, prepare_behavior_dir, process_start_time, removed_if_unstarted
 from cli.run_config import (
     EnvFlags,
     check_inputs,
@@ -117,14 +118,21 @@ def run_trainer(options: TrainerOptions) -> int:
     settings = run_options.settings_for(options.behavior_name)
     seed = resolve_seed(options.seed if options.seed is not None else run_options.env_settings.seed)
     check_inputs(options.config, run_options, [options.behavior_name])
-    run_dir = prepare_behavior_dir(
-        options.results_dir / options.run_id, options.behavior_name, run_options, resume=options.resume
-    )
-    from trainer.loop import configure_tf_threads
-
-    configure_tf_threads()  # before TensorFlow runs anything
+    check_port_free(options.metrics.host, options.metrics.port, "--metrics-port")
+    run_dir = options.results_dir / options.run_id
+    behavior_dir = run_dir / options.behavior_name
+    fresh = not has_checkpoint(behavior_dir)
+    if options.resume and fresh:
+        log.warning("%s: --resume, but %s holds no checkpoint; starting from scratch", options.behavior_name, behavior_dir)
+    prepare_behavior_dir(run_dir, options.behavior_name, run_options, resume=options.resume)
     stop = threading.Event()
-    with StopSignals(stop.set, interrupt_on_second=True, what="stopping after the current iteration"):
+    with (
+        removed_if_unstarted(behavior_dir, fresh=fresh),
+        StopSignals(stop.set, interrupt_on_second=True, what="stopping after the current iteration"),
+    ):
+        from trainer.loop import configure_tf_threads
+
+        configure_tf_threads()  # before TensorFlow runs anything
         if options.behavior_name in offline_behaviors(run_options):
             return _run_offline(options, settings, run_dir, started_at, seed, stop)
         return TrainerService(options, settings, run_dir, started_at, seed).run(stop)
@@ -332,6 +340,7 @@ def run_env_client(options: EnvOptions) -> int:
     """
     run_options = load_run_options(options.config, EnvFlags(num_envs=options.num_envs, seed=options.seed))
     behaviors = select_behaviors(options.config, run_options, "env", options.behavior_name)
+    check_port_free(options.metrics.host, options.metrics.port, "--metrics-port")
     client_id = options.client_id or default_client_id()
     env_settings = vector_env_settings(run_options, behaviors, run_options.env_settings.seed, client_id)
     with open_vector_envs(env_settings) as envs:

@@ -27,7 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from cli.flags import MetricsEndpoint, metrics_from_args
-from cli.results import prepare_run_dir, process_start_time
+from cli.ports import check_port_free
+from cli.results import check_resumable, prepare_run_dir, process_start_time, removed_if_unstarted
 from cli.run_config import (
     EnvFlags,
     check_inputs,
@@ -87,7 +88,10 @@ def run_train(options: TrainOptions) -> int:
             f"{options.config}: env_settings.env_path is required for `stepstream train` (or pass --env)"
             + ("" if options.inference else "; only a bc behavior with a demo_path trains without one")
         )
-    check_inputs(options.config, run_options, [*run_options.env_settings.behavior_names, *offline_behaviors(run_options)])
+    # Everything that can be checked in seconds is, before TensorFlow's import and the results folder.
+    trained = [*run_options.env_settings.behavior_names, *([] if options.inference else offline_behaviors(run_options))]
+    check_inputs(options.config, run_options, trained)
+    check_port_free(options.metrics.host, options.metrics.port, "--metrics-port")
     run_dir = prepare_run_dir(
         options.results_dir / options.run_id,
         run_options,
@@ -95,10 +99,13 @@ def run_train(options: TrainOptions) -> int:
         force=options.force,
         inference=options.inference,
     )
-    from trainer.loop import configure_tf_threads
+    if options.resume or options.inference:
+        check_resumable(run_dir, trained, inference=options.inference)
+    with removed_if_unstarted(run_dir, fresh=not (options.resume or options.inference)):
+        from trainer.loop import configure_tf_threads
 
-    configure_tf_threads()
-    return asyncio.run(EmbeddedRun(options, run_options, run_dir, started_at).run())
+        configure_tf_threads()
+        return asyncio.run(EmbeddedRun(options, run_options, run_dir, started_at).run())
 
 
 class EmbeddedRun:

@@ -3,14 +3,19 @@
 * a config file that is too large, a YAML alias bomb, a recursive alias, and a value too large to
   quote are refused at once (issue 13, "Bad files and bad bytes"): bounded time, one line that
   gives the limit, never the expanded value;
-* an unknown Gymnasium id names the closest registered id.
+* an unknown Gymnasium id names the closest registered id;
+* a port in use (processor, its metrics, train's metrics), an unusable ``--results-dir`` and
+  ``--resume`` of a run without a checkpoint are one line and a non-zero exit, and a start that
+  fails after the run folder was made leaves no folder behind (issue 14).
 
-Each case runs the CLI in a subprocess, as a user meets it, and needs no TensorFlow (every check
-happens before it loads), so each takes about the interpreter's start-up.
+Each case runs the CLI in a subprocess, as a user meets it; all but the failed start need no
+TensorFlow (every check happens before it loads), so each takes about the interpreter's start-up.
 """
 
 from __future__ import annotations
 
+import socket
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -100,3 +105,67 @@ def test_an_unknown_gym_id_names_the_closest_one(tmp_path: Path) -> None:
     assert proc.returncode == CONFIG_ERROR_EXIT_CODE, tail(proc.stdout)
     assert_one_clear_error(proc.stdout, "env_path: gym:CartPol-v1", "unknown Gymnasium id", "did you mean CartPole-v1")
     assert not (tmp_path / "results").exists()
+
+
+# -- everyday mistakes (issue 14, "No traceback for an everyday mistake") ------------------------------
+
+
+@pytest.fixture
+def busy_port() -> Iterator[int]:
+    """A port another process listens on."""
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        yield holder.getsockname()[1]
+
+
+@pytest.mark.parametrize("flag", ["--port", "--metrics-port"])
+def test_processor_on_a_port_in_use_is_one_line(busy_port: int, flag: str) -> None:
+    other = ["--metrics-port", "0"] if flag == "--port" else ["--port", "0"]
+    proc = run_cli(["processor", flag, str(busy_port), *other], timeout_s=QUICK_TIMEOUT_S)
+    assert proc.returncode == CONFIG_ERROR_EXIT_CODE, tail(proc.stdout)
+    assert_one_clear_error(proc.stdout, f"{flag} {busy_port}", "already in use")
+
+
+def test_train_on_a_metrics_port_in_use_is_refused_before_anything_starts(busy_port: int, tmp_path: Path) -> None:
+    results = tmp_path / "results"
+    proc = run_cli(
+        ["train", BASE_CONFIG, "--metrics-port", str(busy_port), "--results-dir", results], timeout_s=QUICK_TIMEOUT_S
+    )
+    assert proc.returncode == CONFIG_ERROR_EXIT_CODE, tail(proc.stdout)
+    assert_one_clear_error(proc.stdout, f"--metrics-port {busy_port}", "already in use")
+    assert not results.exists()  # refused before the results folder, and so before TensorFlow's import
+
+
+@pytest.mark.parametrize("where", ["a-file", "under-a-file"])
+def test_an_unusable_results_dir_is_one_line(tmp_path: Path, where: str) -> None:
+    blocker = tmp_path / "blocker"
+    blocker.write_text("not a folder\n", encoding="utf-8")
+    results = blocker if where == "a-file" else blocker / "results"
+    proc = run_cli(["train", BASE_CONFIG, "--results-dir", results], timeout_s=QUICK_TIMEOUT_S)
+    assert proc.returncode == CONFIG_ERROR_EXIT_CODE, tail(proc.stdout)
+    assert_one_clear_error(proc.stdout, f"--results-dir {results}")
+
+
+def test_resume_of_a_run_without_a_checkpoint_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "results" / "ppo" / "CartPole").mkdir(parents=True)  # a run killed before its first checkpoint
+    proc = run_cli(["train", BASE_CONFIG, "--results-dir", tmp_path / "results", "--resume"], timeout_s=QUICK_TIMEOUT_S)
+    assert proc.returncode == CONFIG_ERROR_EXIT_CODE, tail(proc.stdout)
+    assert_one_clear_error(proc.stdout, "holds no checkpoint to resume", "--force")
+
+
+def test_a_failed_start_leaves_no_run_folder_so_the_rerun_is_not_refused(tmp_path: Path) -> None:
+    """A learner that cannot be built fails after TensorFlow loaded and the run folder exists: the folder goes."""
+    config = tmp_path / "curious.yaml"
+    config.write_text(
+        "behaviors:\n  CartPole:\n    trainer_type: ppo\n    max_steps: 500\n    reward_signals:\n      extrinsic: {}\n"
+        "      curiosity:\n        network_settings: {normalize: true}\nenv_settings:\n  env_path: gym:CartPole-v1\n",
+        encoding="utf-8",
+    )
+    results = tmp_path / "results"
+    for attempt in range(2):
+        proc = run_cli(["train", config, "--results-dir", results, "--no-progress"])
+        assert proc.returncode == CONFIG_ERROR_EXIT_CODE, tail(proc.stdout)
+        assert "reward_signals.curiosity.network_settings.normalize" in proc.stdout, (attempt, tail(proc.stdout))
+        assert "already exists" not in proc.stdout and "Traceback" not in proc.stdout, (attempt, tail(proc.stdout))
+        assert not (results / "ppo").exists(), attempt
