@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cli.console import load_tensorflow
 from cli.flags import MetricsEndpoint, client_security_from_args, metrics_from_args
 from cli.ports import check_port_free
 from cli.results import has_checkpoint, prepare_behavior_dir, process_start_time, removed_if_unstarted
@@ -130,9 +131,7 @@ def run_trainer(options: TrainerOptions) -> int:
         removed_if_unstarted(behavior_dir, fresh=fresh),
         StopSignals(stop.set, interrupt_on_second=True, what="stopping after the current iteration"),
     ):
-        from trainer.loop import configure_tf_threads
-
-        configure_tf_threads()  # before TensorFlow runs anything
+        load_tensorflow()  # its native start-up noise filtered out of stderr
         if options.behavior_name in offline_behaviors(run_options):
             return _run_offline(options, settings, run_dir, started_at, seed, stop)
         return TrainerService(options, settings, run_dir, started_at, seed).run(stop)

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from cli.console import RATE_WINDOW_S, StepRate, format_elapsed, load_tensorflow, progress_bar
 from cli.flags import MetricsEndpoint, metrics_from_args
 from cli.ports import check_port_free
 from cli.results import check_resumable, prepare_run_dir, process_start_time, removed_if_unstarted
@@ -56,6 +57,8 @@ log = logging.getLogger(__name__)
 CLIENT_STOP_TIMEOUT_S = 10.0
 STOP_GRACE_S = 5.0
 PROGRESS_INTERVAL_S = 0.5
+MEAN_REWARD_EPISODES = 100
+"""The bar's and the end-of-run line's mean reward: of the last this-many episodes."""
 INFERENCE_WINDOWS = (20, 100)
 """--inference logs the mean return of each behavior's last this-many episodes."""
 
@@ -102,9 +105,7 @@ def run_train(options: TrainOptions) -> int:
     if options.resume or options.inference:
         check_resumable(run_dir, trained, inference=options.inference)
     with removed_if_unstarted(run_dir, fresh=not (options.resume or options.inference)):
-        from trainer.loop import configure_tf_threads
-
-        configure_tf_threads()
+        load_tensorflow()  # its native start-up noise filtered out of stderr
         return asyncio.run(EmbeddedRun(options, run_options, run_dir, started_at).run())
 
 
@@ -333,44 +334,43 @@ def _log_inference_returns(name: str, stats: RunStats) -> None:
 
 
 class _Progress:
-    """A live bar per behavior toward max_steps: agent-steps/s (offline BC: demonstration steps/s), mean reward,
-    policy version. ``server`` is None when only offline BC runs."""
+    """A live bar per behavior toward max_steps (``cli.console.progress_bar``): agent steps/s over the last
+    ``RATE_WINDOW_S`` (offline BC: demonstration steps/s), mean reward of the last 100 episodes, policy
+    version, time since the process started. ``server`` is None when only offline BC runs."""
 
     def __init__(self, run: EmbeddedRun, server: ProcessorServer | None) -> None:
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
         self.run = run
         self.server = server
-        self.progress = Progress(
-            TextColumn("[bold]{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("{task.fields[rate]:>8.0f} steps/s  reward {task.fields[reward]:>8}  v{task.fields[version]}"),
-            TimeElapsedColumn(),
-            transient=False,
-        )
+        self.progress = progress_bar()
         self.tasks = {
-            name: self.progress.add_task(name, total=run._settings(name).max_steps, rate=0.0, reward="n/a", version=-1)
+            name: self.progress.add_task(
+                name, total=run._settings(name).max_steps, rate=0.0, reward="n/a", version=-1, elapsed="0:00:00"
+            )
             for name in [*run.envs, *run.offline]
         }
-        self._last = {name: (time.monotonic(), 0) for name in self.tasks}
+        self._rates = {name: StepRate() for name in self.tasks}
+        log.info(
+            "progress: steps/s over the last %.0f s, R = mean reward of the last %d episodes, v = policy version, "
+            "time since start (the summary lines average over each summary_freq instead)",
+            RATE_WINDOW_S,
+            MEAN_REWARD_EPISODES,
+        )
         self.progress.start()
 
     def update(self) -> None:
         now = time.monotonic()
+        elapsed = format_elapsed(time.time() - self.run.started_at)
         for name, task in self.tasks.items():
             loop = self.run.loops.get(name)
             steps = loop.result.steps if loop is not None else self._processed(name)
-            reward = loop.result.mean_reward() if loop is not None else math.nan
-            then, before = self._last[name]
-            rate = (steps - before) / max(now - then, 1e-9)
-            self._last[name] = (now, steps)
+            reward = loop.result.mean_reward(MEAN_REWARD_EPISODES) if loop is not None else math.nan
+            rate = self._rates[name].update(now, steps)
             if loop is not None:
                 version = loop.result.policy_version
             else:
                 version = -1 if self.server is None else self.server.topics.policies(name).highest_version
-            shown = "n/a" if math.isnan(reward) else f"{reward:.3f}"  # n/a: no episode yet, or none at all (offline BC)
-            self.progress.update(task, completed=steps, rate=rate, reward=shown, version=version)
+            shown = "n/a" if math.isnan(reward) else f"{reward:.1f}"  # n/a: no episode yet, or none at all (offline BC)
+            self.progress.update(task, completed=steps, rate=rate, reward=shown, version=version, elapsed=elapsed)
 
     def _processed(self, name: str) -> int:
         behavior = None if self.server is None else self.server.behaviors.get(name)
