@@ -150,9 +150,12 @@ def offline_behaviors(run_options: RunOptions) -> list[str]:
     return [n for n, s in run_options.behaviors.items() if s.trainer_type is TrainerType.BC and n not in hosted]
 
 
-def check_inputs(config: Path, run_options: RunOptions, behaviors: Iterable[str]) -> None:
-    """Check every Gymnasium id of ``env_path`` and every demonstration path of ``behaviors``, in seconds, before
-    anything slow (TensorFlow's import, a results folder) starts.
+def check_inputs(config: Path, run_options: RunOptions, behaviors: Iterable[str], *, env_ids: bool = True) -> None:
+    """Check every Gymnasium id of ``env_path`` (unless not ``env_ids``) and every demonstration path of
+    ``behaviors``, in seconds, before anything slow (TensorFlow's import, a results folder) starts.
+
+    A stack trainer passes ``env_ids=False``: its envs run elsewhere, where their ids may be registered
+    by packages its own image lacks.
 
     Raises:
         ConfigError: an unknown Gymnasium id (with the closest registered one), or a ``demo_path`` that
@@ -160,7 +163,7 @@ def check_inputs(config: Path, run_options: RunOptions, behaviors: Iterable[str]
     """
     from envclient.gym_adapter import check_registered
 
-    for env_path in run_options.env_settings.env_paths:
+    for env_path in run_options.env_settings.env_paths if env_ids else ():
         if env_path.startswith(GYM_PREFIX):
             check_registered(env_path[len(GYM_PREFIX) :])
     for name in behaviors:

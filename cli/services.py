@@ -118,7 +118,7 @@ def run_trainer(options: TrainerOptions) -> int:
     run_options = load_run_options(options.config)  # config errors surface before TensorFlow's import
     settings = run_options.settings_for(options.behavior_name)
     seed = resolve_seed(options.seed if options.seed is not None else run_options.env_settings.seed)
-    check_inputs(options.config, run_options, [options.behavior_name])
+    check_inputs(options.config, run_options, [options.behavior_name], env_ids=False)
     check_port_free(options.metrics.host, options.metrics.port, "--metrics-port")
     run_dir = options.results_dir / options.run_id
     behavior_dir = run_dir / options.behavior_name

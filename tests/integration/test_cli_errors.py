@@ -14,14 +14,17 @@ TensorFlow (every check happens before it loads), so each takes about the interp
 
 from __future__ import annotations
 
+import signal
 import socket
+import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from common.config import MAX_CONFIG_BYTES, MAX_CONFIG_NODES
-from tests.integration.test_cli import BASE_CONFIG, run_cli, tail
+from tests.integration.test_cli import BASE_CONFIG, REPO, run_cli, stepstream_command, subprocess_env, tail
 
 QUICK_TIMEOUT_S = 60.0
 """Liveness bound of a refused command (it stops before TensorFlow loads; the bomb once hung past 1 GB)."""
@@ -169,3 +172,31 @@ def test_a_failed_start_leaves_no_run_folder_so_the_rerun_is_not_refused(tmp_pat
         assert "reward_signals.curiosity.network_settings.normalize" in proc.stdout, (attempt, tail(proc.stdout))
         assert "already exists" not in proc.stdout and "Traceback" not in proc.stdout, (attempt, tail(proc.stdout))
         assert not (results / "ppo").exists(), attempt
+
+
+def test_trainer_resume_without_a_checkpoint_says_it_starts_from_scratch(tmp_path: Path) -> None:
+    """The stack trainer keeps its documented fallback (--resume with nothing saved starts fresh), and says so."""
+    with socket.socket() as probe:  # a port nobody listens on: the trainer waits for its processor
+        probe.bind(("127.0.0.1", 0))
+        address = f"127.0.0.1:{probe.getsockname()[1]}"
+    log = tmp_path / "trainer.log"
+    args = ["trainer", BASE_CONFIG, "--behavior", "CartPole", "--processor", address, "--resume", "--results-dir", tmp_path]
+    with open(log, "w", encoding="utf-8") as out:
+        proc = subprocess.Popen(
+            [*stepstream_command(), *map(str, args)], cwd=REPO, env=subprocess_env(), stdout=out, stderr=out
+        )
+        try:
+            deadline = time.monotonic() + QUICK_TIMEOUT_S
+            while "starting from scratch" not in log.read_text(encoding="utf-8") and time.monotonic() < deadline:
+                assert proc.poll() is None, tail(log.read_text(encoding="utf-8"))
+                time.sleep(0.1)
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(QUICK_TIMEOUT_S) == 0, tail(log.read_text(encoding="utf-8"))
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    output = log.read_text(encoding="utf-8")
+    warnings = [line for line in output.splitlines() if " WARNING " in line and "starting from scratch" in line]
+    assert len(warnings) == 1 and "--resume" in warnings[0] and "no checkpoint" in warnings[0], tail(output)
+    assert "Traceback" not in output, tail(output)

@@ -13,6 +13,8 @@ import pytest
 import yaml
 
 from common.config import (
+    MAX_CONFIG_BYTES,
+    MAX_CONFIG_NODES,
     ActivationType,
     BCHyperparameters,
     BehavioralCloningSettings,
@@ -627,7 +629,7 @@ def test_env_path_entries_name_their_behaviors() -> None:
     assert options.env_settings.env_paths == ("gym:Pendulum-v1", "gym:CartPole-v1")
     assert parse_config(yaml.safe_load(yaml.safe_dump(options.to_dict()))).to_dict() == options.to_dict()
     unmapped = {"behaviors": {"3DBall": {}, "Basic": {}}, "env_settings": {"env_path": ["gym:Pendulum-v1", "gym:CartPole-v1"]}}
-    with pytest.raises(ConfigKeyError, match="behavior 'Pendulum' .* has no entry under behaviors"):
+    with pytest.raises(ConfigKeyError, match=r"behavior 'Pendulum' .* has no entry under behaviors"):
         parse_config(unmapped)  # several behaviors: only explicit entries map them
 
 
@@ -691,3 +693,35 @@ def test_to_dict_writes_derived_values_and_round_trips_exactly_when_explicit() -
     assert again.to_dict() == resolved
     assert parse_config(again.to_dict()) == again
     assert pickle.loads(pickle.dumps(again)) == again
+
+
+# --- hostile files: bounded size, bounded alias expansion, bounded messages -------------------------
+
+
+def test_an_alias_bomb_is_refused_by_its_expanded_size(tmp_path: Path) -> None:
+    lines = ["a0: &a0 [" + ",".join(["x"] * 9) + "]"] + [
+        f"a{i}: &a{i} [" + ",".join([f"*a{i - 1}"] * 9) + "]" for i in range(1, 9)
+    ]
+    path = tmp_path / "bomb.yaml"
+    path.write_text("\n".join(lines) + "\nbehaviors:\n  A:\n    max_steps: *a8\n", encoding="utf-8")
+    with pytest.raises(ConfigKeyError, match=f"expand to more than {MAX_CONFIG_NODES} nodes"):
+        load_config(path)
+    path.write_text("a: &a [1, 2]\nbehaviors:\n  A:\n    max_steps: 5\n    summary_freq: 5\nb: [*a, *a]\n", encoding="utf-8")
+    with pytest.raises(ConfigKeyError, match=r"^.*: a: unknown key"):  # a few aliases are fine: the next error is the key
+        load_config(path)
+
+
+def test_a_file_over_the_size_limit_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "big.yaml"
+    path.write_text("behaviors: {}\n" + "#" * MAX_CONFIG_BYTES, encoding="utf-8")
+    with pytest.raises(ConfigKeyError, match=f"larger than {MAX_CONFIG_BYTES} bytes"):
+        load_config(path)
+
+
+def test_messages_quote_values_bounded() -> None:
+    with pytest.raises(ConfigKeyError) as info:
+        parse_config({"behaviors": {"A": {"max_steps": "z" * 100_000}}})
+    assert len(str(info.value)) < 300 and "(100000 chars)" in str(info.value)
+    with pytest.raises(ConfigKeyError) as info:
+        parse_config({"behaviors": {"A": {"k" * 100_000: 1}}})
+    assert len(str(info.value)) < 300 and info.value.key.startswith("behaviors.A.'kkk")
