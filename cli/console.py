@@ -1,32 +1,58 @@
-"""What a user sees on the terminal: TensorFlow's native start-up noise filtered out of stderr, and the progress bar.
+"""What a user sees on the terminal: TensorFlow's native output filtered and logged, and the progress bar.
 
 On a CPU-only machine TensorFlow's C++ start-up writes lines that read as errors (``failed call to
 cuInit``, ``Could not find cuda drivers``, the ``cpu_feature_guard`` and oneDNN notices, absl's
-``All log messages before absl::InitializeLog()``). ``TF_CPP_MIN_LOG_LEVEL`` does not reach them in
-this TensorFlow: they are written to file descriptor 2 before absl's logging is initialised. So
-:func:`load_tensorflow` points descriptor 2 at a temporary file while TensorFlow imports and
-initialises its devices, then writes back every line that is not one of :data:`NATIVE_NOISE`:
-real errors and warnings still reach the user.
+``All log messages before absl::InitializeLog()``), and LiteRT adds its own at the first export
+(``Created TensorFlow Lite XNNPACK delegate``). ``TF_CPP_MIN_LOG_LEVEL`` does not reach them in this
+TensorFlow: native code writes them to file descriptor 2 before absl's logging is initialised, or
+with its own logger. So:
+
+* :func:`load_tensorflow` points descriptor 2 at a temporary file while TensorFlow imports and
+  initialises its devices, then logs every line that is not one of :data:`NATIVE_NOISE`;
+* :func:`route_native_stderr` then keeps descriptor 2 on a pipe for the rest of the process: a
+  thread logs what native code writes there (logger ``tensorflow.native``), noise dropped, while
+  Python's own ``sys.stderr`` (the log handler, tracebacks) writes to the terminal directly. So with
+  ``--log-format json`` every line is a JSON object, and real native errors still reach the user.
 """
 
 from __future__ import annotations
 
+import atexit
 import collections
 import contextlib
+import fcntl
+import logging
 import os
 import re
 import sys
 import tempfile
+import threading
 from collections.abc import Iterator
 from typing import Any
+
+native_log = logging.getLogger("tensorflow.native")
+"""What TensorFlow's native code wrote to stderr while it loaded, noise aside."""
 
 NATIVE_NOISE = re.compile(
     r"absl::InitializeLog\(\)"
     r"|^[IWE]\d{4} [\d:.]+ +\d+ (port|cudart_stub|cpu_feature_guard|cuda_platform|cuda_executor|cuda_dnn|cuda_fft"
     r"|cuda_blas|computation_placer|gpu_device|dso_loader)\.cc:\d+\]"
     r"|^To enable the following instructions: .* rebuild TensorFlow with the appropriate compiler flags\.$"
+    r"|^INFO: Created TensorFlow Lite XNNPACK delegate for CPU\.$"
+    r"|^[IW]\d{4} [\d:.]+ +\d+ (flatbuffer_export|tf_tfl_flatbuffer_helpers)\.cc:\d+\]"
 )
-"""TensorFlow's native start-up lines on a machine without a GPU (and with one: device placement notices)."""
+"""TensorFlow's and LiteRT's native notices on a machine without a GPU (and with one: device placement notices)."""
+_SEVERITY = {"I": logging.INFO, "W": logging.WARNING, "E": logging.ERROR, "F": logging.CRITICAL}
+PIPE_BYTES = 1 << 20
+"""Capacity asked for the native-stderr pipe (Linux; the default 64 KiB elsewhere)."""
+RELAY_DRAIN_S = 2.0
+"""At exit, how long the relay thread may take to log what native code wrote last."""
+
+
+def _log_native(line: str, noise: re.Pattern[str]) -> None:
+    """One line native code wrote, at its own severity (absl's ``I``/``W``/``E``/``F`` prefix; else WARNING)."""
+    if line.strip() and not noise.search(line):
+        native_log.log(_SEVERITY.get(line[:1], logging.WARNING) if line[1:5].isdigit() else logging.WARNING, "%s", line)
 
 
 @contextlib.contextmanager
@@ -43,10 +69,8 @@ def native_stderr_filtered(noise: re.Pattern[str] = NATIVE_NOISE) -> Iterator[No
             os.dup2(saved, 2)
             os.close(saved)
             captured.seek(0)
-            kept = [line for line in captured.read().decode(errors="replace").splitlines() if not noise.search(line)]
-            if kept:
-                sys.stderr.write("\n".join(kept) + "\n")
-                sys.stderr.flush()
+            for line in captured.read().decode(errors="replace").splitlines():
+                _log_native(line, noise)  # through logging: with --log-format json, a JSON object too
 
 
 def load_tensorflow() -> None:
@@ -59,6 +83,49 @@ def load_tensorflow() -> None:
 
         tf.config.list_physical_devices()  # device initialisation writes the CUDA lines now, not mid-run
         tf.zeros((1,)) + 0  # the first op initialises the CPU device (oneDNN's notice)
+    route_native_stderr()
+
+
+def route_native_stderr(noise: re.Pattern[str] = NATIVE_NOISE) -> bool:
+    """From now on, log what native code writes to file descriptor 2 (module docstring); returns whether it did.
+
+    Nothing happens where ``sys.stderr`` is not the process's own (a host such as pytest captures it),
+    or where it was done before. At exit, descriptor 2 is restored and the last lines are logged.
+    """
+    global _routed
+    own = sys.__stderr__
+    if _routed or own is None or sys.stderr is not own:
+        return False
+    own.flush()
+    terminal = os.fdopen(os.dup(2), "w", buffering=1, encoding=own.encoding, errors="backslashreplace")
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, logging.StreamHandler) and handler.stream is own:
+            handler.setStream(terminal)
+    sys.stderr = terminal  # Python's own writes go to the terminal, not into the pipe
+    read_end, write_end = os.pipe()
+    with contextlib.suppress(OSError, AttributeError):  # room for a burst while the relay waits for the GIL
+        fcntl.fcntl(write_end, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
+    os.dup2(write_end, 2)
+    os.close(write_end)
+    relay = threading.Thread(target=_relay, args=(read_end, noise), name="native-stderr", daemon=True)
+    relay.start()
+    atexit.register(_restore, terminal.fileno(), relay)
+    _routed = True
+    return True
+
+
+_routed = False
+
+
+def _relay(read_end: int, noise: re.Pattern[str]) -> None:
+    with os.fdopen(read_end, "rb") as pipe:
+        for raw in pipe:  # ends when descriptor 2, the pipe's only write end, is restored at exit
+            _log_native(raw.decode(errors="replace").rstrip("\n"), noise)
+
+
+def _restore(terminal_fd: int, relay: threading.Thread) -> None:
+    os.dup2(terminal_fd, 2)  # closes the pipe's write end: the relay logs what is left and ends
+    relay.join(RELAY_DRAIN_S)
 
 
 # -- the progress bar ------------------------------------------------------------------------------

@@ -22,6 +22,7 @@ import logging
 import math
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,7 @@ from cli.run_config import (
 from cli.signals import StopSignals, set_soon
 from common.config import BehaviorSettings, RunOptions, TrainerType
 from common.errors import ConfigError
+from common.logs import log_context
 from common.specs import BrainParameters
 from common.topics import TRAINER_SUBSCRIBER, TopicRegistry
 from envclient.envs import close_vector_env, make_vector_env
@@ -169,7 +171,7 @@ class EmbeddedRun:
             collector = TrainerCollector(name)
             collector.attach(loop, subscription)
             self.collectors.append(collector)
-        self.threads[name] = asyncio.ensure_future(asyncio.to_thread(loop.run, self.trainer_stop))
+        self.threads[name] = asyncio.ensure_future(asyncio.to_thread(self._in_thread, name, loop.run))
 
     def _start_offline(self, name: str) -> None:
         """Offline BC for ``name`` (no env hosts it) in a thread of its own."""
@@ -185,7 +187,12 @@ class EmbeddedRun:
             resume=self.options.resume,
         )
         self.loops[name] = loop
-        self.threads[name] = asyncio.ensure_future(asyncio.to_thread(loop.run, self.trainer_stop))
+        self.threads[name] = asyncio.ensure_future(asyncio.to_thread(self._in_thread, name, loop.run))
+
+    def _in_thread(self, name: str, run: Callable[[threading.Event], Any]) -> Any:
+        """A trainer's ``run`` in its thread, its log lines (the summaries too) carrying the behavior."""
+        with log_context(behavior=name):
+            return run(self.trainer_stop)
 
     def _publish_checkpoint_policy(self, name: str, params: BrainParameters, topics: TopicRegistry) -> None:
         """--inference: the newest checkpoint's policy, published once; no trainer runs."""
@@ -392,6 +399,7 @@ def options_from_args(args: Any) -> TrainOptions:
         inference=args.inference,
         env_flags=EnvFlags(args.env, args.num_envs, args.seed),
         max_steps=args.max_steps,
-        progress=not args.no_progress,
+        # JSON logs are one object per line: no live bar among them.
+        progress=not args.no_progress and getattr(args, "log_format", "text") != "json",
         metrics=metrics_from_args(args),
     )
