@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from common.config import MAX_CONFIG_BYTES, MAX_CONFIG_NODES
-from tests.integration.test_cli import BASE_CONFIG, REPO, run_cli, stepstream_command, subprocess_env, tail
+from tests.integration.test_cli import BASE_CONFIG, REPO, RUN_TIMEOUT_S, run_cli, stepstream_command, subprocess_env, tail
 
 QUICK_TIMEOUT_S = 60.0
 """Liveness bound of a refused command (it stops before TensorFlow loads; the bomb once hung past 1 GB)."""
@@ -186,12 +186,13 @@ def test_trainer_resume_without_a_checkpoint_says_it_starts_from_scratch(tmp_pat
             [*stepstream_command(), *map(str, args)], cwd=REPO, env=subprocess_env(), stdout=out, stderr=out
         )
         try:
-            deadline = time.monotonic() + QUICK_TIMEOUT_S
-            while "starting from scratch" not in log.read_text(encoding="utf-8") and time.monotonic() < deadline:
+            # Stop it once it waits for its processor (TensorFlow loaded, its signal handlers installed).
+            deadline = time.monotonic() + RUN_TIMEOUT_S
+            while "waiting for an env client" not in log.read_text(encoding="utf-8") and time.monotonic() < deadline:
                 assert proc.poll() is None, tail(log.read_text(encoding="utf-8"))
                 time.sleep(0.1)
             proc.send_signal(signal.SIGTERM)
-            assert proc.wait(QUICK_TIMEOUT_S) == 0, tail(log.read_text(encoding="utf-8"))
+            assert proc.wait(RUN_TIMEOUT_S) == 0, tail(log.read_text(encoding="utf-8"))
         finally:
             if proc.poll() is None:
                 proc.kill()
