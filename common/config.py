@@ -100,6 +100,7 @@ __all__ = [
     "behavior_name_for_env",
     "load_config",
     "parse_config",
+    "read_yaml",
 ]
 
 logger = logging.getLogger(__name__)
@@ -544,19 +545,13 @@ def _check_expanded_size(root: yaml.Node) -> None:
     size(root)
 
 
-def load_config(path: str | Path, *, overrides: Mapping[str, Any] | None = None) -> RunOptions:
-    """Read and parse a trainer YAML file; errors start with the file name as given.
-
-    The file may hold at most ``MAX_CONFIG_BYTES`` bytes and ``MAX_CONFIG_NODES`` nodes once its
-    aliases are expanded, so a hostile file costs bounded time and memory.
-
-    Args:
-        path: the YAML file, e.g. ``configs/cartpole_ppo.yaml``.
-        overrides: see :func:`parse_config`.
+def read_yaml(path: str | Path) -> Any:
+    """A YAML file's data, read with bounded cost: at most ``MAX_CONFIG_BYTES`` bytes and ``MAX_CONFIG_NODES``
+    nodes once its aliases are expanded, so a hostile file costs bounded time and memory.
 
     Raises:
-        ConfigKeyError: the file is missing, too large, is not YAML, or fails :func:`parse_config`.
-        NotSupportedKeyError: see :func:`parse_config`.
+        ConfigKeyError: the file is missing, too large, not UTF-8 or not YAML, or its aliases expand too far
+            (the message starts with the file name as given).
     """
     source = str(path)
     try:
@@ -571,7 +566,7 @@ def load_config(path: str | Path, *, overrides: Mapping[str, Any] | None = None)
     except UnicodeDecodeError as exc:
         raise ConfigKeyError("", f"not UTF-8 text (byte {exc.start})", source) from exc
     try:
-        mapping = yaml.load(text, Loader=_BoundedLoader)  # a SafeLoader: plain data only
+        return yaml.load(text, Loader=_BoundedLoader)  # a SafeLoader: plain data only
     except ConfigKeyError as exc:
         raise ConfigKeyError(exc.key, exc.detail, source) from None
     except yaml.YAMLError as exc:
@@ -579,4 +574,18 @@ def load_config(path: str | Path, *, overrides: Mapping[str, Any] | None = None)
         raise ConfigKeyError("", f"not valid YAML: {detail[:400]}", source) from exc
     except RecursionError:
         raise ConfigKeyError("", "its YAML is nested too deeply", source) from None
-    return parse_config(mapping, source, overrides=overrides)
+
+
+def load_config(path: str | Path, *, overrides: Mapping[str, Any] | None = None) -> RunOptions:
+    """Read (``read_yaml``: bounded size and alias expansion) and parse a trainer YAML file; errors start with the
+    file name as given.
+
+    Args:
+        path: the YAML file, e.g. ``configs/cartpole_ppo.yaml``.
+        overrides: see :func:`parse_config`.
+
+    Raises:
+        ConfigKeyError: the file is missing, too large, is not YAML, or fails :func:`parse_config`.
+        NotSupportedKeyError: see :func:`parse_config`.
+    """
+    return parse_config(read_yaml(path), str(path), overrides=overrides)

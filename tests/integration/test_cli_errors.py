@@ -50,15 +50,28 @@ def assert_one_clear_error(output: str, *needles: str) -> None:
     assert len(output) < 4000, f"{len(output)} characters of output"
 
 
-def test_an_alias_bomb_is_refused_at_once(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["train", "--results-dir", "RESULTS"],
+        ["processor", "--port", "0"],
+        ["trainer", "--behavior", "CartPole"],
+        ["env"],
+        ["unity", "--port", "0"],
+    ],
+    ids=lambda command: command[0],
+)
+def test_an_alias_bomb_is_refused_at_once(tmp_path: Path, command: list[str]) -> None:
     bomb = alias_bomb()
     assert len(bomb.encode()) < 500  # the bomb was 422 bytes
     config = tmp_path / "bomb.yaml"
     config.write_text(bomb, encoding="utf-8")
-    proc = run_cli(["train", config, "--results-dir", tmp_path / "results"], timeout_s=QUICK_TIMEOUT_S)
+    results = tmp_path / "results"
+    args = [command[0], config, *(str(results) if arg == "RESULTS" else arg for arg in command[1:])]
+    proc = run_cli(args, timeout_s=QUICK_TIMEOUT_S)
     assert proc.returncode == CONFIG_ERROR_EXIT_CODE, tail(proc.stdout)
     assert_one_clear_error(proc.stdout, str(config), f"expand to more than {MAX_CONFIG_NODES} nodes")
-    assert not (tmp_path / "results").exists()
+    assert not results.exists()
 
 
 def test_a_recursive_alias_is_refused(tmp_path: Path) -> None:
