@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from dataclasses import dataclass
 from typing import Any
 
 from common.metrics import DEFAULT_METRICS_HOST
@@ -153,6 +154,16 @@ def client_security_from_args(args: Any) -> ClientSecurity:
     )
 
 
-def service_options_from_args(args: Any) -> dict[str, Any]:
-    """The security and metrics fields of ``TrainerOptions`` / ``EnvOptions`` (``cli.services``) from a client's flags."""
-    return {"security": client_security_from_args(args), "metrics_host": args.metrics_host, "metrics_port": args.metrics_port}
+@dataclass(frozen=True)
+class MetricsEndpoint:
+    """Where a process serves its Prometheus metrics (``add_metrics_flags``)."""
+
+    host: str = DEFAULT_METRICS_HOST
+    """Interface to bind; 127.0.0.1 unless 0.0.0.0 is asked for."""
+    port: int | None = None
+    """Port; None serves none, 0 picks a free one (logged)."""
+
+
+def metrics_from_args(args: Any) -> MetricsEndpoint:
+    """The ``MetricsEndpoint`` of ``add_metrics_flags``."""
+    return MetricsEndpoint(args.metrics_host, args.metrics_port)

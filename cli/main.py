@@ -22,12 +22,20 @@ from cli.flags import (
     client_security_from_args,
     server_security_from_args,
 )
+from cli.ports import check_port_free
 from common.errors import StepstreamError
 from common.logs import LOG_FORMATS, configure_logging
 
 log = logging.getLogger(__name__)
 
 DEFAULT_PORT = 50051
+
+
+def _at_least_one(value: str) -> int:
+    number = int(value)
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {number}")
+    return number
 
 
 def _add_processor(sub: argparse._SubParsersAction) -> None:
@@ -101,6 +109,12 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--env", help="override env_settings.env_path (gym:<id>)")
     parser.add_argument("--num-envs", type=int, help="override env_settings.num_envs (copies per env)")
     parser.add_argument("--seed", type=int, help="override env_settings.seed")
+    parser.add_argument(
+        "--max-steps",
+        type=_at_least_one,
+        metavar="N",
+        help="override every behavior's max_steps (agent steps), e.g. a short smoke run",
+    )
     parser.add_argument("--no-progress", action="store_true", help="no live progress bar (log lines only)")
     add_metrics_flags(parser)
     parser.set_defaults(func=_run_train)
@@ -252,6 +266,8 @@ def _run_processor(args: argparse.Namespace) -> int:
     else:
         settings = ProcessorSettings(full_policy=full_policy)
     security = server_security_from_args(args)
+    check_port_free(args.host, args.port, "--port")
+    check_port_free(args.metrics_host, args.metrics_port, "--metrics-port")
     options = ServerOptions(
         host=args.host, port=args.port, security=security, metrics_host=args.metrics_host, metrics_port=args.metrics_port
     )
@@ -308,6 +324,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except StepstreamError as err:
         log.error("%s", err)
         return 2
+    except OSError as err:
+        # An everyday failure outside the checks (a port taken between its check and the bind, a full
+        # disk): one line, no traceback.
+        log.error("%s", err)
+        return 1
     except KeyboardInterrupt:
         return 130
 

@@ -46,15 +46,15 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
-from common.config import load_config
+from cli.run_config import EnvFlags, env_seed, load_run_options, select_behaviors, vector_env_settings
 from common.demo import DEMO_SUFFIX, DemoFormatError, encode_demo
 from common.errors import ConfigError
 from common.policy_contract import LOGITS, MEAN
 from common.specs import ActionSpec, BrainParameters
+from envclient.envs import open_vector_envs
 from envclient.runner import VectorEnv
 from protos import mlagents_demo_pb2 as demo_pb
 from protos import pb
@@ -348,28 +348,6 @@ def demo_bytes(
     raise AssertionError("an empty demonstration name always fits")
 
 
-def _select_env(options: RecordOptions) -> tuple[str, str, int, int | None]:
-    """(behavior, env_path, copies, seed) of the env to record, from the config and flags."""
-    run_options = load_config(options.config)
-    settings = run_options.env_settings
-    hosted = settings.behavior_names
-    if not hosted:
-        raise ConfigError(f"{options.config}: env_settings.env_path is required for `stepstream record`")
-    if options.behavior_name is None:
-        if len(hosted) > 1:
-            raise ConfigError(f"{options.config}: several behaviors ({', '.join(hosted)}); choose one with --behavior")
-        name = next(iter(hosted))
-    elif options.behavior_name in hosted:
-        name = options.behavior_name
-    else:
-        raise ConfigError(f"--behavior {options.behavior_name}: not in env_settings.env_path (behaviors: {', '.join(hosted)})")
-    copies = settings.num_envs if options.num_envs is None else options.num_envs
-    if copies < 1:
-        raise ConfigError(f"--num-envs must be >= 1, got {copies}")
-    seed = settings.seed if options.seed is None else options.seed
-    return name, hosted[name], copies, None if seed < 0 else seed
-
-
 def run_record(options: RecordOptions) -> int:
     """Record ``options.episodes`` episodes to ``options.out``; returns 0.
 
@@ -386,11 +364,13 @@ def run_record(options: RecordOptions) -> int:
         raise ConfigError(f"--out {options.out}: exists; pass --force to overwrite it")
     if (options.checkpoint is None) == (options.policy is None):
         raise ConfigError("give exactly one of --checkpoint PATH and --policy scripted:MODULE:FN")
-    name, env_path, copies, seed = _select_env(options)
-    from envclient.envs import make_vector_env
-
-    env = make_vector_env(env_path, copies, seed)
-    try:
+    if options.num_envs is not None and options.num_envs < 1:
+        raise ConfigError(f"--num-envs must be >= 1, got {options.num_envs}")
+    run_options = load_run_options(options.config, EnvFlags(num_envs=options.num_envs, seed=options.seed))
+    (name,) = select_behaviors(options.config, run_options, "record", options.behavior_name, single=True)
+    seed = env_seed(run_options.env_settings.seed, 0)
+    with open_vector_envs(vector_env_settings(run_options, [name], run_options.env_settings.seed)) as envs:
+        env = envs[name]
         params = env.brain_parameters
         if options.checkpoint is not None:
             act = checkpoint_actor(find_policy_file(options.checkpoint, name), params, seed, options.deterministic)
@@ -398,10 +378,6 @@ def run_record(options: RecordOptions) -> int:
             assert options.policy is not None
             act = scripted_actor(load_scripted(options.policy), params, options.policy)
         pairs, returns = record_episodes(env, act, options.episodes)
-    finally:
-        close: Any = getattr(env, "close", None)
-        if close is not None:
-            close()
     options.out.parent.mkdir(parents=True, exist_ok=True)
     tmp = options.out.with_name(options.out.name + ".tmp")
     tmp.write_bytes(demo_bytes(options.out.stem, params, pairs, returns))

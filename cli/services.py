@@ -22,29 +22,37 @@ signal interrupts it, still checkpointing); env clients finish the step in fligh
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
-import signal
 import socket
 import threading
 import time
-import zlib
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
-import numpy as np
-
-from common.config import BehaviorSettings, RunOptions, TrainerType, load_config
+from cli.console import load_tensorflow
+from cli.flags import MetricsEndpoint, client_security_from_args, metrics_from_args
+from cli.ports import check_port_free
+from cli.results import has_checkpoint, prepare_behavior_dir, process_start_time, removed_if_unstarted
+from cli.run_config import (
+    EnvFlags,
+    check_inputs,
+    load_run_options,
+    offline_behaviors,
+    resolve_seed,
+    select_behaviors,
+    vector_env_settings,
+)
+from cli.signals import StopSignals, set_soon
+from common.config import BehaviorSettings, TrainerType
 from common.errors import ConfigError, DeadlineExceededError, StepstreamError, TopicClosedError
 from common.logs import log_context
-from common.metrics import DEFAULT_METRICS_HOST, serve_metrics
+from common.metrics import serve_metrics
 from common.security import PLAINTEXT, ClientSecurity
 from common.specs import BrainParameters
-from envclient.envs import make_vector_env
+from envclient.envs import open_vector_envs
 from envclient.reconnect import ReconnectingEnvClient
 from envclient.runner import VectorEnv
 
@@ -74,16 +82,14 @@ class TrainerOptions:
     """The learner's seed; None: ``env_settings.seed`` (negative: random)."""
     security: ClientSecurity = PLAINTEXT
     """TLS and the shared token towards the processor."""
-    metrics_host: str = DEFAULT_METRICS_HOST
-    metrics_port: int | None = None
-    """Port of the Prometheus endpoint (``trainer.metrics``); None serves none."""
+    metrics: MetricsEndpoint = field(default_factory=MetricsEndpoint)
+    """The Prometheus endpoint (``trainer.metrics``); no port serves none."""
     topics: str | None = None
     """``nats://`` URL of the broker holding the topics; None: the processor's, over gRPC."""
 
 
 def trainer_options_from_args(args: Any) -> TrainerOptions:
-    from cli.flags import service_options_from_args
-
+    """The ``TrainerOptions`` of the ``trainer`` subcommand's flags."""
     return TrainerOptions(
         Path(args.config),
         args.behavior,
@@ -92,48 +98,10 @@ def trainer_options_from_args(args: Any) -> TrainerOptions:
         Path(args.results_dir),
         args.resume,
         args.seed,
-        **service_options_from_args(args),
+        security=client_security_from_args(args),
+        metrics=metrics_from_args(args),
         topics=args.topics,
     )
-
-
-def prepare_trainer_dir(options: TrainerOptions, run_options: RunOptions) -> Path:
-    """Create ``results/<run-id>/<behavior>`` and write the resolved ``configuration.yaml``; returns the run dir.
-
-    Trainers share the run folder, so only this behavior's must be new (or ``--resume``d); each writes
-    the same ``configuration.yaml``, atomically.
-
-    Raises:
-        ConfigError: the behavior's folder holds an earlier run and ``--resume`` was not given.
-    """
-    run_dir = options.results_dir / options.run_id
-    behavior_dir = run_dir / options.behavior_name
-    if not options.resume and behavior_dir.is_dir() and any(behavior_dir.iterdir()):
-        raise ConfigError(f"{behavior_dir} already exists: pass --resume to continue it, or choose another --run-id")
-    behavior_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "run_logs").mkdir(exist_ok=True)
-    from cli.train import write_configuration
-
-    write_configuration(run_dir, run_options)
-    return run_dir
-
-
-@contextlib.contextmanager
-def stop_on_signals(stop: threading.Event) -> Iterator[None]:
-    """While inside: SIGTERM or SIGINT sets ``stop``; a second one raises KeyboardInterrupt (main thread only)."""
-
-    def handle(signum: int, unused_frame: FrameType | None) -> None:
-        if stop.is_set():
-            raise KeyboardInterrupt
-        log.info("%s received: stopping after the current iteration (send it again to interrupt)", signal.Signals(signum).name)
-        stop.set()
-
-    previous = {sig: signal.signal(sig, handle) for sig in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
 
 
 def run_trainer(options: TrainerOptions) -> int:
@@ -146,19 +114,24 @@ def run_trainer(options: TrainerOptions) -> int:
         ConfigError: the config does not configure the behavior, or its results folder exists
             without ``--resume``, or the declared BrainParameters changed across a reconnect.
     """
-    from cli.train import process_start_time, resolve_seed
-
     started_at = process_start_time()
-    run_options = load_config(options.config)  # config errors surface before TensorFlow's import
+    run_options = load_run_options(options.config)  # config errors surface before TensorFlow's import
     settings = run_options.settings_for(options.behavior_name)
     seed = resolve_seed(options.seed if options.seed is not None else run_options.env_settings.seed)
-    run_dir = prepare_trainer_dir(options, run_options)
-    from cli.train import offline_behaviors
-    from trainer.loop import configure_tf_threads
-
-    configure_tf_threads()  # before TensorFlow runs anything
+    check_inputs(options.config, run_options, [options.behavior_name], env_ids=False)
+    check_port_free(options.metrics.host, options.metrics.port, "--metrics-port")
+    run_dir = options.results_dir / options.run_id
+    behavior_dir = run_dir / options.behavior_name
+    fresh = not has_checkpoint(behavior_dir)
+    if options.resume and fresh:
+        log.warning("%s: --resume, but %s holds no checkpoint; starting from scratch", options.behavior_name, behavior_dir)
+    prepare_behavior_dir(run_dir, options.behavior_name, run_options, resume=options.resume)
     stop = threading.Event()
-    with stop_on_signals(stop):
+    with (
+        removed_if_unstarted(behavior_dir, fresh=fresh),
+        StopSignals(stop.set, interrupt_on_second=True, what="stopping after the current iteration"),
+    ):
+        load_tensorflow()  # its native start-up noise filtered out of stderr
         if options.behavior_name in offline_behaviors(run_options):
             return _run_offline(options, settings, run_dir, started_at, seed, stop)
         return TrainerService(options, settings, run_dir, started_at, seed).run(stop)
@@ -203,7 +176,7 @@ class TrainerService:
 
     def run(self, stop: threading.Event) -> int:
         """Serve the metrics endpoint (if asked for) and train, logging with the behavior; see ``_run``."""
-        endpoint = serve_metrics(self.options.metrics_host, self.options.metrics_port, self.metrics)
+        endpoint = serve_metrics(self.options.metrics.host, self.options.metrics.port, self.metrics)
         try:
             with log_context(behavior=self.name):
                 return self._run(stop)
@@ -333,14 +306,12 @@ class EnvOptions:
     """BrainInfos per behavior at most; None: until stopped."""
     security: ClientSecurity = PLAINTEXT
     """TLS and the shared token towards the processor."""
-    metrics_host: str = DEFAULT_METRICS_HOST
-    metrics_port: int | None = None
-    """Port of the Prometheus endpoint (``envclient.metrics``); None serves none."""
+    metrics: MetricsEndpoint = field(default_factory=MetricsEndpoint)
+    """The Prometheus endpoint (``envclient.metrics``); no port serves none."""
 
 
 def env_options_from_args(args: Any) -> EnvOptions:
-    from cli.flags import service_options_from_args
-
+    """The ``EnvOptions`` of the ``env`` subcommand's flags."""
     return EnvOptions(
         Path(args.config),
         args.processor,
@@ -349,23 +320,14 @@ def env_options_from_args(args: Any) -> EnvOptions:
         args.client_id,
         args.seed,
         args.max_env_steps,
-        **service_options_from_args(args),
+        security=client_security_from_args(args),
+        metrics=metrics_from_args(args),
     )
 
 
 def default_client_id() -> str:
     """``<hostname>-<pid>``: distinct for every replica of a scaled service (each has its own hostname)."""
     return f"{socket.gethostname()}-{os.getpid()}"
-
-
-def env_seed(seed: int, client_id: str, index: int) -> int | None:
-    """The seed of env_path entry ``index`` in client ``client_id``; None (fresh entropy) when ``seed`` < 0.
-
-    The client id gives scaled replicas different episodes; an explicit ``--client-id`` keeps a run reproducible."""
-    if seed < 0:
-        return None
-    state = np.random.SeedSequence([seed, zlib.crc32(client_id.encode()), index]).generate_state(1)[0]
-    return int(state) >> 1  # < 2**31, so gym's seed + copy index stays in range
 
 
 def run_env_client(options: EnvOptions) -> int:
@@ -375,43 +337,19 @@ def run_env_client(options: EnvOptions) -> int:
         ConfigError: no env_path in the config, or ``--behavior`` names none of its behaviors.
         StepstreamError: the processor refused a session with a status retrying cannot fix.
     """
-    env_overrides: dict[str, Any] = {}
-    if options.num_envs is not None:
-        env_overrides["num_envs"] = options.num_envs
-    if options.seed is not None:
-        env_overrides["seed"] = options.seed
-    run_options = load_config(options.config, overrides={"env_settings": env_overrides} if env_overrides else None)
-    settings = run_options.env_settings
-    hosted = dict(settings.behavior_names)
-    if not hosted:
-        raise ConfigError(f"{options.config}: env_settings.env_path is required for `stepstream env`")
-    if options.behavior_name is not None:
-        if options.behavior_name not in hosted:
-            raise ConfigError(
-                f"--behavior {options.behavior_name}: not in env_settings.env_path (behaviors: {', '.join(hosted)})"
-            )
-        hosted = {options.behavior_name: hosted[options.behavior_name]}
+    run_options = load_run_options(options.config, EnvFlags(num_envs=options.num_envs, seed=options.seed))
+    behaviors = select_behaviors(options.config, run_options, "env", options.behavior_name)
+    check_port_free(options.metrics.host, options.metrics.port, "--metrics-port")
     client_id = options.client_id or default_client_id()
-    indices = {path: i for i, path in enumerate(settings.env_paths)}
-    envs: dict[str, VectorEnv] = {}
-    try:
-        for name, path in hosted.items():
-            envs[name] = make_vector_env(path, settings.num_envs, env_seed(settings.seed, client_id, indices[path]))
+    env_settings = vector_env_settings(run_options, behaviors, run_options.env_settings.seed, client_id)
+    with open_vector_envs(env_settings) as envs:
         session_ids = {name: client_id if len(envs) == 1 else f"{client_id}/{name}" for name in envs}
         return asyncio.run(_serve_envs(options, session_ids, envs))
-    finally:
-        for env in envs.values():
-            close = getattr(env, "close", None)
-            if close is not None:
-                close()
 
 
 async def _serve_envs(options: EnvOptions, session_ids: Mapping[str, str], envs: Mapping[str, VectorEnv]) -> int:
     """Run one ``ReconnectingEnvClient`` per behavior until all finish, one fails, or a signal."""
     stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
     clients = [
         ReconnectingEnvClient(
             options.processor,
@@ -426,9 +364,10 @@ async def _serve_envs(options: EnvOptions, session_ids: Mapping[str, str], envs:
     ]
     from envclient.metrics import EnvCollector
 
-    endpoint = serve_metrics(options.metrics_host, options.metrics_port, EnvCollector(clients))
+    endpoint = serve_metrics(options.metrics.host, options.metrics.port, EnvCollector(clients))
     try:
-        return await _step_until_done(clients, stop)
+        with StopSignals(set_soon(stop)):
+            return await _step_until_done(clients, stop)
     finally:
         if endpoint is not None:
             endpoint.stop()

@@ -20,23 +20,34 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-import os
-import shutil
-import signal
-import tempfile
 import threading
 import time
-from dataclasses import dataclass, replace
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from common.config import BehaviorSettings, RunOptions, TrainerType, load_config
+from cli.console import RATE_WINDOW_S, StepRate, format_elapsed, load_tensorflow, progress_bar
+from cli.flags import MetricsEndpoint, metrics_from_args
+from cli.ports import check_port_free
+from cli.results import check_resumable, prepare_run_dir, process_start_time, removed_if_unstarted
+from cli.run_config import (
+    EnvFlags,
+    check_inputs,
+    load_run_options,
+    offline_behaviors,
+    resolve_seed,
+    select_behaviors,
+    vector_env_settings,
+    with_max_steps,
+)
+from cli.signals import StopSignals, set_soon
+from common.config import BehaviorSettings, RunOptions, TrainerType
 from common.errors import ConfigError
+from common.logs import log_context
 from common.specs import BrainParameters
 from common.topics import TRAINER_SUBSCRIBER, TopicRegistry
-from envclient.envs import make_vector_env
+from envclient.envs import close_vector_env, make_vector_env
 from envclient.runner import RunStats, VectorEnv, run_env
 from envclient.session import EnvSession
 from processor.behaviors import ProcessorSettings
@@ -48,6 +59,8 @@ log = logging.getLogger(__name__)
 CLIENT_STOP_TIMEOUT_S = 10.0
 STOP_GRACE_S = 5.0
 PROGRESS_INTERVAL_S = 0.5
+MEAN_REWARD_EPISODES = 100
+"""The bar's and the end-of-run line's mean reward: of the last this-many episodes."""
 INFERENCE_WINDOWS = (20, 100)
 """--inference logs the mean return of each behavior's last this-many episodes."""
 
@@ -62,96 +75,40 @@ class TrainOptions:
     resume: bool = False
     force: bool = False
     inference: bool = False
-    env: str | None = None
-    num_envs: int | None = None
-    seed: int | None = None
+    env_flags: EnvFlags = field(default_factory=EnvFlags)
+    """``--env``, ``--num-envs`` and ``--seed`` over the config's ``env_settings``."""
+    max_steps: int | None = None
+    """``--max-steps``: every behavior's max_steps (agent steps); None keeps the config's."""
     progress: bool = True
-    metrics_host: str = "127.0.0.1"
-    metrics_port: int | None = None
-    """Port of the run's one Prometheus endpoint (processor and trainers); None serves none, 0 picks one."""
-
-
-def process_start_time() -> float:
-    """Epoch seconds when this process started (imports included), from /proc where it exists."""
-    try:
-        with open("/proc/self/stat", encoding="ascii") as f:
-            start_ticks = int(f.read().rsplit(")", 1)[1].split()[19])
-        with open("/proc/uptime", encoding="ascii") as f:
-            uptime_s = float(f.read().split()[0])
-        return time.time() - uptime_s + start_ticks / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError):
-        return time.time()
-
-
-def load_run_options(options: TrainOptions) -> RunOptions:
-    """The config with ``--env``, ``--num-envs`` and ``--seed`` applied over ``env_settings``."""
-    env: dict[str, Any] = {}
-    if options.env is not None:
-        env["env_path"] = options.env
-    if options.num_envs is not None:
-        env["num_envs"] = options.num_envs
-    if options.seed is not None:
-        env["seed"] = options.seed
-    return load_config(options.config, overrides={"env_settings": env} if env else None)
-
-
-def prepare_run_dir(options: TrainOptions, run_options: RunOptions) -> Path:
-    """Create (or reuse with --resume / --inference, or wipe with --force) ``results/<run-id>``.
-
-    Raises:
-        ConfigError: the run exists and neither --resume, --force nor --inference was given, or
-            --resume/--inference name a run that does not exist.
-    """
-    run_dir = options.results_dir / options.run_id
-    if run_dir.exists() and options.force:
-        shutil.rmtree(run_dir)
-    elif run_dir.exists() and not (options.resume or options.inference):
-        raise ConfigError(f"{run_dir} already exists: pass --resume to continue it, or --force to overwrite it")
-    elif not run_dir.exists() and (options.resume or options.inference):
-        raise ConfigError(f"{run_dir} does not exist: nothing to {'resume' if options.resume else 'run'}")
-    (run_dir / "run_logs").mkdir(parents=True, exist_ok=True)
-    if not options.inference:
-        write_configuration(run_dir, run_options)
-    return run_dir
-
-
-def write_configuration(run_dir: Path, run_options: RunOptions) -> None:
-    """Write the resolved ``configuration.yaml`` atomically (stack trainers share the run folder)."""
-    fd, tmp = tempfile.mkstemp(prefix="configuration.yaml", suffix=".tmp", dir=run_dir)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            yaml.safe_dump(run_options.to_dict(), out, sort_keys=False)
-        os.replace(tmp, run_dir / "configuration.yaml")
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def resolve_seed(seed: int) -> int:
-    """``seed`` itself, or a random one when it is negative (the config's ``seed: -1``)."""
-    return seed if seed >= 0 else int.from_bytes(os.urandom(2), "little")
-
-
-def offline_behaviors(run_options: RunOptions) -> list[str]:
-    """The ``bc`` behaviors under ``behaviors`` that no ``env_path`` entry hosts: they train from their demos alone."""
-    hosted = run_options.env_settings.behavior_names
-    return [n for n, s in run_options.behaviors.items() if s.trainer_type is TrainerType.BC and n not in hosted]
+    metrics: MetricsEndpoint = field(default_factory=MetricsEndpoint)
+    """The run's one Prometheus endpoint (processor and trainers); no port serves none, 0 picks one."""
 
 
 def run_train(options: TrainOptions) -> int:
     """Train (or, with --inference, act) until every trainer reaches max_steps or Ctrl-C."""
     started_at = process_start_time()
-    run_options = load_run_options(options)
+    run_options = with_max_steps(load_run_options(options.config, options.env_flags), options.max_steps)
     if not run_options.env_settings.env_paths and (options.inference or not offline_behaviors(run_options)):
         raise ConfigError(
             f"{options.config}: env_settings.env_path is required for `stepstream train` (or pass --env)"
             + ("" if options.inference else "; only a bc behavior with a demo_path trains without one")
         )
-    run_dir = prepare_run_dir(options, run_options)
-    from trainer.loop import configure_tf_threads
-
-    configure_tf_threads()
-    return asyncio.run(EmbeddedRun(options, run_options, run_dir, started_at).run())
+    # Everything that can be checked in seconds is, before TensorFlow's import and the results folder.
+    trained = [*run_options.env_settings.behavior_names, *([] if options.inference else offline_behaviors(run_options))]
+    check_inputs(options.config, run_options, trained)
+    check_port_free(options.metrics.host, options.metrics.port, "--metrics-port")
+    run_dir = prepare_run_dir(
+        options.results_dir / options.run_id,
+        run_options,
+        resume=options.resume,
+        force=options.force,
+        inference=options.inference,
+    )
+    if options.resume or options.inference:
+        check_resumable(run_dir, trained, inference=options.inference)
+    with removed_if_unstarted(run_dir, fresh=not (options.resume or options.inference)):
+        load_tensorflow()  # its native start-up noise filtered out of stderr
+        return asyncio.run(EmbeddedRun(options, run_options, run_dir, started_at).run())
 
 
 class EmbeddedRun:
@@ -175,12 +132,12 @@ class EmbeddedRun:
         self.env_stop = asyncio.Event()
 
     def _make_envs(self) -> None:
-        settings = self.run_options.env_settings
-        for i, env_path in enumerate(settings.env_paths):
-            env = make_vector_env(env_path, settings.num_envs, self.seed + 1000 * i)
-            name = env.brain_parameters.behavior_name
-            self.run_options.settings_for(name)  # a behavior without settings is a config error now
-            self.envs[name] = env
+        if not self.run_options.env_settings.env_paths:
+            return  # only offline BC
+        behaviors = select_behaviors(self.options.config, self.run_options, "train")
+        for settings in vector_env_settings(self.run_options, behaviors, self.seed):
+            self.run_options.settings_for(settings.behavior_name)  # a behavior without settings is a config error now
+            self.envs[settings.behavior_name] = make_vector_env(settings)
 
     def _settings(self, name: str) -> BehaviorSettings:
         return self.run_options.settings_for(name)
@@ -208,13 +165,13 @@ class EmbeddedRun:
             resume=self.options.resume,
         )
         self.loops[name] = loop
-        if self.options.metrics_port is not None:
+        if self.options.metrics.port is not None:
             from trainer.metrics import TrainerCollector
 
             collector = TrainerCollector(name)
             collector.attach(loop, subscription)
             self.collectors.append(collector)
-        self.threads[name] = asyncio.ensure_future(asyncio.to_thread(loop.run, self.trainer_stop))
+        self.threads[name] = asyncio.ensure_future(asyncio.to_thread(self._in_thread, name, loop.run))
 
     def _start_offline(self, name: str) -> None:
         """Offline BC for ``name`` (no env hosts it) in a thread of its own."""
@@ -230,7 +187,12 @@ class EmbeddedRun:
             resume=self.options.resume,
         )
         self.loops[name] = loop
-        self.threads[name] = asyncio.ensure_future(asyncio.to_thread(loop.run, self.trainer_stop))
+        self.threads[name] = asyncio.ensure_future(asyncio.to_thread(self._in_thread, name, loop.run))
+
+    def _in_thread(self, name: str, run: Callable[[threading.Event], Any]) -> Any:
+        """A trainer's ``run`` in its thread, its log lines (the summaries too) carrying the behavior."""
+        with log_context(behavior=name):
+            return run(self.trainer_stop)
 
     def _publish_checkpoint_policy(self, name: str, params: BrainParameters, topics: TopicRegistry) -> None:
         """--inference: the newest checkpoint's policy, published once; no trainer runs."""
@@ -256,27 +218,19 @@ class EmbeddedRun:
         learner that cannot be built) still stops the server and closes the envs before it propagates.
         """
         interrupted = asyncio.Event()
-        received: list[int] = []
         server: ProcessorServer | None = None
         clients: list[asyncio.Future[Any]] = []
-        loop = asyncio.get_running_loop()
-
-        def on_signal(sig: int) -> None:
-            received.append(sig)
-            interrupted.set()
-
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, on_signal, sig)
-        try:
-            self._make_envs()
-            for name in self.offline:
-                self._start_offline(name)
-            if self.envs:  # else only offline BC: no processor
-                server, clients = await self._start_online()
-            await self._wait(server, clients, interrupted)
-        finally:
-            await self._shutdown(server, clients)
-        return 128 + received[0] if received else 0
+        with StopSignals(set_soon(interrupted), what="saving checkpoints and stopping") as signals:
+            try:
+                self._make_envs()
+                for name in self.offline:
+                    self._start_offline(name)
+                if self.envs:  # else only offline BC: no processor
+                    server, clients = await self._start_online()
+                await self._wait(server, clients, interrupted)
+            finally:
+                await self._shutdown(server, clients)
+        return signals.exit_code
 
     async def _start_online(self) -> tuple[ProcessorServer, list[asyncio.Future[Any]]]:
         """The processor, a trainer (or, with --inference, a checkpoint's policy) per env, and the env clients."""
@@ -292,12 +246,12 @@ class EmbeddedRun:
                     self._publish_checkpoint_policy(name, env.brain_parameters, server.topics)
                 else:
                     self._start_trainer(name, env.brain_parameters, server.topics)
-            if self.options.metrics_port is not None:
+            if self.options.metrics.port is not None:
                 from common.metrics import serve_metrics
                 from processor.metrics import ProcessorCollector
 
                 self.metrics = serve_metrics(  # it logs its address
-                    self.options.metrics_host, self.options.metrics_port, ProcessorCollector(server), *self.collectors
+                    self.options.metrics.host, self.options.metrics.port, ProcessorCollector(server), *self.collectors
                 )
         except BaseException:
             await server.stop(STOP_GRACE_S)
@@ -365,9 +319,7 @@ class EmbeddedRun:
         if self.metrics is not None:
             self.metrics.stop()
         for env in self.envs.values():
-            close = getattr(env, "close", None)  # Gymnasium envs hold resources; the 1-D task none
-            if close is not None:
-                close()
+            close_vector_env(env)
         for name, loop in self.loops.items():
             result = loop.result
             log.info(
@@ -389,44 +341,43 @@ def _log_inference_returns(name: str, stats: RunStats) -> None:
 
 
 class _Progress:
-    """A live bar per behavior toward max_steps: agent-steps/s (offline BC: demonstration steps/s), mean reward,
-    policy version. ``server`` is None when only offline BC runs."""
+    """A live bar per behavior toward max_steps (``cli.console.progress_bar``): agent steps/s over the last
+    ``RATE_WINDOW_S`` (offline BC: demonstration steps/s), mean reward of the last 100 episodes, policy
+    version, time since the process started. ``server`` is None when only offline BC runs."""
 
     def __init__(self, run: EmbeddedRun, server: ProcessorServer | None) -> None:
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
         self.run = run
         self.server = server
-        self.progress = Progress(
-            TextColumn("[bold]{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("{task.fields[rate]:>8.0f} steps/s  reward {task.fields[reward]:>8}  v{task.fields[version]}"),
-            TimeElapsedColumn(),
-            transient=False,
-        )
+        self.progress = progress_bar()
         self.tasks = {
-            name: self.progress.add_task(name, total=run._settings(name).max_steps, rate=0.0, reward="n/a", version=-1)
+            name: self.progress.add_task(
+                name, total=run._settings(name).max_steps, rate=0.0, reward="n/a", version=-1, elapsed="0:00:00"
+            )
             for name in [*run.envs, *run.offline]
         }
-        self._last = {name: (time.monotonic(), 0) for name in self.tasks}
+        self._rates = {name: StepRate() for name in self.tasks}
+        log.info(
+            "progress: steps/s over the last %.0f s, R = mean reward of the last %d episodes, v = policy version, "
+            "time since start (the summary lines average over each summary_freq instead)",
+            RATE_WINDOW_S,
+            MEAN_REWARD_EPISODES,
+        )
         self.progress.start()
 
     def update(self) -> None:
         now = time.monotonic()
+        elapsed = format_elapsed(time.time() - self.run.started_at)
         for name, task in self.tasks.items():
             loop = self.run.loops.get(name)
             steps = loop.result.steps if loop is not None else self._processed(name)
-            reward = loop.result.mean_reward() if loop is not None else math.nan
-            then, before = self._last[name]
-            rate = (steps - before) / max(now - then, 1e-9)
-            self._last[name] = (now, steps)
+            reward = loop.result.mean_reward(MEAN_REWARD_EPISODES) if loop is not None else math.nan
+            rate = self._rates[name].update(now, steps)
             if loop is not None:
                 version = loop.result.policy_version
             else:
                 version = -1 if self.server is None else self.server.topics.policies(name).highest_version
-            shown = "n/a" if math.isnan(reward) else f"{reward:.3f}"  # n/a: no episode yet, or none at all (offline BC)
-            self.progress.update(task, completed=steps, rate=rate, reward=shown, version=version)
+            shown = "n/a" if math.isnan(reward) else f"{reward:.1f}"  # n/a: no episode yet, or none at all (offline BC)
+            self.progress.update(task, completed=steps, rate=rate, reward=shown, version=version, elapsed=elapsed)
 
     def _processed(self, name: str) -> int:
         behavior = None if self.server is None else self.server.behaviors.get(name)
@@ -438,6 +389,7 @@ class _Progress:
 
 
 def options_from_args(args: Any) -> TrainOptions:
+    """The ``TrainOptions`` of the ``train`` subcommand's flags."""
     return replace(
         TrainOptions(Path(args.config)),
         run_id=args.run_id,
@@ -445,10 +397,9 @@ def options_from_args(args: Any) -> TrainOptions:
         resume=args.resume,
         force=args.force,
         inference=args.inference,
-        env=args.env,
-        num_envs=args.num_envs,
-        seed=args.seed,
-        progress=not args.no_progress,
-        metrics_host=args.metrics_host,
-        metrics_port=args.metrics_port,
+        env_flags=EnvFlags(args.env, args.num_envs, args.seed),
+        max_steps=args.max_steps,
+        # JSON logs are one object per line: no live bar among them.
+        progress=not args.no_progress and getattr(args, "log_format", "text") != "json",
+        metrics=metrics_from_args(args),
     )

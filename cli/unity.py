@@ -11,14 +11,13 @@ import argparse
 import asyncio
 import logging
 import os
-import signal
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from cli.flags import add_client_security_flags, add_metrics_flags, client_security_from_args
+from cli.signals import StopSignals, set_soon
+from common.config import read_yaml
 from common.errors import ConfigError, NotSupportedYetError, StepstreamError
 from common.metrics import serve_metrics
 from envclient.unity.gateway import DEFAULT_UNITY_PORT, RECONNECT_TIMEOUT_S, GatewayServer, GatewaySettings
@@ -88,10 +87,7 @@ def unity_settings_from_yaml(path: str | Path | None, seed: int = -1, num_areas:
     """
     mapping: Any = {}
     if path is not None:
-        try:
-            mapping = yaml.safe_load(Path(path).read_text()) or {}
-        except (OSError, yaml.YAMLError) as err:
-            raise ConfigError(f"{path}: cannot read the config: {err}") from None
+        mapping = read_yaml(path) or {}  # bounded size and alias expansion, as every config read
         if not isinstance(mapping, Mapping):
             raise ConfigError(f"{path}: expected a mapping at the top, got {type(mapping).__name__}")
     return UnitySettings(
@@ -182,26 +178,24 @@ async def _serve(
     port = await server.start()
     endpoint = serve_metrics(metrics_host, metrics_port, UnityCollector(server.gateway.stats))
     stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
     exited: asyncio.Task[int] | None = None
-    try:
-        waits: list[asyncio.Task[object]] = [asyncio.ensure_future(stop.wait())]
-        if build is not None:
-            await build.start(port)
-            exited = asyncio.ensure_future(build.wait())
-            waits.append(exited)  # type: ignore[arg-type]
-        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-        for task in waits:
-            if task is not exited:
-                task.cancel()
-    finally:
-        if build is not None:
-            await build.stop()
-        await server.stop()
-        if endpoint is not None:
-            endpoint.stop()
+    with StopSignals(set_soon(stop)):  # the CLI's one signal pattern (cli.signals)
+        try:
+            waits: list[asyncio.Task[object]] = [asyncio.ensure_future(stop.wait())]
+            if build is not None:
+                await build.start(port)
+                exited = asyncio.ensure_future(build.wait())
+                waits.append(exited)  # type: ignore[arg-type]
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            for task in waits:
+                if task is not exited:
+                    task.cancel()
+        finally:
+            if build is not None:
+                await build.stop()
+            await server.stop()
+            if endpoint is not None:
+                endpoint.stop()
     if exited is not None and exited.done() and not stop.is_set():
         code = exited.result()
         if code != 0:

@@ -36,14 +36,11 @@ import yaml
 from common.config_schema import (
     ANY,
     EXTRA_KEYS,
-    GYM_PREFIX,
     HYPERPARAMETERS_FOR,
     NOT_SUPPORTED_VALUES,
-    SIMPLE_BEHAVIOR,
-    SIMPLE_KINDS,
-    SIMPLE_PREFIX,
     VALUE_HINTS,
     BehaviorSettings,
+    EnvPathEntry,
     EnvSettings,
     ExtraKey,
     RunOptions,
@@ -70,6 +67,8 @@ from common.config_sections import (
     ScheduleType,
     TrainerType,
 )
+from common.env_paths import GYM_PREFIX, SIMPLE_BEHAVIOR, SIMPLE_KINDS, SIMPLE_PREFIX
+from common.messages import MAX_RENDERED_CHARS, bounded_repr
 
 __all__ = [
     "GYM_PREFIX",
@@ -84,6 +83,7 @@ __all__ = [
     "CuriositySettings",
     "DemoActionTiming",
     "EncoderType",
+    "EnvPathEntry",
     "EnvSettings",
     "GAILSettings",
     "Hyperparameters",
@@ -100,6 +100,7 @@ __all__ = [
     "behavior_name_for_env",
     "load_config",
     "parse_config",
+    "read_yaml",
 ]
 
 logger = logging.getLogger(__name__)
@@ -120,16 +121,17 @@ class _Walk:
 
 
 def _join(path: str, key: object) -> str:
-    return f"{path}.{key}" if path else str(key)
+    text = key if isinstance(key, str) and len(key) <= MAX_RENDERED_CHARS else bounded_repr(key)
+    return f"{path}.{text}" if path else str(text)
 
 
 def _did_you_mean(word: str, candidates: Iterable[str]) -> str:
-    close = difflib.get_close_matches(word, list(candidates), n=1)
+    close = difflib.get_close_matches(word[: MAX_RENDERED_CHARS * 2], list(candidates), n=1)
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def _describe(value: Any) -> str:
-    return f"{type(value).__name__} {value!r}"
+    return f"{type(value).__name__} {bounded_repr(value)}"
 
 
 # --- scalars --------------------------------------------------------------------------------
@@ -185,13 +187,20 @@ def _to_union(args: tuple[Any, ...], value: Any, key: str, walk: _Walk) -> Any:
     arms = [arm for arm in args if arm is not type(None)]
     if len(arms) == 1:
         return _convert(arms[0], value, key, walk)
-    for arm in arms:  # only env_path has several arms: str | tuple[str, ...]
+    for arm in arms:  # only env_path has several arms: str | EnvPathEntry | tuple[str | EnvPathEntry, ...]
         if get_origin(arm) is tuple and isinstance(value, list | tuple):
             return _convert(arm, value, key, walk)
         if arm is str and isinstance(value, str):
             return value
-    expected = " or ".join("a list" if get_origin(arm) is tuple else f"a {getattr(arm, '__name__', arm)}" for arm in arms)
-    raise walk.error(key, f"expected {expected}, got {_describe(value)}")
+        if dataclasses.is_dataclass(arm) and isinstance(value, Mapping):
+            return _convert(arm, value, key, walk)
+    raise walk.error(key, f"expected {' or '.join(_arm_name(arm) for arm in arms)}, got {_describe(value)}")
+
+
+def _arm_name(arm: Any) -> str:
+    if get_origin(arm) is tuple:
+        return "a list"
+    return "a mapping" if dataclasses.is_dataclass(arm) else f"a {getattr(arm, '__name__', arm)}"
 
 
 def _convert(hint: Any, value: Any, key: str, walk: _Walk) -> Any:
@@ -261,7 +270,7 @@ def _unknown_key(cls: type, key: str, candidates: list[str]) -> str:
     if cls in HYPERPARAMETERS_FOR.values():
         for kind, other in HYPERPARAMETERS_FOR.items():
             if other is not cls and key in {f.name for f in dataclasses.fields(other)}:
-                return f"unknown key for this trainer_type ({key!r} is a {kind.value} hyperparameter)"
+                return f"unknown key for this trainer_type ({bounded_repr(key)} is a {kind.value} hyperparameter)"
     return f"unknown key{_did_you_mean(key, candidates)}"
 
 
@@ -402,6 +411,54 @@ def _build_behaviors(raw: Any, default_raw: Any, walk: _Walk) -> dict[str, Behav
 # --- entry points ---------------------------------------------------------------------------
 
 
+def _build_environment_parameters(raw: Any, walk: _Walk) -> dict[str, float]:
+    """``environment_parameters`` of plain numbers; samplers and curricula are not supported yet.
+
+    One log line names them: no Gymnasium or ``simple:`` env reads them (a Unity env would).
+    """
+    parameters: dict[str, float] = {}
+    for name, value in _as_mapping(raw, "environment_parameters", walk).items():
+        key = _join("environment_parameters", name)
+        if isinstance(value, Mapping):
+            kind = "a curriculum" if "curriculum" in value else "a sampler"
+            raise walk.not_yet(
+                key, f"{kind} is not supported yet (environment parameter samplers and curricula); give a number"
+            )
+        parameters[name] = _to_float(value, key, walk)
+    if parameters:
+        logger.info(
+            "%s: environment_parameters %s: accepted, but no gym: or simple: env reads them (a Unity env would)",
+            walk.source,
+            ", ".join(_join("", name) for name in parameters),
+        )
+    return parameters
+
+
+def _name_the_only_behavior(env_settings: EnvSettings, behaviors: Mapping[str, BehaviorSettings], walk: _Walk) -> EnvSettings:
+    """One env and one behavior: the env declares that behavior, whatever the env's own name.
+
+    An ML-Agents config names its behavior after the Unity env (``3DBall``); run on
+    ``gym:Pendulum-v1`` the env would declare ``Pendulum``. With one plain ``env_path`` entry and
+    one behavior, the entry is given that behavior's name, and one log line says so. Several
+    behaviors name theirs with ``{env: ..., behavior: NAME}`` entries.
+    """
+    entries = env_settings.entries
+    if len(entries) != 1 or len(behaviors) != 1 or entries[0].behavior is not None:
+        return env_settings
+    (only,) = behaviors
+    derived = entries[0].behavior_name
+    if derived == only:
+        return env_settings
+    logger.info(
+        "%s: behavior %r trains on %s (one env, one behavior; its own name would be %r)",
+        walk.source,
+        only,
+        entries[0].env,
+        derived,
+    )
+    return dataclasses.replace(env_settings, env_path=EnvPathEntry(env=entries[0].env, behavior=only))
+
+
 def parse_config(mapping: Any, source: str = "<string>", *, overrides: Mapping[str, Any] | None = None) -> RunOptions:
     """Build :class:`RunOptions` from a loaded trainer YAML mapping.
 
@@ -425,10 +482,16 @@ def parse_config(mapping: Any, source: str = "<string>", *, overrides: Mapping[s
     default = None if default_raw is None else _build_behavior(default_raw, "default_settings", walk)
     env_settings: EnvSettings = _build(EnvSettings, raw.get("env_settings"), "env_settings", walk)
     behaviors = _build_behaviors(raw.get("behaviors"), default_raw, walk)
+    env_settings = _name_the_only_behavior(env_settings, behaviors, walk)
     if default is not None:
         for name in env_settings.behavior_names:
             behaviors.setdefault(name, default)
-    prebuilt = {"behaviors": behaviors, "env_settings": env_settings, "default_settings": default}
+    prebuilt = {
+        "behaviors": behaviors,
+        "env_settings": env_settings,
+        "default_settings": default,
+        "environment_parameters": _build_environment_parameters(raw.get("environment_parameters"), walk),
+    }
     options: RunOptions = _build(RunOptions, raw, "", walk, prebuilt)
     if walk.ignored:
         names = ", ".join(dict.fromkeys(walk.ignored))
@@ -436,24 +499,93 @@ def parse_config(mapping: Any, source: str = "<string>", *, overrides: Mapping[s
     return options
 
 
+MAX_CONFIG_BYTES = 1 << 20
+"""Largest config file read (1 MiB; ML-Agents' largest shipped config is under 10 KiB)."""
+MAX_CONFIG_NODES = 20_000
+"""Most YAML nodes a config may hold once its aliases are expanded (a 422-byte alias bomb expands to billions)."""
+
+
+class _BoundedLoader(yaml.CSafeLoader if yaml.__with_libyaml__ else yaml.SafeLoader):  # type: ignore[misc]
+    """``yaml.safe_load``'s loader that refuses a document whose aliases expand past ``MAX_CONFIG_NODES``.
+
+    The composed graph shares an anchored node among its aliases; the walk counts each node once
+    per path to it, memoised by node, so it costs the graph's size, not the expansion's.
+    """
+
+    def construct_document(self, node: yaml.Node) -> Any:
+        _check_expanded_size(node)
+        return super().construct_document(node)
+
+
+def _check_expanded_size(root: yaml.Node) -> None:
+    """Raise ConfigKeyError when ``root`` expands to more than ``MAX_CONFIG_NODES`` nodes, or refers to itself."""
+    sizes: dict[int, int] = {}
+    open_nodes: set[int] = set()
+
+    def size(node: yaml.Node) -> int:
+        key = id(node)
+        if key in sizes:
+            return sizes[key]
+        if key in open_nodes:
+            raise ConfigKeyError("", "a YAML alias refers to its own anchor (a recursive structure)")
+        open_nodes.add(key)
+        total = 1
+        if isinstance(node, yaml.SequenceNode):
+            total += sum(size(item) for item in node.value)
+        elif isinstance(node, yaml.MappingNode):
+            total += sum(size(k) + size(v) for k, v in node.value)
+        open_nodes.discard(key)
+        if total > MAX_CONFIG_NODES:
+            raise ConfigKeyError(
+                "", f"its YAML aliases expand to more than {MAX_CONFIG_NODES} nodes; a trainer config needs a few hundred"
+            )
+        sizes[key] = total
+        return total
+
+    size(root)
+
+
+def read_yaml(path: str | Path) -> Any:
+    """A YAML file's data, read with bounded cost: at most ``MAX_CONFIG_BYTES`` bytes and ``MAX_CONFIG_NODES``
+    nodes once its aliases are expanded, so a hostile file costs bounded time and memory.
+
+    Raises:
+        ConfigKeyError: the file is missing, too large, not UTF-8 or not YAML, or its aliases expand too far
+            (the message starts with the file name as given).
+    """
+    source = str(path)
+    try:
+        with open(path, "rb") as f:
+            data = f.read(MAX_CONFIG_BYTES + 1)
+    except OSError as exc:
+        raise ConfigKeyError("", f"cannot read the config file: {exc.strerror or exc}", source) from exc
+    if len(data) > MAX_CONFIG_BYTES:
+        raise ConfigKeyError("", f"the config file is larger than {MAX_CONFIG_BYTES} bytes (1 MiB)", source)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigKeyError("", f"not UTF-8 text (byte {exc.start})", source) from exc
+    try:
+        return yaml.load(text, Loader=_BoundedLoader)  # a SafeLoader: plain data only
+    except ConfigKeyError as exc:
+        raise ConfigKeyError(exc.key, exc.detail, source) from None
+    except yaml.YAMLError as exc:
+        detail = " ".join(str(exc).split())  # one line; PyYAML quotes at most one short snippet of the file
+        raise ConfigKeyError("", f"not valid YAML: {detail[:400]}", source) from exc
+    except RecursionError:
+        raise ConfigKeyError("", "its YAML is nested too deeply", source) from None
+
+
 def load_config(path: str | Path, *, overrides: Mapping[str, Any] | None = None) -> RunOptions:
-    """Read and parse a trainer YAML file; errors start with the file name as given.
+    """Read (``read_yaml``: bounded size and alias expansion) and parse a trainer YAML file; errors start with the
+    file name as given.
 
     Args:
         path: the YAML file, e.g. ``configs/cartpole_ppo.yaml``.
         overrides: see :func:`parse_config`.
 
     Raises:
-        ConfigKeyError: the file is missing, is not YAML, or fails :func:`parse_config`.
+        ConfigKeyError: the file is missing, too large, is not YAML, or fails :func:`parse_config`.
         NotSupportedKeyError: see :func:`parse_config`.
     """
-    source = str(path)
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigKeyError("", f"cannot read the config file: {exc.strerror or exc}", source) from exc
-    try:
-        mapping = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ConfigKeyError("", f"not valid YAML: {exc}", source) from exc
-    return parse_config(mapping, source, overrides=overrides)
+    return parse_config(read_yaml(path), str(path), overrides=overrides)

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, ClassVar
 
+from common import env_paths
 from common.config_sections import (
     BCHyperparameters,
     BehavioralCloningSettings,
@@ -33,6 +33,8 @@ from common.config_sections import (
     at_least,
     require,
 )
+from common.errors import ConfigError, NotSupportedYetError
+from common.messages import MAX_RENDERED_CHARS, bounded_names, bounded_repr
 
 HYPERPARAMETERS_FOR: dict[TrainerType, type[Hyperparameters]] = {
     TrainerType.PPO: PPOHyperparameters,
@@ -133,63 +135,74 @@ class BehaviorSettings:
         hp = self.hyperparameters
         return hp.demo_action_timing if isinstance(hp, BCHyperparameters) else DemoActionTiming.AUTO
 
+    def demo_paths(self) -> dict[str, str]:
+        """Every demonstration path this behavior reads, by its dotted key under the behavior."""
+        paths: dict[str, str] = {}
+        if self.demo_path is not None:
+            paths["hyperparameters.demo_path"] = self.demo_path
+        for kind, signal in self.reward_signals.items():
+            demo_path = getattr(signal, "demo_path", None)
+            if demo_path is not None:
+                paths[f"reward_signals.{kind.value}.demo_path"] = demo_path
+        if self.behavioral_cloning is not None:
+            paths["behavioral_cloning.demo_path"] = self.behavioral_cloning.demo_path
+        return paths
+
     def resolved(self) -> dict[str, Any]:
         """Fields whose written value is derived: what ``to_dict`` records instead of None."""
         return {"max_policy_lag": self.effective_max_policy_lag}
 
 
-GYM_PREFIX = "gym:"
-# Gymnasium's own env-id grammar: [namespace/]name[-vN].
-_GYM_ID = re.compile(r"^(?:(?P<namespace>[\w:-]+)/)?(?P<name>[\w:.-]+?)(?:-v(?P<version>\d+))?$")
-SIMPLE_PREFIX = "simple:"
-"""The built-in 1-D goal task (``envclient.simple_env``): ``simple:discrete`` or ``simple:continuous``."""
-SIMPLE_KINDS = ("discrete", "continuous")
-"""The action kinds of ``simple:<kind>``."""
-SIMPLE_BEHAVIOR = "Simple1D"
-"""The behavior name of a ``simple:`` env path."""
-
-
 def behavior_name_for_env(env_path: str) -> str:
-    """The default behavior name of an env path: for ``gym:<id>``, the id without namespace and version.
-
-    Args:
-        env_path: ``gym:<id>``, e.g. ``gym:CartPole-v1`` or ``gym:ALE/Pong-v5``; or the built-in
-            1-D task, ``simple:discrete`` / ``simple:continuous`` (behavior ``Simple1D``).
-
-    Returns:
-        The behavior name, e.g. ``CartPole``, ``Pong`` or ``Simple1D``.
+    """``common.env_paths.behavior_name_for_env``, its errors keyed ``env_path`` for the config parser.
 
     Raises:
-        NotSupportedKeyError: ``env_path`` is neither a ``gym:`` nor a ``simple:`` path (an
-            ML-Agents Unity build path).
-        ConfigKeyError: the id after ``gym:`` is not a Gymnasium env id, or the kind after
-            ``simple:`` is not one of ``SIMPLE_KINDS``.
+        NotSupportedKeyError: a Unity build path (neither ``gym:`` nor ``simple:``).
+        ConfigKeyError: a malformed ``gym:`` id or ``simple:`` kind.
     """
-    if env_path.startswith(SIMPLE_PREFIX):
-        kind = env_path[len(SIMPLE_PREFIX) :]
-        if kind not in SIMPLE_KINDS:
-            choices = " or ".join(SIMPLE_PREFIX + k for k in SIMPLE_KINDS)
-            raise ConfigKeyError("env_path", f"{env_path!r}: the built-in 1-D task is {choices}")
-        return SIMPLE_BEHAVIOR
-    if not env_path.startswith(GYM_PREFIX):
-        detail = (
-            f"{env_path!r} is not supported yet: only gym:<id>, simple:discrete or simple:continuous"
-            " (or no env_path, for external env clients)"
-        )
-        raise NotSupportedKeyError("env_path", detail)
-    match = _GYM_ID.match(env_path[len(GYM_PREFIX) :])
-    if match is None:
-        raise ConfigKeyError("env_path", f"{env_path!r} is not gym:<id> with a Gymnasium id like CartPole-v1")
-    return match.group("name")
+    try:
+        return env_paths.behavior_name_for_env(env_path)
+    except NotSupportedYetError as exc:
+        raise NotSupportedKeyError("env_path", str(exc)) from None
+    except ConfigError as exc:
+        raise ConfigKeyError("env_path", str(exc)) from None
+
+
+@dataclass(frozen=True, kw_only=True)
+class EnvPathEntry:
+    """An ``env_path`` entry that names its behavior: ``{env: gym:Pendulum-v1, behavior: 3DBall}``.
+
+    So a config written for a Unity env (whose behavior is ``3DBall``) trains on a Gymnasium env,
+    and several behaviors map to several envs.
+    """
+
+    env: str
+    """``gym:<id>`` or ``simple:<discrete|continuous>``."""
+    behavior: str | None = None
+    """The behavior the env declares; None: ``behavior_name_for_env(env)`` (``gym:Pendulum-v1`` -> ``Pendulum``)."""
+
+    def __post_init__(self) -> None:
+        # ``env`` is checked by EnvSettings, which names the key env_path for plain and mapped entries alike.
+        if self.behavior is not None:
+            require(bool(self.behavior.strip()), "behavior", "must name a behavior, got ''")
+
+    @property
+    def behavior_name(self) -> str:
+        """The behavior the env declares."""
+        return self.behavior if self.behavior is not None else behavior_name_for_env(self.env)
+
+
+EnvPath = str | EnvPathEntry
+"""One ``env_path`` entry: a plain path (behavior named after the env) or an ``EnvPathEntry``."""
 
 
 @dataclass(frozen=True, kw_only=True)
 class EnvSettings:
     """``env_settings``: which environments the run starts itself (embedded mode)."""
 
-    env_path: str | tuple[str, ...] | None = None
-    """``gym:<id>`` or ``simple:<discrete|continuous>``, or a list of them for several behaviors; None: env
-    clients connect on their own."""
+    env_path: str | EnvPathEntry | tuple[str | EnvPathEntry, ...] | None = None
+    """``gym:<id>`` or ``simple:<discrete|continuous>`` (or ``{env: ..., behavior: NAME}``), or a list of them for
+    several behaviors; None: env clients connect on their own."""
     num_envs: int = 1
     """Environment instances per env_path entry; >= 1, and 1 when env_path is None."""
     seed: int = -1
@@ -199,24 +212,32 @@ class EnvSettings:
         at_least(self.num_envs, 1, "num_envs")
         if self.env_path is None:
             require(self.num_envs == 1, "num_envs", f"must be 1 when env_path is not set, got {self.num_envs}")
-        require(len(self.env_paths) > 0 or self.env_path is None, "env_path", "is an empty list")
+        require(len(self.entries) > 0 or self.env_path is None, "env_path", "is an empty list")
         seen: dict[str, str] = {}
-        for path in self.env_paths:
-            name = behavior_name_for_env(path)
-            require(name not in seen, "env_path", f"{seen.get(name)!r} and {path!r} both give behavior {name!r}")
-            seen[name] = path
+        for entry in self.entries:
+            behavior_name_for_env(entry.env)  # validates the path
+            name = entry.behavior_name
+            detail = f"{bounded_repr(seen.get(name))} and {bounded_repr(entry.env)} both give behavior {bounded_repr(name)}"
+            require(name not in seen, "env_path", detail)
+            seen[name] = entry.env
+
+    @property
+    def entries(self) -> tuple[EnvPathEntry, ...]:
+        """``env_path`` as a tuple of entries (empty when None)."""
+        if self.env_path is None:
+            return ()
+        paths = self.env_path if isinstance(self.env_path, tuple) else (self.env_path,)
+        return tuple(EnvPathEntry(env=path) if isinstance(path, str) else path for path in paths)
 
     @property
     def env_paths(self) -> tuple[str, ...]:
-        """``env_path`` as a tuple (empty when None)."""
-        if self.env_path is None:
-            return ()
-        return (self.env_path,) if isinstance(self.env_path, str) else tuple(self.env_path)
+        """The env of every ``env_path`` entry, in order (empty when None)."""
+        return tuple(entry.env for entry in self.entries)
 
     @property
     def behavior_names(self) -> dict[str, str]:
         """Behavior name -> the env path that hosts it, in env_path order."""
-        return {behavior_name_for_env(path): path for path in self.env_paths}
+        return {entry.behavior_name: entry.env for entry in self.entries}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -233,13 +254,16 @@ class RunOptions:
     """Environments this run starts itself."""
     default_settings: BehaviorSettings | None = None
     """Settings for a behavior not under ``behaviors`` (e.g. one an external env client declares)."""
+    environment_parameters: Mapping[str, float] = field(default_factory=dict)
+    """``environment_parameters`` given as plain numbers, by name: what a Unity env would read; Gymnasium and
+    ``simple:`` envs read none (samplers and curricula are not supported yet)."""
 
     def __post_init__(self) -> None:
         for name, env_path in self.env_settings.behavior_names.items():
             if name not in self.behaviors and self.default_settings is None:
                 detail = (
-                    f"behavior {name!r} (from {env_path!r}) has no entry under behaviors and there is no default_settings"
-                    f" (behaviors: {', '.join(sorted(self.behaviors)) or 'none'})"
+                    f"behavior {bounded_repr(name)} (from {bounded_repr(env_path)}) has no entry under behaviors and there"
+                    f" is no default_settings (behaviors: {bounded_names(sorted(self.behaviors))})"
                 )
                 raise ConfigKeyError("env_settings.env_path", detail)
 
@@ -253,8 +277,9 @@ class RunOptions:
             return self.behaviors[behavior_name]
         if self.default_settings is not None:
             return self.default_settings
-        known = ", ".join(sorted(self.behaviors)) or "none"
-        raise ConfigKeyError(f"behaviors.{behavior_name}", f"not configured and there is no default_settings (known: {known})")
+        known = bounded_names(sorted(self.behaviors))
+        key = f"behaviors.{bounded_repr(behavior_name) if len(behavior_name) > MAX_RENDERED_CHARS else behavior_name}"
+        raise ConfigKeyError(key, f"not configured and there is no default_settings (known: {known})")
 
     def to_dict(self) -> dict[str, Any]:
         """The resolved config as plain YAML-able data, derived defaults written out.
@@ -267,6 +292,8 @@ class RunOptions:
             out["default_settings"] = _plain(self.default_settings)
         out["behaviors"] = {name: _plain(settings) for name, settings in self.behaviors.items()}
         out["env_settings"] = _plain(self.env_settings)
+        if self.environment_parameters:
+            out["environment_parameters"] = dict(self.environment_parameters)
         return out
 
 
@@ -339,7 +366,6 @@ EXTRA_KEYS: dict[type, dict[str, ExtraKey]] = {
         "engine_settings": ExtraKey(subkeys=_ENGINE_KEYS),
         "checkpoint_settings": ExtraKey(subkeys=_CHECKPOINT_KEYS),
         "torch_settings": ExtraKey(subkeys=frozenset({"device"})),
-        "environment_parameters": ExtraKey(only=None, why="environment parameters and curricula"),
     },
     EnvSettings: {key: ExtraKey() for key in _ENV_IGNORED},
     BehaviorSettings: {
@@ -347,6 +373,9 @@ EXTRA_KEYS: dict[type, dict[str, ExtraKey]] = {
         "even_checkpoints": ExtraKey(),
         "framework": ExtraKey(),
         "init_path": ExtraKey(only=None, why="initialising from another run's checkpoint"),
+        # ML-Agents releases 2-10 (TrainerSettings.output_path): where a behavior's results went; stepstream
+        # writes them to <results-dir>/<run-id>/<behavior>.
+        "output_path": ExtraKey(),
         "self_play": ExtraKey(only=None, why="self-play"),
     },
     NetworkSettings: {

@@ -43,6 +43,7 @@ flattened observation size.
 
 from __future__ import annotations
 
+import difflib
 import functools
 import logging
 import math
@@ -54,7 +55,7 @@ import numpy as np
 from gymnasium import spaces
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 
-from common.config import GYM_PREFIX, behavior_name_for_env
+from common.env_paths import GYM_PREFIX, behavior_name_for_env
 from common.errors import ConfigError, NotSupportedYetError
 from common.specs import ActionSpec, BrainParameters, ObservationSpec
 
@@ -196,12 +197,19 @@ def _action_adapter(env_id: str, space: spaces.Space[Any]) -> _BoxActions | _Dis
 # -- the vector env -------------------------------------------------------------------------------
 
 
-def _check_registered(env_id: str) -> None:
-    """Raise ConfigError naming ``env_id`` when Gymnasium's registry does not know it."""
+def check_registered(env_id: str) -> None:
+    """Raise ConfigError naming ``env_id`` (with the closest registered id) when Gymnasium's registry does not know it.
+
+    Cheap (no env is made), so the CLI checks every id before anything slow starts.
+    """
     try:
         gymnasium.spec(env_id)
     except gymnasium.error.Error as exc:
-        raise ConfigError(f"env_path: gym:{env_id} is not a registered Gymnasium environment ({exc})") from exc
+        close = difflib.get_close_matches(env_id, list(gymnasium.registry), n=1)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        raise ConfigError(
+            f"env_path: gym:{env_id} is not a registered Gymnasium environment: unknown Gymnasium id{hint}"
+        ) from exc
 
 
 class GymVectorEnv:
@@ -238,7 +246,7 @@ class GymVectorEnv:
             raise ConfigError(f"env_settings.num_envs: must be >= 1, got {num_envs}")
         if vectorization not in ("sync", "async"):
             raise ValueError(f"vectorization must be 'sync' or 'async', got {vectorization!r}")
-        _check_registered(env_id)
+        check_registered(env_id)
         self.env_id = env_id
         self._seed = seed if seed is not None and seed >= 0 else None
         self._needs_seed = True

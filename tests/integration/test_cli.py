@@ -499,3 +499,44 @@ def test_train_serves_processor_and_trainer_metrics(tmp_path: Path, popen_cleanu
     }.items():
         assert scrapes.moved(metric, kind), f"{metric} did not move between two scrapes of the embedded run"
     assert scrapes.value("stepstream_trainer_step", behavior=BEHAVIOR) is not None
+
+
+# -- the console -----------------------------------------------------------------------------------
+
+TENSORFLOW_NOISE = ("absl::InitializeLog", "cuInit", "cuda", "cpu_feature_guard", "oneDNN", "rebuild TensorFlow", "XNNPACK")
+"""What TensorFlow's native start-up wrote to a CPU-only user's terminal before ``cli.console.load_tensorflow``."""
+
+
+def test_a_normal_run_writes_no_tensorflow_start_up_noise(tmp_path: Path) -> None:
+    env = {key: value for key, value in subprocess_env().items() if not key.startswith("TF_CPP")}  # as a user runs it
+    proc = subprocess.run(
+        [*stepstream_command(), *map(str, train_args(BASE_CONFIG, tmp_path / "results", "quiet", "--max-steps", "500"))],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT_S,
+        check=False,
+    )
+    assert proc.returncode == 0, tail(proc.stderr)
+    noisy = [line for line in proc.stderr.splitlines() if any(word in line for word in TENSORFLOW_NOISE)]
+    assert not noisy, "\n".join(noisy)
+
+
+def test_json_logs_are_one_object_per_line_and_summaries_name_their_behavior(tmp_path: Path) -> None:
+    config = write_config(tmp_path / "cartpole.yaml", summary_freq=250)
+    args = ["--log-format", "json", "train", config, "--results-dir", tmp_path / "results", "--max-steps", "500"]
+    args += ["--seed", str(SEED), "--num-envs", "4"]  # and no --no-progress: JSON logs show no bar
+    proc = subprocess.run(
+        [*stepstream_command(), *map(str, args)], cwd=REPO, env=subprocess_env(), capture_output=True, text=True,
+        timeout=RUN_TIMEOUT_S, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, tail(proc.stderr)
+    records = []
+    for line in [*proc.stdout.splitlines(), *proc.stderr.splitlines()]:
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            pytest.fail(f"not a JSON object: {line!r}")
+    summaries = [r for r in records if str(r.get("message", "")).startswith(f"{BEHAVIOR}. Step: ")]
+    assert summaries and all(r.get("behavior") == BEHAVIOR for r in summaries), summaries

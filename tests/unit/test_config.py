@@ -13,6 +13,8 @@ import pytest
 import yaml
 
 from common.config import (
+    MAX_CONFIG_BYTES,
+    MAX_CONFIG_NODES,
     ActivationType,
     BCHyperparameters,
     BehavioralCloningSettings,
@@ -21,6 +23,7 @@ from common.config import (
     CuriositySettings,
     DemoActionTiming,
     EncoderType,
+    EnvPathEntry,
     EnvSettings,
     GAILSettings,
     MemorySettings,
@@ -462,7 +465,6 @@ def test_ignored_keys_are_accepted_and_named_in_one_log_line(caplog: pytest.LogC
         "torch_settings": {"device": "cpu"},
         "checkpoint_settings": {"run_id": "x", "resume": False},
         "engine_settings": {"time_scale": 20, "no_graphics": True},
-        "environment_parameters": None,
         "debug": False,
     }
     with caplog.at_level(logging.INFO, logger="common.config"):
@@ -479,7 +481,6 @@ def test_ignored_keys_are_accepted_and_named_in_one_log_line(caplog: pytest.LogC
         "torch_settings",
         "checkpoint_settings",
         "engine_settings",
-        "environment_parameters",
         "debug",
     ):
         assert name in message
@@ -503,7 +504,10 @@ def test_ignored_keys_are_accepted_and_named_in_one_log_line(caplog: pytest.LogC
             {"behaviors": {"A": {"trainer_type": "ppo", "hyperparameters": {"shared_critic": True}}}},
             "behaviors.A.hyperparameters.shared_critic",
         ),
-        ({"environment_parameters": {"gravity": 9.8}}, "environment_parameters"),
+        (
+            {"environment_parameters": {"gravity": {"sampler_type": "uniform", "sampler_parameters": {"min_value": 9}}}},
+            "environment_parameters.gravity",
+        ),
         ({"env_settings": {"env_path": "Builds/3DBall.x86_64"}}, "env_settings.env_path"),
         ({"default_settings": {"network_settings": {"memory": {}}}}, "default_settings.network_settings.memory"),
     ],
@@ -582,12 +586,71 @@ def test_env_path_string_and_list() -> None:
         ({"env_path": ["gym:CartPole-v0", "gym:CartPole-v1"]}, "both give behavior 'CartPole'"),
         ({"env_path": []}, "is an empty list"),
         ({"num_envs": 2}, "must be 1 when env_path is not set, got 2"),
-        ({"env_path": 3}, "expected a str or a list, got int 3"),
+        ({"env_path": 3}, "expected a str or a mapping or a list, got int 3"),
+        (
+            {"env_path": [{"env": "gym:CartPole-v1", "behavior": "A"}, {"env": "gym:Pendulum-v1", "behavior": "A"}]},
+            "give behavior 'A'",
+        ),
+        (
+            {"env_path": {"env": "gym:CartPole-v1", "behaviour": "A"}},
+            "env_path.behaviour: unknown key (did you mean 'behavior'?)",
+        ),
     ],
 )
 def test_env_settings_errors(env_settings: dict[str, Any], detail: str) -> None:
+    # Two behaviors, so that no single env is given the only behavior's name.
     with pytest.raises(ConfigKeyError, match=re.escape(detail)):
-        parse_config({"behaviors": {"Other": {}}, "env_settings": env_settings})
+        parse_config({"behaviors": {"Other": {}, "Another": {}}, "env_settings": env_settings})
+
+
+def test_one_env_and_one_behavior_trains_that_behavior_and_says_so(caplog: pytest.LogCaptureFixture) -> None:
+    config = {"behaviors": {"3DBall": {"trainer_type": "sac"}}, "env_settings": {"env_path": "gym:Pendulum-v1"}}
+    with caplog.at_level(logging.INFO, logger="common.config"):
+        options = parse_config(config, "3DBall.yaml")
+    assert options.env_settings.behavior_names == {"3DBall": "gym:Pendulum-v1"}
+    assert options.env_settings.entries == (EnvPathEntry(env="gym:Pendulum-v1", behavior="3DBall"),)
+    lines = [r.getMessage() for r in caplog.records if "trains on" in r.getMessage()]
+    assert lines == [
+        "3DBall.yaml: behavior '3DBall' trains on gym:Pendulum-v1 (one env, one behavior; its own name would be 'Pendulum')"
+    ]
+    again = parse_config(yaml.safe_load(yaml.safe_dump(options.to_dict())))
+    assert again.to_dict() == options.to_dict()  # configuration.yaml holds the mapped entry
+
+
+def test_env_path_entries_name_their_behaviors() -> None:
+    config = {
+        "behaviors": {"3DBall": {"trainer_type": "sac"}, "Basic": {}},
+        "env_settings": {
+            "env_path": [{"env": "gym:Pendulum-v1", "behavior": "3DBall"}, {"env": "gym:CartPole-v1", "behavior": "Basic"}]
+        },
+    }
+    options = parse_config(config)
+    assert options.env_settings.behavior_names == {"3DBall": "gym:Pendulum-v1", "Basic": "gym:CartPole-v1"}
+    assert options.env_settings.env_paths == ("gym:Pendulum-v1", "gym:CartPole-v1")
+    assert parse_config(yaml.safe_load(yaml.safe_dump(options.to_dict()))).to_dict() == options.to_dict()
+    unmapped = {"behaviors": {"3DBall": {}, "Basic": {}}, "env_settings": {"env_path": ["gym:Pendulum-v1", "gym:CartPole-v1"]}}
+    with pytest.raises(ConfigKeyError, match=r"behavior 'Pendulum' .* has no entry under behaviors"):
+        parse_config(unmapped)  # several behaviors: only explicit entries map them
+
+
+def test_output_path_of_older_releases_is_accepted_as_ignored(caplog: pytest.LogCaptureFixture) -> None:
+    config = {"behaviors": {"PushBlock": {"output_path": "default", "threaded": True, "summary_freq": 60000}}}
+    with caplog.at_level(logging.INFO, logger="common.config"):
+        options = parse_config(config, "old.yaml")
+    assert options.behaviors["PushBlock"].summary_freq == 60000
+    assert any("behaviors.PushBlock.output_path" in r.getMessage() and "ignoring" in r.getMessage() for r in caplog.records)
+
+
+def test_plain_environment_parameters_are_accepted_and_named_once(caplog: pytest.LogCaptureFixture) -> None:
+    config = {"behaviors": {"A": {}}, "environment_parameters": {"mass": 1.0, "gravity": 9.81}}
+    with caplog.at_level(logging.INFO, logger="common.config"):
+        options = parse_config(config, "p.yaml")
+    assert options.environment_parameters == {"mass": 1.0, "gravity": 9.81}
+    lines = [r.getMessage() for r in caplog.records if "environment_parameters" in r.getMessage()]
+    assert len(lines) == 1 and "mass, gravity" in lines[0] and "no gym: or simple: env reads them" in lines[0]
+    assert parse_config(options.to_dict()).environment_parameters == options.environment_parameters
+    with pytest.raises(ConfigKeyError, match=r"environment_parameters\.mass: expected a finite number"):
+        parse_config({"environment_parameters": {"mass": "heavy"}})
 
 
 def test_overrides_merge_over_the_file() -> None:
@@ -630,3 +693,35 @@ def test_to_dict_writes_derived_values_and_round_trips_exactly_when_explicit() -
     assert again.to_dict() == resolved
     assert parse_config(again.to_dict()) == again
     assert pickle.loads(pickle.dumps(again)) == again
+
+
+# --- hostile files: bounded size, bounded alias expansion, bounded messages -------------------------
+
+
+def test_an_alias_bomb_is_refused_by_its_expanded_size(tmp_path: Path) -> None:
+    lines = ["a0: &a0 [" + ",".join(["x"] * 9) + "]"] + [
+        f"a{i}: &a{i} [" + ",".join([f"*a{i - 1}"] * 9) + "]" for i in range(1, 9)
+    ]
+    path = tmp_path / "bomb.yaml"
+    path.write_text("\n".join(lines) + "\nbehaviors:\n  A:\n    max_steps: *a8\n", encoding="utf-8")
+    with pytest.raises(ConfigKeyError, match=f"expand to more than {MAX_CONFIG_NODES} nodes"):
+        load_config(path)
+    path.write_text("a: &a [1, 2]\nbehaviors:\n  A:\n    max_steps: 5\n    summary_freq: 5\nb: [*a, *a]\n", encoding="utf-8")
+    with pytest.raises(ConfigKeyError, match=r"^.*: a: unknown key"):  # a few aliases are fine: the next error is the key
+        load_config(path)
+
+
+def test_a_file_over_the_size_limit_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "big.yaml"
+    path.write_text("behaviors: {}\n" + "#" * MAX_CONFIG_BYTES, encoding="utf-8")
+    with pytest.raises(ConfigKeyError, match=f"larger than {MAX_CONFIG_BYTES} bytes"):
+        load_config(path)
+
+
+def test_messages_quote_values_bounded() -> None:
+    with pytest.raises(ConfigKeyError) as info:
+        parse_config({"behaviors": {"A": {"max_steps": "z" * 100_000}}})
+    assert len(str(info.value)) < 300 and "(100000 chars)" in str(info.value)
+    with pytest.raises(ConfigKeyError) as info:
+        parse_config({"behaviors": {"A": {"k" * 100_000: 1}}})
+    assert len(str(info.value)) < 300 and info.value.key.startswith("behaviors.A.'kkk")

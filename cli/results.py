@@ -1,0 +1,144 @@
+"""A run's results folder, ``<results-dir>/<run-id>/`` (ARCHITECTURE.md, "Results layout"), for ``train`` and ``trainer``.
+
+``train`` owns the whole run folder; the stack's trainers share one, each owning its behavior's
+folder. Both write the resolved ``configuration.yaml`` atomically.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+import yaml
+
+from common.config import RunOptions
+from common.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+RUN_LOGS_DIR = "run_logs"
+CHECKPOINTS_DIR = "checkpoints"
+"""``trainer.loop.CHECKPOINTS_DIR``, written here because importing the trainer loads TensorFlow."""
+CHECKPOINT_GLOB = "ckpt-*.index"
+"""One file per saved checkpoint (``trainer.checkpoint``)."""
+
+
+def has_checkpoint(behavior_dir: Path) -> bool:
+    """Whether ``<run>/<behavior>/checkpoints`` holds a saved checkpoint."""
+    return any((behavior_dir / CHECKPOINTS_DIR).glob(CHECKPOINT_GLOB))
+
+
+def check_resumable(run_dir: Path, behaviors: Iterable[str], *, inference: bool = False) -> None:
+    """Refuse ``--resume`` / ``--inference`` of a run folder with no checkpoint; name each behavior that starts fresh.
+
+    Raises:
+        ConfigError: no behavior has a checkpoint (``--resume`` would silently start from scratch),
+            or, with ``inference``, one behavior has none to act with.
+    """
+    names = list(behaviors)
+    missing = [name for name in names if not has_checkpoint(run_dir / name)]
+    if inference and missing:
+        raise ConfigError(f"{run_dir / missing[0] / CHECKPOINTS_DIR}: no checkpoint to run with --inference")
+    if names and len(missing) == len(names):
+        raise ConfigError(
+            f"{run_dir} holds no checkpoint to resume (the earlier run saved none): "
+            "run without --resume, with --force to start it again"
+        )
+    for name in missing:
+        log.warning("%s: no checkpoint in %s; this behavior starts from scratch", name, run_dir / name / CHECKPOINTS_DIR)
+
+
+@contextlib.contextmanager
+def removed_if_unstarted(path: Path, fresh: bool) -> Iterator[None]:
+    """On a failure inside, remove ``path`` when this command created it and it holds no checkpoint yet.
+
+    So a failed start (a bad env, a port in use, Ctrl-C during start-up) leaves nothing behind, and
+    the corrected command needs no ``--force``.
+    """
+    try:
+        yield
+    except BaseException:
+        if fresh and path.is_dir() and not any(path.rglob(CHECKPOINT_GLOB)):
+            shutil.rmtree(path, ignore_errors=True)
+            log.info("removed %s: the run failed before its first checkpoint", path)
+        raise
+
+
+def _make_dirs(path: Path, flag_value: Path) -> None:
+    """``path.mkdir(parents=True, exist_ok=True)``, or one ConfigError naming ``--results-dir``."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = tempfile.NamedTemporaryFile(dir=path, prefix=".write-test")  # a mode check would not see read-only mounts
+        probe.close()
+    except OSError as err:
+        raise ConfigError(f"--results-dir {flag_value}: cannot write {path}: {err.strerror or err}") from None
+
+
+def process_start_time() -> float:
+    """Epoch seconds when this process started (imports included), from /proc where it exists."""
+    try:
+        with open("/proc/self/stat", encoding="ascii") as f:
+            start_ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/uptime", encoding="ascii") as f:
+            uptime_s = float(f.read().split()[0])
+        return time.time() - uptime_s + start_ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return time.time()
+
+
+def write_configuration(run_dir: Path, run_options: RunOptions) -> None:
+    """Write the resolved ``configuration.yaml`` atomically (stack trainers share the run folder)."""
+    fd, tmp = tempfile.mkstemp(prefix="configuration.yaml", suffix=".tmp", dir=run_dir)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            yaml.safe_dump(run_options.to_dict(), out, sort_keys=False)
+        os.replace(tmp, run_dir / "configuration.yaml")
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def prepare_run_dir(
+    run_dir: Path, run_options: RunOptions, *, resume: bool = False, force: bool = False, inference: bool = False
+) -> Path:
+    """Create (or reuse with ``resume`` / ``inference``, or wipe with ``force``) ``run_dir`` for ``stepstream train``.
+
+    Raises:
+        ConfigError: the run exists and neither resume, force nor inference was given, or
+            resume/inference name a run that does not exist.
+    """
+    if run_dir.exists() and not run_dir.is_dir():
+        raise ConfigError(f"--results-dir {run_dir.parent}: {run_dir} is a file, not a run folder")
+    if run_dir.exists() and force:
+        shutil.rmtree(run_dir)
+    elif run_dir.exists() and not (resume or inference):
+        raise ConfigError(f"{run_dir} already exists: pass --resume to continue it, or --force to overwrite it")
+    elif not run_dir.exists() and (resume or inference):
+        raise ConfigError(f"{run_dir} does not exist: nothing to {'resume' if resume else 'run'}")
+    _make_dirs(run_dir / RUN_LOGS_DIR, run_dir.parent)
+    if not inference:
+        write_configuration(run_dir, run_options)
+    return run_dir
+
+
+def prepare_behavior_dir(run_dir: Path, behavior_name: str, run_options: RunOptions, *, resume: bool = False) -> Path:
+    """Create ``run_dir/<behavior>`` for a stack trainer and write ``configuration.yaml``; returns ``run_dir``.
+
+    Trainers share the run folder, so only this behavior's must be new (or resumed).
+
+    Raises:
+        ConfigError: the behavior's folder holds an earlier run and ``resume`` is false.
+    """
+    behavior_dir = run_dir / behavior_name
+    if not resume and behavior_dir.is_dir() and any(behavior_dir.iterdir()):
+        raise ConfigError(f"{behavior_dir} already exists: pass --resume to continue it, or choose another --run-id")
+    _make_dirs(behavior_dir, run_dir.parent)
+    _make_dirs(run_dir / RUN_LOGS_DIR, run_dir.parent)
+    write_configuration(run_dir, run_options)
+    return run_dir

@@ -1,0 +1,57 @@
+"""The grammar of an env path: ``gym:<id>`` (Gymnasium) or ``simple:<kind>`` (the built-in 1-D task).
+
+It belongs to no YAML schema: the config (``env_settings.env_path``), the CLI (``--env``) and the
+env clients (``envclient.envs``) all read env paths, so the grammar lives here, below all of them.
+Errors are plain ``ConfigError`` / ``NotSupportedYetError`` about the path itself; the config
+parser adds the dotted key.
+"""
+
+from __future__ import annotations
+
+import re
+
+from common.errors import ConfigError, NotSupportedYetError
+from common.messages import bounded_repr
+
+GYM_PREFIX = "gym:"
+# Gymnasium's own env-id grammar: [namespace/]name[-vN].
+_GYM_ID = re.compile(r"^(?:(?P<namespace>[\w:-]+)/)?(?P<name>[\w:.-]+?)(?:-v(?P<version>\d+))?$")
+SIMPLE_PREFIX = "simple:"
+"""The built-in 1-D goal task (``envclient.simple_env``): ``simple:discrete`` or ``simple:continuous``."""
+SIMPLE_KINDS = ("discrete", "continuous")
+"""The action kinds of ``simple:<kind>``."""
+SIMPLE_BEHAVIOR = "Simple1D"
+"""The behavior name of a ``simple:`` env path."""
+
+
+def behavior_name_for_env(env_path: str) -> str:
+    """The default behavior name of an env path: for ``gym:<id>``, the id without namespace and version.
+
+    Args:
+        env_path: ``gym:<id>``, e.g. ``gym:CartPole-v1`` or ``gym:ALE/Pong-v5``; or the built-in
+            1-D task, ``simple:discrete`` / ``simple:continuous`` (behavior ``Simple1D``).
+
+    Returns:
+        The behavior name, e.g. ``CartPole``, ``Pong`` or ``Simple1D``.
+
+    Raises:
+        NotSupportedYetError: ``env_path`` is neither a ``gym:`` nor a ``simple:`` path (an
+            ML-Agents Unity build path).
+        ConfigError: the id after ``gym:`` is not a Gymnasium env id, or the kind after
+            ``simple:`` is not one of ``SIMPLE_KINDS``.
+    """
+    if env_path.startswith(SIMPLE_PREFIX):
+        kind = env_path[len(SIMPLE_PREFIX) :]
+        if kind not in SIMPLE_KINDS:
+            choices = " or ".join(SIMPLE_PREFIX + k for k in SIMPLE_KINDS)
+            raise ConfigError(f"{bounded_repr(env_path)}: the built-in 1-D task is {choices}")
+        return SIMPLE_BEHAVIOR
+    if not env_path.startswith(GYM_PREFIX):
+        raise NotSupportedYetError(
+            f"{bounded_repr(env_path)} is not supported yet: only gym:<id>, simple:discrete or simple:continuous"
+            " (or no env_path, for external env clients)"
+        )
+    match = _GYM_ID.match(env_path[len(GYM_PREFIX) :])
+    if match is None:
+        raise ConfigError(f"{bounded_repr(env_path)} is not gym:<id> with a Gymnasium id like CartPole-v1")
+    return match.group("name")
