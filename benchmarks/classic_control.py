@@ -94,6 +94,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: benchmarks.* as package modules
+
 from benchmarks.time_to_solve import REPO, Workload, run
 
 log = logging.getLogger("benchmarks.classic_control")

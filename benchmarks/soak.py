@@ -78,6 +78,7 @@ BASELINE_S = 1.0
 GOOD_PREFIX = "soak-"
 """The well-behaved clients' client ids (and so their session ids) start with it; the hostile ones' do not."""
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # run as a script: benchmarks.hostile is imported as a package module
 CONFIG = f"""
 behaviors:
   {BEHAVIOR}:
