@@ -56,6 +56,7 @@ import tensorflow as tf
 from common.buffer import AgentBuffer
 from common.config import BCHyperparameters, BehaviorSettings, ConfigKeyError, DemoActionTiming
 from common.demo import demo_to_buffer
+from common.policy_contract import LOG_STD, LOGITS, MEAN
 from common.specs import BrainParameters
 from common.trajectory import ACTION_MASK, CONTINUOUS_ACTIONS, DISCRETE_ACTIONS, Trajectory, obs_key
 from protos import pb
@@ -122,11 +123,11 @@ def cloning_loss(
         A float32 scalar.
     """
     loss = tf.constant(0.0)
-    if "mean" in outputs:
-        mean = tf.tanh(outputs["mean"]) if squash else outputs["mean"]
+    if MEAN in outputs:
+        mean = tf.tanh(outputs[MEAN]) if squash else outputs[MEAN]
         loss += continuous_cloning_loss(mean, continuous)
-    if "logits" in outputs:
-        loss += discrete_cloning_loss(outputs["logits"], mask, discrete, branches)
+    if LOGITS in outputs:
+        loss += discrete_cloning_loss(outputs[LOGITS], mask, discrete, branches)
     return loss
 
 
@@ -380,10 +381,10 @@ class BCLearner:
         tensors = {name: tf.constant(value) for name, value in out.items()}
         expert = (tf.constant(expert_continuous), tf.constant(expert_discrete), tf.constant(mask))
         loss = float(cloning_loss(tensors, *expert, self._branches))
-        if "mean" in out:
-            metrics["r2"] = r_squared(np.clip(out["mean"], -1.0, 1.0), np.clip(expert_continuous, -1.0, 1.0))
-        if "logits" in out:
-            metrics.update(branch_accuracy(out["logits"], mask, expert_discrete, self._branches))
+        if MEAN in out:
+            metrics["r2"] = r_squared(np.clip(out[MEAN], -1.0, 1.0), np.clip(expert_continuous, -1.0, 1.0))
+        if LOGITS in out:
+            metrics.update(branch_accuracy(out[LOGITS], mask, expert_discrete, self._branches))
         metrics["cloning_loss"] = loss
         return metrics
 
@@ -418,11 +419,11 @@ class BCLearner:
         """The acting distribution in the processor's clip mode (module docstring)."""
         out = self.policy(*normalized_obs)
         acting: dict[str, tf.Tensor] = {}
-        if "mean" in out:
-            acting["mean"] = ACTION_CLIP * out["mean"]
-            acting["log_std"] = tf.zeros_like(out["mean"]) + math.log(ACTION_CLIP * ACTING_STD)
-        if "logits" in out:
-            acting["logits"] = out["logits"]
+        if MEAN in out:
+            acting[MEAN] = ACTION_CLIP * out[MEAN]
+            acting[LOG_STD] = tf.zeros_like(out[MEAN]) + math.log(ACTION_CLIP * ACTING_STD)
+        if LOGITS in out:
+            acting[LOGITS] = out[LOGITS]
         return acting
 
     def export_policy(self, version: int, trainer_step: int) -> pb.PolicyUpdate:

@@ -74,15 +74,16 @@ def _policy_outputs(outputs: Any, forward: Callable[..., Any]) -> dict[str, tf.T
 
 
 @contextlib.contextmanager
-def _quiet_tensorflow_info() -> Iterator[None]:
-    """Holds back TF's per-conversion INFO lines ("Assets written to ...") during one export."""
-    tf_logger = logging.getLogger("tensorflow")
-    level = tf_logger.level
-    tf_logger.setLevel(max(level, logging.WARNING))
+def quiet_logger(name: str) -> Iterator[None]:
+    """Holds back a library logger's INFO lines during one conversion (TF's "Assets written to ...",
+    tf2onnx's versions and op counts)."""
+    library_logger = logging.getLogger(name)
+    level = library_logger.level
+    library_logger.setLevel(max(level, logging.WARNING))
     try:
         yield
     finally:
-        tf_logger.setLevel(level)
+        library_logger.setLevel(level)
 
 
 #: A patched export runs against the TF forward on the first export and then every this many.
@@ -184,7 +185,7 @@ class TFLiteExporter:
 
         converter = tf.lite.TFLiteConverter.from_concrete_functions([signature.get_concrete_function()], tf.Module())
         converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
-        with _quiet_tensorflow_info():
+        with quiet_logger("tensorflow"):
             return bytes(converter.convert())
 
     def _patched(self, concrete: Any) -> bytes | None:

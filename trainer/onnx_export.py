@@ -46,13 +46,11 @@ ML-Agents' names:
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import math
 import os
 import tempfile
 import warnings
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -88,6 +86,7 @@ from common.policy_contract import (
 )
 from common.tensors import from_tensor
 from protos import pb
+from trainer.export import quiet_logger
 
 logger = logging.getLogger(__name__)
 
@@ -105,18 +104,6 @@ def continuous_transform(tanh_squash: bool, clip: float) -> str:
     if clip == 1.0:
         return "clip(u, -1, 1)"
     return f"clip(u, -{clip:g}, {clip:g}) / {clip:g}"
-
-
-@contextlib.contextmanager
-def _quiet_tf2onnx() -> Iterator[None]:
-    """Holds back tf2onnx's INFO lines (versions, op counts) during one conversion."""
-    tf2onnx_logger = logging.getLogger("tf2onnx")
-    level = tf2onnx_logger.level
-    tf2onnx_logger.setLevel(max(level, logging.WARNING))
-    try:
-        yield
-    finally:
-        tf2onnx_logger.setLevel(level)
 
 
 def _signature_tensors(model: bytes) -> tuple[list[str], list[tuple[int, ...]], dict[str, str]]:
@@ -144,7 +131,7 @@ def _convert_core(model: bytes, in_names: list[str], out_names: list[str]) -> on
         path = Path(folder) / "policy.tflite"
         path.write_bytes(model)
         # tf2onnx reads the flatbuffer's signatures with tf.lite.Interpreter, which warns of its deprecation.
-        with _quiet_tf2onnx(), warnings.catch_warnings():
+        with quiet_logger("tf2onnx"), warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*tf.lite.Interpreter is deprecated.*")
             proto, _ = tf2onnx.convert.from_tflite(str(path), input_names=in_names, output_names=out_names, opset=ONNX_OPSET)
     return proto

@@ -53,6 +53,7 @@ import tensorflow as tf
 from common import trajectory as tr
 from common.buffer import AgentBuffer
 from common.config import BehaviorSettings, ConfigKeyError, PPOHyperparameters
+from common.policy_contract import LOG_STD, LOGITS, MEAN
 from common.specs import ActionSpec, BrainParameters
 from protos import pb
 from trainer import networks
@@ -259,13 +260,13 @@ def action_log_probs_and_entropy(
     """
     log_probs: list[tf.Tensor] = []
     entropies: list[tf.Tensor] = []
-    if "mean" in outputs:
-        log_p = networks.gaussian_log_prob(batch.continuous_actions, outputs["mean"], outputs["log_std"])
+    if MEAN in outputs:
+        log_p = networks.gaussian_log_prob(batch.continuous_actions, outputs[MEAN], outputs[LOG_STD])
         log_probs.append(tf.reduce_sum(log_p, axis=-1))
-        entropies.append(tf.reduce_sum(networks.gaussian_entropy(outputs["log_std"]), axis=-1))
-    if "logits" in outputs:
+        entropies.append(tf.reduce_sum(networks.gaussian_entropy(outputs[LOG_STD]), axis=-1))
+    if LOGITS in outputs:
         log_p, entropy = networks.discrete_log_prob_and_entropy(
-            outputs["logits"], batch.action_mask, batch.discrete_actions, branches
+            outputs[LOGITS], batch.action_mask, batch.discrete_actions, branches
         )
         log_probs.append(tf.reduce_sum(log_p, axis=-1))
         entropies.append(tf.reduce_sum(entropy, axis=-1))

@@ -49,7 +49,7 @@ import tensorflow as tf
 from common import config
 from common import trajectory as tr
 from common.buffer import AgentBuffer
-from common.policy_contract import TANH_LOG_EPSILON
+from common.policy_contract import LOG_STD, LOGITS, MEAN, TANH_LOG_EPSILON
 from common.specs import ActionSpec, BrainParameters
 from protos import pb
 from trainer.bc_component import BCComponent
@@ -378,11 +378,11 @@ class SACLearner:
         actions = tf.zeros([rows, 0])
         log_probs = tf.zeros([rows, 0])
         if self._c:
-            noise = self._tf_rng.normal(tf.shape(out["mean"]))
-            actions, log_probs = squashed_gaussian_sample(out["mean"], out["log_std"], noise)
+            noise = self._tf_rng.normal(tf.shape(out[MEAN]))
+            actions, log_probs = squashed_gaussian_sample(out[MEAN], out[LOG_STD], noise)
         if not self._m:  # one option of probability 1 (module docstring)
             return actions, log_probs, tf.ones([rows, 1]), tf.zeros([rows, 1])
-        option_log_probs = tf.concat(masked_log_softmax(out["logits"], mask, self._branches), axis=1)
+        option_log_probs = tf.concat(masked_log_softmax(out[LOGITS], mask, self._branches), axis=1)
         return actions, log_probs, tf.exp(option_log_probs), option_log_probs
 
     def _gradient_step_graph(self, batch: SACBatch) -> dict[str, Tensor]:
