@@ -167,7 +167,10 @@ def test_a_missing_json_record_falls_back_to_the_checkpoint_before(first_run: Pa
     assert_resumed_from(proc, run_dir, before)
 
 
-def test_resume_without_any_checkpoint_says_it_starts_at_zero(first_run: Path, tmp_path: Path) -> None:
+def test_resume_without_any_checkpoint_is_refused_in_one_line(first_run: Path, tmp_path: Path) -> None:
+    """``train --resume`` of a run that saved no checkpoint is refused (cli.results.check_resumable), not started
+    from scratch behind the user's back; the stack trainer's ``--resume`` says it starts from scratch instead
+    (tests/integration/test_cli_errors.py)."""
     run_dir = copy_run(first_run, tmp_path)
     for file in checkpoints_dir(run_dir).iterdir():
         if file.is_file():
@@ -175,9 +178,8 @@ def test_resume_without_any_checkpoint_says_it_starts_at_zero(first_run: Path, t
 
     proc = resume(run_dir, tmp_path, max_steps=200)
 
-    assert proc.returncode == 0, tail(proc.stdout)
-    (warning,) = warnings(proc.stdout)
-    assert "found no checkpoint" in warning and "starting at step 0" in warning, warning
+    assert proc.returncode == 2, tail(proc.stdout)
+    assert "holds no checkpoint to resume" in proc.stdout and "Traceback" not in proc.stdout, tail(proc.stdout)
 
 
 def test_resuming_past_the_highest_policy_version_is_one_clear_error(tmp_path: Path) -> None:
