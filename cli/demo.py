@@ -73,11 +73,12 @@ def _inspect_json(path: str, demos: list[Demonstration], merged: Demonstration |
 
     if merged is not None and len(demos) == 1 and not Path(path).is_dir():
         return demo_summary(merged, demo_action_timings(merged))
+    timings = [t for d in demos for t in demo_action_timings(d)]  # per file: the folder's are the same ones
     files = [
-        {"file": d.files[0].path.name, "behavior": d.spec.behavior_name} | demo_summary(d, demo_action_timings(d))
-        for d in demos
+        {"file": d.files[0].path.name, "behavior": d.spec.behavior_name} | demo_summary(d, [t])
+        for d, t in zip(demos, timings, strict=True)
     ]
-    folder = demo_summary(merged, demo_action_timings(merged)) if merged is not None else {}
+    folder = demo_summary(merged, timings) if merged is not None else {}
     return folder | {"specs_agree": merged is not None, "files": files}
 
 
