@@ -301,17 +301,44 @@ def load_demonstration(path: str | Path) -> Demonstration:
     """
     files: list[DemoFile] = []
     spec: BrainParameters | None = None
-    for p in demo_files(path):
-        info, brain = _read_file(p)
-        file_spec = spec_from_protos(brain, info.pairs[0].agent_info)
-        _check_spec(file_spec, p)
+    for one in map(_load_file, demo_files(path)):
         if spec is None:
-            spec = file_spec
-        elif not _same_spec(spec, file_spec):
-            raise DemoFormatError(f"{p}: its spec {_describe(file_spec)} differs from {files[0].path}'s {_describe(spec)}")
-        files.append(info)
+            spec = one.spec
+        elif not _same_spec(spec, one.spec):
+            raise DemoFormatError(
+                f"{one.files[0].path}: its spec {_describe(one.spec)} differs from {files[0].path}'s {_describe(spec)}"
+            )
+        files.extend(one.files)
     assert spec is not None
     return Demonstration(spec, files)
+
+
+def _load_file(path: Path) -> Demonstration:
+    """One file's records and its own spec."""
+    info, brain = _read_file(path)
+    spec = spec_from_protos(brain, info.pairs[0].agent_info)
+    _check_spec(spec, path)
+    return Demonstration(spec, [info])
+
+
+def load_demo_files(path: str | Path) -> list[Demonstration]:
+    """Each .demo file at ``path`` read on its own, with its own spec (``stepstream demo inspect`` lists a folder
+    whose files' specs differ, which ``load_demonstration`` refuses).
+
+    Raises:
+        The errors of ``load_demonstration``, except the one for files whose specs differ.
+    """
+    return [_load_file(p) for p in demo_files(path)]
+
+
+def specs_agree(demos: Sequence[Demonstration]) -> bool:
+    """Whether every one of ``demos`` has the first one's observation shapes and action spec (the loaders' rule)."""
+    return all(_same_spec(demos[0].spec, d.spec) for d in demos[1:])
+
+
+def merge_demonstrations(demos: Sequence[Demonstration]) -> Demonstration:
+    """``demos`` (of agreeing specs, ``specs_agree``) as one, as ``load_demonstration`` reads their folder."""
+    return Demonstration(demos[0].spec, [f for d in demos for f in d.files])
 
 
 def _describe(spec: BrainParameters) -> str:

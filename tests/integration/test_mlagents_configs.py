@@ -63,10 +63,7 @@ def write_demo(path: Path, env_id: str, behavior: str) -> None:
         path.write_bytes(demo_bytes(path.stem, env.brain_parameters, pairs, returns))
 
 
-KNOWN_REFUSALS = {
-    "imitation_Crawler": "trainer.reward_signals.gail refuses reward_signals.gail.network_settings.normalize: true, "
-    "which is not one of issue 14's allowed refusals (memory, self_play, rnd, use_vail, vis_encode_type)",
-}
+KNOWN_REFUSALS: dict[str, str] = {}
 """Configs that still fail, each with why: strict xfails, so that the fix flips them."""
 
 

@@ -36,6 +36,7 @@ from trainer.bc_component import annealed_strength
 from trainer.checkpoint import Checkpointer
 from trainer.ppo import PPOLearner
 from trainer.reward_signals import CuriositySignal, GAILSignal, SignalBatch
+from trainer.reward_signals.base import action_features
 from trainer.reward_signals.curiosity import forward_errors
 from trainer.reward_signals.gail import discriminator_loss, gail_rewards, gradient_penalty
 from trainer.sac import SACLearner
@@ -130,6 +131,43 @@ def test_gail_refuses_vail_and_a_demo_of_another_spec(tmp_path: Path) -> None:
         GAILSignal(gail_settings(demo, use_vail=True), simple_brain_parameters(BEHAVIOR, False))
     with pytest.raises(DemoSpecMismatchError, match="actions"):
         GAILSignal(gail_settings(demo), simple_brain_parameters(BEHAVIOR, True))
+
+
+def test_gail_normalize_folds_expert_rows_into_its_normaliser_and_feeds_d_normalised_observations(
+    tmp_path: Path, continuous: bool
+) -> None:
+    demo = write_expert_demo(tmp_path / "expert.demo", continuous)
+    params = simple_brain_parameters(BEHAVIOR, continuous)
+    normalized = dataclasses.replace(SMALL, normalize=True)
+    gail = GAILSignal(gail_settings(demo, network_settings=normalized), params, seed=0)
+    normalizer = gail.discriminator.normalizer
+    assert normalizer is not None and normalizer.mean.shape == (1,)  # the observation only, not action or done
+    agent = random_batch(64, continuous)
+    for _ in range(10):
+        gail.update(agent)
+    # ML-Agents' GAILRewardProvider.update folds each expert minibatch (as many rows as the agent's) in.
+    assert int(normalizer.count.numpy()) == 10 * agent.size
+    expert_obs = gail.expert.obs[0][:, 0]
+    assert float(normalizer.mean.numpy()[0]) == pytest.approx(expert_obs.mean(), abs=0.2)
+    assert float(normalizer.variance.numpy()[0]) == pytest.approx(expert_obs.var(), abs=0.3)
+    # D sees clip((obs - mean) / sqrt(var + 1e-8), -5, 5) beside the raw action features and done flag.
+    normalizer.mean.assign([3.0])
+    normalizer.variance.assign([4.0])
+    obs = np.clip((agent.obs[0] - 3.0) / np.sqrt(4.0 + 1e-8), -5.0, 5.0)
+    features = action_features(agent.continuous_actions, agent.discrete_actions, params.action_spec)
+    x = tf.concat([obs, features, agent.done[:, None]], axis=1)
+    d = gail.discriminator
+    expected = tf.sigmoid(d.head(d.body(x))[:, 0]).numpy()
+    np.testing.assert_allclose(gail.estimate(agent), expected, rtol=1e-5, atol=1e-6)
+    raw = tf.concat([agent.obs[0], features, agent.done[:, None]], axis=1)
+    assert not np.allclose(gail.estimate(agent), tf.sigmoid(d.head(d.body(raw))[:, 0]).numpy(), atol=1e-4)
+    # The statistics travel with the signal's checkpoint.
+    tf.train.Checkpoint(**gail.checkpoint_objects()).write(str(tmp_path / "ckpt"))
+    restored = GAILSignal(gail_settings(demo, network_settings=normalized), params, seed=1)
+    tf.train.Checkpoint(**restored.checkpoint_objects()).read(str(tmp_path / "ckpt")).assert_consumed()
+    assert restored.discriminator.normalizer is not None
+    for a, b in zip(normalizer.state(), restored.discriminator.normalizer.state(), strict=True):
+        np.testing.assert_array_equal(a, b)
 
 
 # -- curiosity -------------------------------------------------------------------------------------

@@ -12,8 +12,13 @@ The second line is the gradient penalty of WGAN-GP (Gulrajani et al. 2017, arXiv
 adds it (weight 10, one ``u`` per row), which keeps D smooth so its reward does not saturate. Each ``update``
 is one Adam step on one agent minibatch and an expert minibatch of the same size, drawn with replacement.
 
-Not supported: ``use_vail`` (the variational bottleneck of Peng et al. 2018) raises NotSupportedKeyError, and
-so does ``network_settings.normalize`` (D reads raw observations).
+With ``network_settings.normalize``, D normalises the observation part of ``x`` with a running mean and
+variance (``networks.Normalizer``, clipped at 5 like the policy's) before its body; the action features and the
+done flag enter raw, as in ML-Agents' ``NetworkBody``. As ML-Agents' ``GAILRewardProvider.update`` does, the
+statistics fold in each update's expert minibatch, before that step. The gradient penalty's ``x_hat`` is
+interpolated on the raw inputs, so ``grad_x`` is taken through the normaliser, as ML-Agents' is.
+
+Not supported: ``use_vail`` (the variational bottleneck of Peng et al. 2018) raises NotSupportedKeyError.
 
 Shapes: ``N`` experiences, ``X`` discriminator inputs (sum of observation sizes, + C + M + 1 with use_actions).
 """
@@ -26,7 +31,7 @@ import tensorflow as tf
 
 from common.config import GAILSettings, NotSupportedKeyError
 from common.specs import BrainParameters
-from trainer.networks import mlp
+from trainer.networks import Normalizer, mlp
 from trainer.optimizer import adam
 from trainer.reward_signals.base import SignalBatch, action_features, batch_signature, expert_rows
 from trainer.summaries import GAIL_EXPERT_ESTIMATE, GAIL_LOSS, GAIL_POLICY_ESTIMATE, GAIL_REWARD, GAIL_VALUE_ESTIMATE
@@ -54,16 +59,29 @@ def gradient_penalty(gradients: tf.Tensor) -> tf.Tensor:
 
 
 class Discriminator(tf.Module):
-    """``x`` [N, X] -> ``D(x)`` [N]: an MLP body (the signal's network_settings, swish) and a sigmoid unit."""
+    """``x`` [N, X] -> ``D(x)`` [N]: an MLP body (the signal's network_settings, swish) and a sigmoid unit.
 
-    def __init__(self, input_size: int, hidden_units: int, num_layers: int) -> None:
+    Args:
+        input_size: ``X``.
+        hidden_units, num_layers: the body's network_settings.
+        normalized_size: with ``normalize``, the first ``normalized_size`` columns (the observations) pass
+            through ``normalizer`` first; 0 keeps ``normalizer`` None and ``x`` raw.
+    """
+
+    def __init__(self, input_size: int, hidden_units: int, num_layers: int, normalized_size: int = 0) -> None:
         super().__init__(name="gail_discriminator")
         self.body = mlp(hidden_units, num_layers, "gail_body")
         self.head = keras.layers.Dense(1, name="gail_estimate")
         self.body.build((None, input_size))
         self.head.build((None, hidden_units))
+        self.normalized_size = normalized_size
+        # A tf.Module attribute, so the checkpoint saves it with the discriminator's weights.
+        self.normalizer = Normalizer(normalized_size, "gail_normalizer") if normalized_size else None
 
     def __call__(self, x: tf.Tensor) -> tf.Tensor:
+        if self.normalizer is not None:
+            obs, rest = x[:, : self.normalized_size], x[:, self.normalized_size :]
+            x = tf.concat([self.normalizer.normalize(obs), rest], axis=1)
         return tf.sigmoid(self.head(self.body(x))[:, 0])
 
     @property
@@ -81,7 +99,7 @@ class GAILSignal:
         seed: seeds the expert sampling and the penalty's interpolation.
 
     Raises:
-        NotSupportedKeyError: ``use_vail`` or ``network_settings.normalize`` is true.
+        NotSupportedKeyError: ``use_vail`` is true.
         DemoError: ``demo_path`` is missing, malformed, or of another spec.
     """
 
@@ -93,19 +111,16 @@ class GAILSignal:
     def __init__(self, settings: GAILSettings, brain_parameters: BrainParameters, seed: int = 0) -> None:
         if settings.use_vail:
             raise NotSupportedKeyError("reward_signals.gail.use_vail", "VAIL is not supported yet; set use_vail: false")
-        if settings.network_settings.normalize:
-            raise NotSupportedKeyError("reward_signals.gail.network_settings.normalize", "true is not supported yet")
         self.gamma, self.strength, self.use_actions = settings.gamma, settings.strength, settings.use_actions
         self._spec = brain_parameters.action_spec
         n_obs = len(brain_parameters.observation_specs)
         demo = expert_rows(settings.demo_path, brain_parameters, settings.demo_action_timing)
         self.expert = SignalBatch.from_rows({key: demo[key].data for key in demo}, n_obs)
         """Every demonstrated experience (``N_E`` rows)."""
-        size = sum(int(np.prod(o.shape)) for o in brain_parameters.observation_specs)
-        if self.use_actions:
-            size += self._spec.continuous_size + self._spec.mask_width + 1
+        obs_size = sum(int(np.prod(o.shape)) for o in brain_parameters.observation_specs)
+        size = obs_size + (self._spec.continuous_size + self._spec.mask_width + 1 if self.use_actions else 0)
         net = settings.network_settings
-        self.discriminator = Discriminator(size, net.hidden_units, net.num_layers)
+        self.discriminator = Discriminator(size, net.hidden_units, net.num_layers, obs_size if net.normalize else 0)
         self.optimizer = adam(settings.learning_rate, self.discriminator.trainable_variables)
         self._rng = np.random.default_rng(seed)
         self._tf_rng = tf.random.Generator.from_seed(seed)
@@ -150,6 +165,8 @@ class GAILSignal:
     def update(self, batch: SignalBatch) -> dict[str, float]:
         """One discriminator step on ``batch`` against as many expert rows; returns the GAIL summaries."""
         expert = self.expert.take(self._rng.integers(0, self.expert.size, size=batch.size))
+        if self.discriminator.normalizer is not None:
+            self.discriminator.normalizer.update(np.concatenate(expert.obs, axis=1))
         loss, policy_estimate, expert_estimate = self._train_step(batch, expert)
         return {
             GAIL_LOSS: float(loss),
@@ -158,5 +175,5 @@ class GAILSignal:
         }
 
     def checkpoint_objects(self) -> dict[str, object]:
-        """The discriminator, its optimiser and the interpolation RNG."""
+        """The discriminator (with its normaliser, if any), its optimiser and the interpolation RNG."""
         return {"discriminator": self.discriminator, "optimizer": self.optimizer, "rng": self._tf_rng}
