@@ -42,6 +42,7 @@ import numpy as np
 # The repository root, for ``tests.nats_server`` (the broker launcher the tests use; not an installed package).
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.grpc_g1 import positive_int
 from common.topics import TRAINER_SUBSCRIBER, FullPolicy, TrajectorySubscription
 from common.topics.grpc_transport import GrpcTrajectorySubscription
 from common.topics.jetstream import JetStreamTopics
@@ -265,14 +266,6 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     out.update(publishers=args.publishers, count_16k=len(batches["16k"]), count_256k=len(batches["256k"]))
     out["cpu_count"] = os.cpu_count()
     return out
-
-
-def positive_int(text: str) -> int:
-    """argparse type: an integer >= 1."""
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
 
 
 def main() -> None:

@@ -56,6 +56,7 @@ from common.specs import BrainParameters
 from common.topics.base import Delivery, FullPolicy, PolicySink, SubscriptionStats, TrajectorySubscription
 from common.topics.grpc_status import GrpcStatusError, error_from_rpc
 from common.topics.memory import DEFAULT_MAX_ITEMS, DEFAULT_MAX_SIZE
+from common.topics.policy import stamped_with_version
 from common.topics.registry import TopicRegistry
 from common.topics.waiting import (
     deadline_after,
@@ -474,11 +475,7 @@ class GrpcPolicyPublisher:
         """
         if item.behavior_name != self.behavior_name:
             raise ValueError(f"a policy of {item.behavior_name!r} given to the publisher of {self.behavior_name!r}")
-        if item.version != version:
-            stamped = pb.PolicyUpdate()
-            stamped.CopyFrom(item)
-            stamped.version = version
-            item = stamped
+        item = stamped_with_version(item, version)
         deadline, delay_s = deadline_after(NOT_FOUND_RETRY_S), POLL_INTERVAL_S
         while True:
             try:

@@ -11,6 +11,7 @@ from typing import Generic, TypeVar
 from common.errors import TopicClosedError
 from common.topics.base import MAX_POLICY_VERSION
 from common.topics.waiting import deadline_after, expired, refuse_in_event_loop, remaining_s, wait_woken, wake_all
+from protos import pb
 
 logger = logging.getLogger(__name__)
 
@@ -180,3 +181,14 @@ class PolicyTopic(Generic[T]):
             self._closed = True
             self._newer.notify_all()
             wake_all(self._async_waiters)
+
+
+def stamped_with_version(item: pb.PolicyUpdate, version: int) -> pb.PolicyUpdate:
+    """``item`` as published at ``version``: itself when it already carries it, else a stamped copy (the
+    caller's message is never changed)."""
+    if item.version == version:
+        return item
+    stamped = pb.PolicyUpdate()
+    stamped.CopyFrom(item)
+    stamped.version = version
+    return stamped

@@ -22,7 +22,7 @@ from common.topics.jetstream.connection import (
     JetStreamConnection,
     subject_token,
 )
-from common.topics.policy import PolicyListener, PolicyTopic
+from common.topics.policy import PolicyListener, PolicyTopic, stamped_with_version
 from common.topics.registry import policy_topic_name
 from protos import pb
 
@@ -150,11 +150,7 @@ class JetStreamPolicyTopic:
             raise ValueError(f"policy topic {self.name!r}: version must be >= 0, got {version}")
         if item.behavior_name and item.behavior_name != self.behavior_name:
             raise ValueError(f"a policy of {item.behavior_name!r} given to the policy topic of {self.behavior_name!r}")
-        if item.version != version:
-            stamped = pb.PolicyUpdate()
-            stamped.CopyFrom(item)
-            stamped.version = version
-            item = stamped
+        item = stamped_with_version(item, version)
         try:
             accepted = self._conn.run(self._publish(item.SerializeToString(), version))
         except UNREACHABLE as err:
