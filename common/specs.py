@@ -10,18 +10,35 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from common.errors import NotSupportedYetError, ProtocolError
+from common.errors import ProtocolError
 from common.tensors import dtype_from_wire, dtype_to_wire
 from protos import pb
+
+IMAGE_DTYPES: tuple[np.dtype, ...] = (np.dtype(np.uint8), np.dtype(np.float32))
+"""The dtypes an image observation may have: uint8 (0-255, as cameras send it) or float32 (finite)."""
 
 
 @dataclass(frozen=True)
 class ObservationSpec:
-    """One observation: ``shape`` without the agent axis, float32 vectors (uint8 images later)."""
+    """One observation, ``shape`` without the agent axis: a float32 vector ``[D]`` or an image ``[H, W, C]``.
+
+    An image is uint8 or float32 and stays in that dtype from the wire to the trainer's update
+    buffer; networks scale uint8 to [0, 1] at their input (ML-Agents' convention).
+    """
 
     shape: tuple[int, ...]
     dtype: np.dtype
     name: str = ""
+
+    @property
+    def is_image(self) -> bool:
+        """A rank-3 ``[H, W, C]`` observation."""
+        return len(self.shape) == 3
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of one agent's observation."""
+        return int(np.prod(self.shape, dtype=np.int64)) * np.dtype(self.dtype).itemsize
 
 
 @dataclass(frozen=True)
@@ -80,8 +97,9 @@ class BrainParameters:
         """Decode and check a declaration.
 
         Raises:
-            ProtocolError: an empty name, no observations, a bad shape, dtype or action spec.
-            NotSupportedYetError: image (rank-3) observations.
+            ProtocolError: an empty name, no observations, a bad shape, dtype or action spec: a
+                vector is one positive dimension of float32, an image three positive dimensions
+                ``[H, W, C]`` of uint8 or float32.
         """
         name = msg.behavior_name
         if not name:
@@ -92,14 +110,23 @@ class BrainParameters:
         specs = []
         for i, obs in enumerate(msg.observation_specs):
             shape = tuple(int(d) for d in obs.shape)
-            if len(shape) == 3:
-                raise NotSupportedYetError(
-                    f"{where}: observation_specs[{i}] is an image {list(shape)}; images are not supported yet"
-                )
-            if len(shape) != 1 or shape[0] < 1:
-                raise ProtocolError(f"{where}: observation_specs[{i}].shape {list(shape)} must be one positive dimension")
             dtype = dtype_from_wire(obs.dtype)
-            if dtype != np.float32:
+            if len(shape) == 3:
+                if min(shape) < 1:
+                    raise ProtocolError(
+                        f"{where}: observation_specs[{i}].shape {list(shape)}: an image [H, W, C] needs positive dimensions"
+                    )
+                if dtype not in IMAGE_DTYPES:
+                    raise ProtocolError(
+                        f"{where}: observation_specs[{i}].dtype {dtype.name} must be uint8 or float32"
+                        f" for an image {list(shape)}"
+                    )
+            elif len(shape) != 1 or shape[0] < 1:
+                raise ProtocolError(
+                    f"{where}: observation_specs[{i}].shape {list(shape)} must be one positive dimension (a vector)"
+                    " or three [H, W, C] (an image)"
+                )
+            elif dtype != np.float32:
                 raise ProtocolError(f"{where}: observation_specs[{i}].dtype {dtype.name} must be float32 for a vector")
-            specs.append(ObservationSpec(shape, np.dtype(np.float32), obs.name))
+            specs.append(ObservationSpec(shape, np.dtype(dtype.newbyteorder("=")), obs.name))
         return cls(name, tuple(specs), ActionSpec.from_proto(msg.action_spec, f"{where}: action_spec"))

@@ -120,6 +120,10 @@ class Trajectory:
     """Experiences in the whole episode; set only on the segment that ends it."""
     extras: dict[str, np.ndarray] = field(default_factory=dict)
     """Not on the wire; free for a trainer's own per-step arrays (values, advantages)."""
+    obs_frames: dict[int, np.ndarray] = field(default_factory=dict, repr=False)
+    """Not on the wire: observation index -> one block ``[T + 1, *shape]`` of which ``obs[i]`` (its first
+    ``T``) and ``next_obs[i]`` (its last) are views. Images are held so (by the assembler and by
+    ``from_proto``): each frame is stored once, and ``next_obs`` rows (``frames``) are a view, not a copy."""
 
     @property
     def length(self) -> int:
@@ -140,14 +144,27 @@ class Trajectory:
 
     # -- rows ------------------------------------------------------------------------------------
 
+    def frames(self, index: int) -> np.ndarray:
+        """Observation ``index`` at every step and after the last: ``[T + 1, *shape]``, ``obs`` then ``next_obs``.
+
+        A view of ``obs_frames[index]`` when the trajectory holds one (images), else one new array.
+        """
+        block = self.obs_frames.get(index)
+        if block is not None:
+            return block
+        return np.concatenate([self.obs[index], self.next_obs[index][np.newaxis]])
+
     def to_rows(self) -> dict[str, np.ndarray]:
-        """The update-buffer rows of this trajectory, ``[T, ...]`` per key (module docstring)."""
+        """The update-buffer rows of this trajectory, ``[T, ...]`` per key (module docstring).
+
+        ``next_obs_{i}`` rows are ``frames(i)[1:]``: a view for an observation held in ``obs_frames``.
+        """
         t = self.length
         rows: dict[str, np.ndarray] = {}
-        for i, (obs, next_obs) in enumerate(zip(self.obs, self.next_obs, strict=True)):
+        for i, obs in enumerate(self.obs):
             rows[obs_key(i)] = obs
             # Row j's next obs is obs j+1; the last row's is next_obs. No rows at all when T = 0.
-            rows[next_obs_key(i)] = np.concatenate([obs[1:], next_obs[np.newaxis]]) if t else obs[:0]
+            rows[next_obs_key(i)] = self.frames(i)[1:] if t else obs[:0]
         rows[CONTINUOUS_ACTIONS] = self.continuous_actions
         rows[DISCRETE_ACTIONS] = self.discrete_actions
         rows[CONTINUOUS_LOG_PROBS] = self.continuous_log_probs
@@ -215,6 +232,7 @@ class Trajectory:
         }
         obs = [from_tensor(t, f"observations[{i}]") for i, t in enumerate(msg.observations)]
         next_obs = [from_tensor(t, f"next_observations[{i}]") for i, t in enumerate(msg.next_observations)]
+        obs_frames: dict[int, np.ndarray] = {}
         mask = from_tensor(msg.action_mask, "action_mask") if msg.HasField("action_mask") else None
         lengths = {k: (v.shape[0] if v.ndim else -1) for k, v in per_step.items()}
         lengths.update({f"observations[{i}]": (o.shape[0] if o.ndim else -1) for i, o in enumerate(obs)})
@@ -227,6 +245,10 @@ class Trajectory:
         for i, (o, n) in enumerate(zip(obs, next_obs, strict=True)):
             if n.shape != o.shape[1:]:
                 raise ProtocolError(f"{name}: next_observations[{i}] has shape {list(n.shape)}, not {list(o.shape[1:])}")
+            if o.ndim == 4:
+                # An image: one block of T + 1 frames now (one copy, of bytes the message holds anyway),
+                # so its next_obs rows are a view later, not a second copy of every frame.
+                obs_frames[i], (obs[i], next_obs[i]) = frames_block(o, n)
         return cls(
             id=TrajectoryId(msg.id.session_id, msg.id.agent_id, msg.id.sequence),
             behavior_name=msg.behavior_name,
@@ -237,8 +259,22 @@ class Trajectory:
             interrupted=msg.interrupted,
             episode_reward=msg.episode_reward if msg.episode_ended else None,
             episode_length=msg.episode_length if msg.episode_ended else None,
+            obs_frames=obs_frames,
             **per_step,
         )
+
+
+def frames_block(obs: np.ndarray, next_obs: np.ndarray) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray]]:
+    """One block ``[T + 1, *shape]`` holding ``obs`` ``[T, *shape]`` then ``next_obs`` ``[*shape]``, and its two views.
+
+    Returns:
+        ``(block, (block[:T], block[T]))``: what ``Trajectory.obs_frames``, ``obs`` and ``next_obs`` hold.
+    """
+    t = len(obs)
+    block = np.empty((t + 1, *next_obs.shape), next_obs.dtype)
+    block[:t] = obs
+    block[t] = next_obs
+    return block, (block[:t], block[t])
 
 
 def trajectories_to_rows(trajectories: Iterable[Trajectory]) -> dict[str, np.ndarray]:

@@ -17,6 +17,12 @@ Auto-reset is Gymnasium's next-step mode: a step that ends an episode returns th
 the next ``step`` ignores that copy's action and returns its reset obs with reward 0, neither
 terminated nor truncated (the processor sees the same agent id again: a first sighting).
 
+Image mode (``image_shape=(H, W, C)``, ML-Agents' visual variant of the task): the observation is
+only a uint8 image ``[N, H, W, C]``, no vector. It shows the goal as the vector does: the goal's half
+of the columns is bright (255), the other half dark (0); and the agent's position as a mid-grey (128)
+column (column ``round((position + 1) / 2 * (W - 1))``), every row and channel alike. Rewards, dones
+and resets are the same.
+
 Shapes: ``N`` copies, ``C`` = 1 continuous dimension, ``B`` = 1 discrete branch.
 """
 
@@ -41,10 +47,53 @@ BEST_RETURN = SUCCESS_REWARD - (round(1.0 / STEP_SIZE) - 1) * STEP_COST
 _BOUNDARY_EPS = 1e-6  # 5 x 0.2 must count as reaching 1.0 despite float round-off
 
 
-def simple_brain_parameters(behavior_name: str, continuous: bool) -> BrainParameters:
-    """The 1-D task's BrainParameters: one float32 [1] observation; C = 1 or one branch of 2."""
+GOAL_PIXEL = 255
+"""Pixel value of the goal's half of an image observation (the other half is 0)."""
+POSITION_PIXEL = 128
+"""Pixel value of the agent's column in an image observation."""
+
+
+def simple_brain_parameters(
+    behavior_name: str, continuous: bool, image_shape: tuple[int, int, int] | None = None
+) -> BrainParameters:
+    """The 1-D task's BrainParameters: one float32 [1] observation (or one uint8 image ``image_shape``);
+    C = 1 or one branch of 2."""
     action_spec = ActionSpec(1) if continuous else ActionSpec(0, (2,))
+    if image_shape is not None:
+        return BrainParameters(
+            behavior_name, (ObservationSpec(tuple(image_shape), np.dtype(np.uint8), "camera"),), action_spec
+        )
     return BrainParameters(behavior_name, (ObservationSpec((1,), np.dtype(np.float32), "goal"),), action_spec)
+
+
+def render_images(goal: np.ndarray, position: np.ndarray, image_shape: tuple[int, int, int]) -> np.ndarray:
+    """The image observations of the image mode (module docstring).
+
+    Args:
+        goal: ``[N]``, each copy's goal in {-1, +1}.
+        position: ``[N]``, each copy's position in [-1, 1].
+        image_shape: ``(H, W, C)``, W >= 2.
+
+    Returns:
+        uint8 ``[N, H, W, C]``.
+    """
+    h, w, c = image_shape
+    columns = np.arange(w)
+    right = columns >= w // 2
+    # Per copy and column: the goal's half bright, then the agent's column grey.
+    row = np.where((np.asarray(goal)[:, None] > 0) == right[None, :], GOAL_PIXEL, 0).astype(np.uint8)
+    at = np.rint((np.clip(np.asarray(position, np.float64), -1.0, 1.0) + 1.0) / 2.0 * (w - 1)).astype(np.int64)
+    row[np.arange(len(at)), at] = POSITION_PIXEL
+    return np.ascontiguousarray(np.broadcast_to(row[:, None, :, None], (len(at), h, w, c)))
+
+
+def goal_of_images(images: np.ndarray) -> np.ndarray:
+    """float32 ``[N, 1]``: the goal an image observation ``[N, H, W, C]`` shows (+1 when its right half is brighter)."""
+    images = np.asarray(images)
+    w = images.shape[2]
+    left = images[:, :, : w // 2].mean(axis=(1, 2, 3))
+    right = images[:, :, w // 2 :].mean(axis=(1, 2, 3))
+    return np.where(right > left, 1.0, -1.0).astype(np.float32).reshape(-1, 1)
 
 
 def expert_actions(obs: np.ndarray, continuous: bool) -> tuple[np.ndarray, np.ndarray]:
@@ -69,13 +118,15 @@ def scripted_expert(observations: Sequence[np.ndarray], action_spec: ActionSpec)
     """``expert_actions`` as a ``stepstream record --policy scripted:envclient.simple_env:scripted_expert`` function.
 
     Args:
-        observations: ``[goal float32 [N, 1]]``.
+        observations: ``[goal float32 [N, 1]]``, or ``[image uint8 [N, H, W, C]]`` (the image mode).
         action_spec: C = 1 (continuous) or one branch of 2.
 
     Returns:
         ``(continuous [N, C], discrete [N, B])`` env actions toward each copy's goal.
     """
-    return expert_actions(observations[0], continuous=action_spec.continuous_size > 0)
+    obs = observations[0]
+    goal = goal_of_images(obs) if np.ndim(obs) == 4 else obs
+    return expert_actions(goal, continuous=action_spec.continuous_size > 0)
 
 
 class SimpleEnv:
@@ -88,9 +139,12 @@ class SimpleEnv:
         seed: seeds the goal draws; None draws fresh entropy.
         step_size: position change per step at full action.
         max_episode_steps: steps before truncation, >= 1.
+        image_shape: ``(H, W, C)``: the observation is only a uint8 image of the goal and the
+            position (module docstring); None: the float32 goal vector.
 
     Raises:
-        ValueError: ``num_agents`` or ``max_episode_steps`` < 1, or ``step_size`` <= 0.
+        ValueError: ``num_agents`` or ``max_episode_steps`` < 1, ``step_size`` <= 0, or an
+            ``image_shape`` that is not three positive dimensions with W >= 2.
     """
 
     def __init__(
@@ -102,6 +156,7 @@ class SimpleEnv:
         seed: int | None = None,
         step_size: float = STEP_SIZE,
         max_episode_steps: int = MAX_EPISODE_STEPS,
+        image_shape: tuple[int, int, int] | None = None,
     ) -> None:
         if num_agents < 1:
             raise ValueError(f"num_agents must be >= 1, got {num_agents}")
@@ -109,10 +164,13 @@ class SimpleEnv:
             raise ValueError(f"max_episode_steps must be >= 1, got {max_episode_steps}")
         if not step_size > 0:
             raise ValueError(f"step_size must be > 0, got {step_size}")
+        if image_shape is not None and (len(image_shape) != 3 or min(image_shape) < 1 or image_shape[1] < 2):
+            raise ValueError(f"image_shape must be (H, W, C), positive with W >= 2, got {image_shape}")
         self.continuous = continuous
         self.step_size = float(step_size)
         self.max_episode_steps = max_episode_steps
-        self._params = simple_brain_parameters(behavior_name, continuous)
+        self.image_shape = None if image_shape is None else (int(image_shape[0]), int(image_shape[1]), int(image_shape[2]))
+        self._params = simple_brain_parameters(behavior_name, continuous, self.image_shape)
         self._rng = np.random.default_rng(seed)
         self._n = num_agents
         self._goal = np.zeros(num_agents, np.float32)
@@ -129,7 +187,7 @@ class SimpleEnv:
         return self._params
 
     def reset(self) -> list[np.ndarray]:
-        """Start a new episode in every copy; returns ``[obs float32 [N, 1]]``."""
+        """Start a new episode in every copy; returns ``[obs float32 [N, 1]]`` (``[uint8 [N, H, W, C]]`` in image mode)."""
         self._reset_copies(np.ones(self._n, bool))
         return self._observations()
 
@@ -141,6 +199,8 @@ class SimpleEnv:
         self._needs_reset[which] = False
 
     def _observations(self) -> list[np.ndarray]:
+        if self.image_shape is not None:
+            return [render_images(self._goal, self._position, self.image_shape)]
         return [self._goal.reshape(-1, 1).copy()]
 
     def _moves(self, continuous_actions: np.ndarray, discrete_actions: np.ndarray) -> np.ndarray:
@@ -167,7 +227,8 @@ class SimpleEnv:
             discrete_actions: int ``[N, B]`` (B = 1 when discrete, else 0 columns).
 
         Returns:
-            ``(obs, rewards, terminated, truncated)``: ``[float32 [N, 1]]``, float32 ``[N]``, bool
+            ``(obs, rewards, terminated, truncated)``: ``[float32 [N, 1]]`` (image mode: ``[uint8
+            [N, H, W, C]]``), float32 ``[N]``, bool
             ``[N]``, bool ``[N]``. Copies that ended an episode on the previous step are reset
             instead (their action ignored): reset obs, reward 0, neither flag.
 

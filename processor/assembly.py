@@ -63,6 +63,7 @@ from common.trajectory import (
     REWARDS,
     Trajectory,
     TrajectoryId,
+    frames_block,
     obs_key,
 )
 from processor.wire import DecodedBrainInfo
@@ -164,6 +165,7 @@ class TrajectoryAssembler:
         )
         cols = self.buffer.columns
         self._obs = [(cols[obs_key(i)], tuple(s.shape)) for i, s in enumerate(params.observation_specs)]
+        self._images = frozenset(i for i, s in enumerate(params.observation_specs) if s.is_image)
         self._reward = cols[REWARDS]
         self._has_discrete = params.action_spec.num_branches > 0
         remembered = (CONTINUOUS_ACTIONS, CONTINUOUS_LOG_PROBS, DISCRETE_LOG_PROBS, REWARDS, DISCRETE_ACTIONS)
@@ -305,12 +307,18 @@ class TrajectoryAssembler:
         t = len(steps[0])
         if info is None:
             pending = buffer.pending
-            next_obs = [pending[p][slot, columns].reshape(shape).copy() for (p, columns), shape in self._obs]
+            last = [pending[p][slot, columns].reshape(shape) for (p, columns), shape in self._obs]
             done_reached, interrupted = False, True
         else:
-            next_obs = [o[row].copy() for o in info.observations]
+            last = [o[row] for o in info.observations]
             done_reached = bool(info.done[row])
             interrupted = done_reached and bool(info.max_reached[row])
+        obs = [steps[p][:, columns].reshape(t, *shape) for (p, columns), shape in self._obs]
+        next_obs = [n if i in self._images else n.copy() for i, n in enumerate(last)]
+        frames: dict[int, np.ndarray] = {}
+        for i in self._images:
+            # An image's T + 1 frames in one block, each once: next_obs rows become a view (to_rows).
+            frames[i], (obs[i], next_obs[i]) = frames_block(obs[i], last[i])
 
         # Views of the steps' own fresh block (one per storage plane), not copies: the block holds
         # exactly this trajectory, and a copy per field cost W1 a tenth of its throughput.
@@ -322,7 +330,7 @@ class TrajectoryAssembler:
         trajectory = Trajectory(
             id=TrajectoryId(self.session_id, agent_id, self._sequence),
             behavior_name=self.params.behavior_name,
-            obs=[steps[p][:, columns].reshape(t, *shape) for (p, columns), shape in self._obs],
+            obs=obs,
             next_obs=next_obs,
             continuous_actions=views[0],
             discrete_actions=views[1],
@@ -338,6 +346,7 @@ class TrajectoryAssembler:
             interrupted=interrupted,
             episode_reward=float(state[EPISODE_REWARD][slot]) if done_reached else None,
             episode_length=int(state[EPISODE_LENGTH][slot]) if done_reached else None,
+            obs_frames=frames,
         )
         self._sequence += 1
         self.counters.trajectories += 1

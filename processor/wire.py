@@ -17,10 +17,25 @@ from common.tensors import from_tensor, to_tensor
 from protos import PROTOCOL_VERSION, pb
 
 MAX_ROW_WIDTH = 1 << 16
-"""The most values one agent's row may declare: observation elements (all specs together), continuous
-action dimensions, action-mask columns (sum of branches). The processor sizes per-agent buffers by
-these widths at hello, so an absurd declaration must be refused there, not met by a failed allocation;
-a row this wide already fills a 4 MB message with 16 agents."""
+"""The most values one agent's row may declare: vector observation elements (all vector specs together),
+continuous action dimensions, action-mask columns (sum of branches). The processor sizes per-agent buffers
+by these widths at hello, so an absurd declaration must be refused there, not met by a failed allocation;
+a row this wide already fills a 4 MB message with 16 agents. Images are bounded in bytes instead
+(``MAX_FRAME_BYTES``)."""
+
+MAX_FRAME_BYTES = 1 << 20
+"""The most bytes one agent's images (every image spec of a behavior together) may take in one step: 1 MiB,
+ten 210x160x3 Atari frames, or 512x512x4 uint8. The processor holds one such frame per live agent
+(its pending row) and a trajectory holds ``T + 1`` of them, so a frame must leave room for a useful
+``time_horizon`` in ``MAX_TRAJECTORY_BYTES``: 1 MiB leaves 7 steps under JetStream's recommended 8 MiB
+and 15 under 16 MiB; an 84x84x3 frame (21,168 bytes) leaves 390 steps under 8 MiB."""
+
+MAX_TRAJECTORY_BYTES = 16 * 1024 * 1024
+"""The most bytes one encoded trajectory (its ``DeliveryBatch``, ``TrajectorySize``) may take: the topics'
+message limit, ``common.topics.grpc_transport.MAX_MESSAGE_BYTES`` (16 MiB), which every trainer's channel
+accepts. A server with a smaller ``max_message_bytes`` and a JetStream broker (its ``max_payload`` less
+1 KiB; 8 MiB recommended) lower it; ``check_trajectory_fits`` refuses at Hello a behavior whose
+trajectory of ``time_horizon`` steps would not fit, images included."""
 
 MAX_CLIENT_ID_BYTES = 256
 """The longest client id (UTF-8 bytes) a Hello may carry. Every trajectory carries its session id (the
@@ -44,6 +59,8 @@ QUOTED_CHARS = 64
 _TENSOR_OVERHEAD_BYTES = 40
 """An upper bound on one encoded ``Tensor`` sub-message besides its data: field tag (1) and length (5),
 dtype (2), a packed shape of at most two int64 dimensions (2 + 2 x 10), the data's tag (1) and length (5)."""
+_IMAGE_TENSOR_EXTRA_BYTES = 20
+"""What an image's tensors add to ``_TENSOR_OVERHEAD_BYTES``: two more shape dimensions ([T, H, W, C])."""
 _TRAJECTORY_OVERHEAD_BYTES = 512
 """An upper bound on the rest of an encoded ``DeliveryBatch`` of one ``Trajectory``: the delivery tag,
 the id's integers, flags, the episode's statistics and every framing, without the two names."""
@@ -95,16 +112,19 @@ class TrajectorySize:
     def of(cls, params: BrainParameters) -> TrajectorySize:
         """The bound for ``params``, with the longest client id (``MAX_CLIENT_ID_BYTES``) in the session id.
 
-        Per experience: float32 obs (``4 * O``), float32 continuous actions, log-probs and previous actions
-        (``3 * 4 * C``), int32 discrete actions and previous actions and float32 log-probs (``3 * 4 * B``),
-        the bool mask (``M``), float32 reward, bool done and int64 policy version (13).
+        Per experience: the obs in their dtypes (``O`` bytes: 4 per float32 value, 1 per uint8 pixel),
+        float32 continuous actions, log-probs and previous actions (``3 * 4 * C``), int32 discrete actions
+        and previous actions and float32 log-probs (``3 * 4 * B``), the bool mask (``M``), float32 reward,
+        bool done and int64 policy version (13). Fixed: ``next_obs`` (``O`` again) and the framing.
         """
-        obs_elements = sum(math.prod(spec.shape) for spec in params.observation_specs)
+        obs_bytes = sum(spec.nbytes for spec in params.observation_specs)
+        images = sum(spec.is_image for spec in params.observation_specs)
         spec = params.action_spec
-        step = 4 * obs_elements + 12 * spec.continuous_size + 12 * spec.num_branches + spec.mask_width + 13
+        step = obs_bytes + 12 * spec.continuous_size + 12 * spec.num_branches + spec.mask_width + 13
         tensors = 2 * len(params.observation_specs) + 9
         names = MAX_CLIENT_ID_BYTES + 13 + len(params.behavior_name.encode("utf-8", "surrogatepass"))
-        fixed = _TRAJECTORY_OVERHEAD_BYTES + names + tensors * _TENSOR_OVERHEAD_BYTES + 4 * obs_elements
+        framing = tensors * _TENSOR_OVERHEAD_BYTES + 2 * images * _IMAGE_TENSOR_EXTRA_BYTES
+        fixed = _TRAJECTORY_OVERHEAD_BYTES + names + framing + obs_bytes
         return cls(fixed, step)
 
 
@@ -142,7 +162,7 @@ class DecodedBrainInfo:
     agent_ids: np.ndarray
     """int64 [N], unique."""
     observations: list[np.ndarray]
-    """One float32 [N, *shape] per observation spec, all finite."""
+    """One [N, *shape] per observation spec in the spec's dtype: float32 (all finite) or uint8 (images)."""
     rewards: np.ndarray
     """float32 [N], finite."""
     done: np.ndarray
@@ -165,8 +185,8 @@ def decode_hello(msg: pb.Hello) -> Hello:
         ProtocolError: an empty client id or one over ``MAX_CLIENT_ID_BYTES``, none or more than
             ``MAX_BEHAVIORS_PER_HELLO`` behaviors, a name over ``MAX_BEHAVIOR_NAME_BYTES``, more than
             ``MAX_OBSERVATION_SPECS`` observation specs in one behavior, a duplicate
-            or malformed behavior declaration, or one wider than ``MAX_ROW_WIDTH``.
-        NotSupportedYetError: image observations.
+            or malformed behavior declaration, one wider than ``MAX_ROW_WIDTH`` or with images
+            over ``MAX_FRAME_BYTES`` per agent.
     """
     if msg.protocol_version != PROTOCOL_VERSION:
         raise IncompatibleVersionError(
@@ -196,8 +216,16 @@ def decode_hello(msg: pb.Hello) -> Hello:
 
 
 def _check_row_width(params: BrainParameters) -> None:
+    images = [(i, spec) for i, spec in enumerate(params.observation_specs) if spec.is_image]
+    frame_bytes = sum(spec.nbytes for _, spec in images)
+    if frame_bytes > MAX_FRAME_BYTES:
+        declared = ", ".join(f"observation_specs[{i}] {spec.dtype.name} {list(spec.shape)}" for i, spec in images)
+        raise ProtocolError(
+            f"behavior '{params.behavior_name}' declares images of {frame_bytes:,} bytes per agent ({declared});"
+            f" at most {MAX_FRAME_BYTES:,} bytes (MAX_FRAME_BYTES)"
+        )
     widths = {
-        "observation elements": sum(math.prod(spec.shape) for spec in params.observation_specs),
+        "observation elements": sum(math.prod(spec.shape) for spec in params.observation_specs if not spec.is_image),
         "continuous actions": params.action_spec.continuous_size,
         "action mask columns (sum of branches)": params.action_spec.mask_width,
     }
@@ -260,8 +288,8 @@ def _observations(msg: pb.BrainInfo, params: BrainParameters, ids: np.ndarray, w
                 f" BrainParameters declare {spec.dtype.name} {list(expected)}"
             )
         # Any NaN or Inf makes the sum non-finite; only then find the agent (a finite sum that
-        # overflows also takes the exact path, which then finds nothing).
-        if not math.isfinite(float(obs.sum())):
+        # overflows also takes the exact path, which then finds nothing). uint8 images are always finite.
+        if obs.dtype.kind == "f" and not math.isfinite(float(obs.sum())):
             finite = np.isfinite(obs).all(axis=tuple(range(1, obs.ndim)))
             if not finite.all():
                 raise ProtocolError(f"{where}: {field} of agent {_first_bad_agent(~finite, ids)} is NaN or Inf")

@@ -39,6 +39,7 @@ from common.trajectory import Trajectory
 from protos import pb
 
 F32: Final = np.dtype(np.float32)
+U8: Final = np.dtype(np.uint8)
 
 #: One float32 vector observation; two continuous action dimensions; no discrete branches.
 CONTINUOUS: Final = BrainParameters("Walker", (ObservationSpec((2,), F32),), ActionSpec(2))
@@ -179,13 +180,25 @@ def actions_for(step_index: int, agent_ids: Sequence[int], spec: ActionSpec) -> 
 # -- steps as arrays and as messages -------------------------------------------------------------
 
 
-def obs_vector(value: float, spec_index: int, shape: tuple[int, ...]) -> np.ndarray:
-    """float32 ``shape``: observation ``spec_index`` of a row whose obs is ``value``.
+def obs_vector(value: float, spec_index: int, shape: tuple[int, ...], dtype: np.dtype = F32) -> np.ndarray:
+    """``dtype`` ``shape``: observation ``spec_index`` of a row whose obs is ``value``.
 
-    ``value * (spec_index + 1)`` with alternating signs, so mixing up specs or columns shows.
+    A vector: ``value * (spec_index + 1)`` with alternating signs, so mixing up specs or columns
+    shows. An image ``[H, W, C]``: every pixel differs (a ramp over its position) and is shifted by
+    ``round(10 * value)`` and the spec index, so a pixel from another row, step, spec or position shows.
     """
+    if len(shape) == 3:
+        ramp = np.arange(int(np.prod(shape)), dtype=np.int64).reshape(shape)
+        shifted = ramp * 7 + round(10 * value) * 13 + spec_index * 101
+        return (shifted % 251).astype(dtype) if dtype == U8 else (shifted / 8).astype(dtype)
     (size,) = shape
     return np.array([value * (spec_index + 1) * (-1) ** j for j in range(size)], dtype=np.float32)
+
+
+def with_images(params: BrainParameters) -> BrainParameters:
+    """``params`` with two images beside its observations: a uint8 ``[4, 3, 2]`` and a float32 ``[2, 2, 3]``."""
+    images = (ObservationSpec((4, 3, 2), U8, "camera"), ObservationSpec((2, 2, 3), F32, "depth"))
+    return BrainParameters(params.behavior_name, (*params.observation_specs, *images), params.action_spec)
 
 
 class StepArrays(NamedTuple):
@@ -194,7 +207,7 @@ class StepArrays(NamedTuple):
     agent_ids: np.ndarray
     """int64 [N]."""
     observations: list[np.ndarray]
-    """float32 [N, *shape] per observation spec."""
+    """[N, *shape] of the spec's dtype per observation spec."""
     rewards: np.ndarray
     """float32 [N]."""
     done: np.ndarray
@@ -208,7 +221,7 @@ class StepArrays(NamedTuple):
 def step_arrays(st: Step, params: BrainParameters) -> StepArrays:
     n = len(st.rows)
     observations = [
-        np.array([obs_vector(r.obs, i, spec.shape) for r in st.rows], dtype=np.float32).reshape(n, *spec.shape)
+        np.array([obs_vector(r.obs, i, spec.shape, spec.dtype) for r in st.rows], dtype=spec.dtype).reshape(n, *spec.shape)
         for i, spec in enumerate(params.observation_specs)
     ]
     mask = None if st.masks is None else np.array(st.masks, dtype=bool).reshape(n, params.action_spec.mask_width)
@@ -283,8 +296,9 @@ def expected_arrays(want: Expect, params: BrainParameters) -> dict[str, np.ndarr
         raise ValueError(f"{want.label}: obs, actions, prev_actions and rewards must have one entry per experience")
     out: dict[str, np.ndarray | None] = {}
     for i, obs_spec in enumerate(params.observation_specs):
-        out[f"obs[{i}]"] = np.array([obs_vector(v, i, obs_spec.shape) for v in want.obs], dtype=np.float32)
-        out[f"next_obs[{i}]"] = obs_vector(want.next_obs, i, obs_spec.shape)
+        shape, dtype = obs_spec.shape, obs_spec.dtype
+        out[f"obs[{i}]"] = np.array([obs_vector(v, i, shape, dtype) for v in want.obs], dtype=dtype).reshape(t, *shape)
+        out[f"next_obs[{i}]"] = obs_vector(want.next_obs, i, shape, dtype)
 
     def per_step(make: Callable[[int], np.ndarray], dtype: type, width: int) -> np.ndarray:
         return np.array([make(x) for x in want.actions], dtype=dtype).reshape(t, width)

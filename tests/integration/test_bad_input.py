@@ -27,6 +27,12 @@ from tests.assembly_cases import CASES, CONTINUOUS, HYBRID, R, brain_info_proto,
 from tests.integration.helpers import STOP_GRACE_S, Harness, assert_published, from_expect, itest_settings, serve_steps
 
 GOOD_CASE = next(c for c in CASES if c.name == "agents_end_episodes_at_different_steps")
+CAMERA = BrainParameters(
+    "Camera",
+    (ObservationSpec((8, 8, 3), np.dtype(np.uint8), "rgb"), ObservationSpec((2, 2, 1), np.dtype(np.float32), "depth")),
+    ActionSpec(0, (3,)),
+)
+"""An image behavior small enough for this server's message limit: a uint8 camera and a float32 image."""
 MAX_MESSAGE_BYTES = 64 * 1024
 """gRPC's own limit on this server: far above a normal BrainInfo, far below an oversized one."""
 
@@ -35,7 +41,9 @@ MAX_MESSAGE_BYTES = 64 * 1024
 async def harness() -> AsyncIterator[Harness]:
     """A strict server (only Walker and Gridder configured) with a small message limit, both policies published."""
     settings = itest_settings(
-        behaviors={p.behavior_name: BehaviorRuntime(time_horizon=GOOD_CASE.time_horizon) for p in (CONTINUOUS, HYBRID)},
+        behaviors={
+            p.behavior_name: BehaviorRuntime(time_horizon=GOOD_CASE.time_horizon) for p in (CONTINUOUS, HYBRID, CAMERA)
+        },
         strict=True,
     )
     server = ProcessorServer(settings, ServerOptions(max_message_bytes=MAX_MESSAGE_BYTES))
@@ -44,6 +52,7 @@ async def harness() -> AsyncIterator[Harness]:
         harness = Harness(server, f"127.0.0.1:{port}")
         harness.publish_policy(CONTINUOUS, version=1)
         harness.publish_policy(HYBRID, version=1)
+        harness.subscribe(CAMERA.behavior_name)
         yield harness
     finally:
         await server.stop(STOP_GRACE_S)
@@ -119,9 +128,22 @@ def bad_value(field: str, value: float) -> pb.BrainInfo:
     return info
 
 
-def image_params() -> pb.BrainParameters:
-    params = BrainParameters("Camera", (ObservationSpec((84, 84, 3), np.dtype(np.uint8)),), ActionSpec(0, (3,))).to_proto()
-    return params
+def camera_info(rgb: np.ndarray | None = None, depth: np.ndarray | None = None) -> pb.BrainInfo:
+    """A Camera BrainInfo for agents 7 and 8, valid unless ``rgb`` / ``depth`` replace its images."""
+    msg = pb.BrainInfo(behavior_name=CAMERA.behavior_name)
+    to_tensor(np.array([7, 8]), msg.agent_ids)
+    to_tensor(np.full((2, 8, 8, 3), 200, np.uint8) if rgb is None else rgb, msg.observations.add())
+    to_tensor(np.zeros((2, 2, 2, 1), np.float32) if depth is None else depth, msg.observations.add())
+    to_tensor(np.zeros(2, np.float32), msg.rewards)
+    to_tensor(np.zeros(2, bool), msg.done)
+    to_tensor(np.zeros(2, bool), msg.max_reached)
+    return msg
+
+
+def nan_depth() -> np.ndarray:
+    depth = np.zeros((2, 2, 2, 1), np.float32)
+    depth[1, 0, 1, 0] = np.nan  # agent 8
+    return depth
 
 
 def truncate_rewards(info: pb.BrainInfo) -> None:
@@ -300,10 +322,45 @@ BAD_CASES = (
         ("larger than max", str(MAX_MESSAGE_BYTES)),
     ),
     BadCase(
-        "image_observation_in_hello",
-        lambda h: hello_with(h, image_params()),
-        grpc.StatusCode.UNIMPLEMENTED,
-        ("behavior 'Camera'", "observation_specs[0] is an image [84, 84, 3]", "not supported yet"),
+        "image_size_differs_from_its_spec",
+        lambda h: send_after_hello(h, camera_info(rgb=np.zeros((2, 8, 7, 3), np.uint8)), CAMERA),
+        INVALID,
+        ("behavior 'Camera'", "observations[0] is uint8 [2, 8, 7, 3], BrainParameters declare uint8 [2, 8, 8, 3]"),
+    ),
+    BadCase(
+        "image_bytes_differ_from_its_shape",
+        lambda h: send_after_hello(
+            h, with_tensor(camera_info(), lambda m: setattr(m.observations[0], "data", b"\0" * 300)), CAMERA
+        ),
+        INVALID,
+        ("behavior 'Camera'", "observations[0]: 300 bytes do not match shape [2, 8, 8, 3] of uint8 (384 bytes expected)"),
+    ),
+    BadCase(
+        "float_image_with_nan",
+        lambda h: send_after_hello(h, camera_info(depth=nan_depth()), CAMERA),
+        INVALID,
+        ("behavior 'Camera'", "observations[1] of agent 8 is NaN or Inf"),
+    ),
+    BadCase(
+        "image_over_the_frame_cap_in_hello",
+        lambda h: hello_with(
+            h, BrainParameters("Camera", (ObservationSpec((1024, 1024, 3), np.dtype(np.uint8)),), ActionSpec(0, (3,)))
+        ),
+        INVALID,
+        ("behavior 'Camera'", "images of 3,145,728 bytes per agent", "at most 1,048,576 bytes (MAX_FRAME_BYTES)"),
+    ),
+    BadCase(
+        "image_trajectory_larger_than_the_message_limit",
+        lambda h: hello_with(
+            h, BrainParameters("Camera", (ObservationSpec((84, 84, 3), np.dtype(np.uint8)),), ActionSpec(0, (3,)))
+        ),
+        INVALID,
+        (
+            "behavior 'Camera'",
+            f"a trajectory of time_horizon {GOOD_CASE.time_horizon}",
+            "21,196 per experience",
+            f"{MAX_MESSAGE_BYTES:,}-byte",
+        ),
     ),
 )
 
@@ -325,5 +382,6 @@ async def test_bad_input_ends_only_its_own_stream(bad: BadCase, harness: Harness
     assert_published(run, [from_expect(e, run) for e in GOOD_CASE.expected], harness)
     assert await harness.claim(CONTINUOUS.behavior_name) == [], "the refused session published something"
     assert await harness.claim(HYBRID.behavior_name) == []
+    assert await harness.claim(CAMERA.behavior_name) == []
     assert harness.behavior("Walker").params == CONTINUOUS
     assert harness.session_count() == 0

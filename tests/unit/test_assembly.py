@@ -32,6 +32,7 @@ from tests.assembly_cases import (
     random_steps,
     step,
     step_arrays,
+    with_images,
 )
 
 Published = list[tuple[int, Trajectory]]
@@ -71,14 +72,39 @@ def _key(at: int, session: str, agent_id: int) -> tuple[int, str, int]:
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_assembly_rule(case: Case) -> None:
-    published, assemblers, live = run(case.steps, case.params, case.time_horizon)
+    check_case(case, case.params)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_assembly_rule_with_images_beside_the_vectors(case: Case) -> None:
+    """Every rule again with a uint8 and a float32 image beside the case's vectors: each image's obs and
+    next_obs are exactly the case's, in its dtype, and its T + 1 frames are one block (obs_frames)."""
+    params = with_images(case.params)
+    published = check_case(case, params)
+    images = [i for i, spec in enumerate(params.observation_specs) if spec.is_image]
+    for _, trajectory in published:
+        rows = trajectory.to_rows()
+        for i in images:
+            block = trajectory.obs_frames[i]
+            assert block.shape == (trajectory.length + 1, *params.observation_specs[i].shape)
+            assert block.dtype == params.observation_specs[i].dtype
+            assert np.shares_memory(trajectory.obs[i], block) and np.shares_memory(trajectory.next_obs[i], block)
+            np.testing.assert_array_equal(block[-1], trajectory.next_obs[i], strict=True)
+            # next_obs rows are a view of the block: every frame is held once.
+            assert np.shares_memory(rows[f"next_obs_{i}"], block)
+            np.testing.assert_array_equal(rows[f"next_obs_{i}"], block[1:], strict=True)
+
+
+def check_case(case: Case, params: BrainParameters) -> Published:
+    """Run ``case`` with ``params`` (the case's own or with more observations); check every trajectory and counter."""
+    published, assemblers, live = run(case.steps, params, case.time_horizon)
 
     got = {_key(at, t.id.session_id, t.id.agent_id): t for at, t in published}
     want = {_key(e.at, e.session, e.agent_id): e for e in case.expected}
     assert len(got) == len(published), "one agent published twice at the same step"
     assert sorted(got) == sorted(want), "published (step, session, agent) differ from the case"
     for key, expected in want.items():
-        check_trajectory(got[key], expected, case.params)
+        check_trajectory(got[key], expected, params)
 
     # Sequence numbers: 0, 1, 2, ... per session, in publication order.
     sequences: dict[str, list[int]] = defaultdict(list)
@@ -96,14 +122,17 @@ def test_assembly_rule(case: Case) -> None:
     assert sum(a.counters.flushed_trajectories for a in assemblers.values()) == len(flushed)
     assert sum(a.counters.flushed_experiences for a in assemblers.values()) == sum(len(e.actions) for e in flushed)
     assert all(a.live_agents == 0 for a in assemblers.values())
+    return published
 
 
+@pytest.mark.parametrize("images", [False, True], ids=["vectors", "with_images"])
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
-def test_case_steps_survive_the_wire(case: Case) -> None:
+def test_case_steps_survive_the_wire(case: Case, images: bool) -> None:
     """The table's BrainInfo messages decode to exactly the arrays fed above (for integration reuse)."""
+    params = with_images(case.params) if images else case.params
     for st in case.steps:
-        got = decode_brain_info(brain_info_proto(st, case.params), case.params)
-        want = decoded(st, case.params)
+        got = decode_brain_info(brain_info_proto(st, params), params)
+        want = decoded(st, params)
         np.testing.assert_array_equal(got.agent_ids, want.agent_ids, strict=True)
         for g, w in zip(got.observations, want.observations, strict=True):
             np.testing.assert_array_equal(g, w, strict=True)

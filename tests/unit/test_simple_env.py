@@ -17,6 +17,8 @@ from envclient.simple_env import (
     SUCCESS_REWARD,
     SimpleEnv,
     expert_actions,
+    goal_of_images,
+    scripted_expert,
     simple_brain_parameters,
 )
 
@@ -214,3 +216,52 @@ async def test_run_env_stops_on_the_event() -> None:
     assert stats.env_steps == 3
     with pytest.raises(ValueError, match="never ends"):
         await run_env(StopAfterThree(False), env, "Simple1D")  # type: ignore[arg-type]
+
+
+# -- image mode ----------------------------------------------------------------------------------
+
+
+def test_image_mode_declares_only_a_uint8_image() -> None:
+    params = SimpleEnv(2, continuous=False, image_shape=(6, 10, 3)).brain_parameters
+    (spec,) = params.observation_specs
+    assert spec.shape == (6, 10, 3) and spec.dtype == np.uint8 and spec.is_image
+    assert params.action_spec.discrete_branches == (2,)
+
+
+def test_image_shows_the_goal_half_and_the_position_column() -> None:
+    env = SimpleEnv(2, continuous=False, seed=1, image_shape=(3, 6, 2))
+    env.reset()
+    env._goal[:] = [1.0, -1.0]  # right for copy 0, left for copy 1
+    (images,), *_ = env.step(_no_continuous(2), _discrete([1, 1]))  # both move right to 0.2
+    assert images.shape == (2, 3, 6, 2) and images.dtype == np.uint8
+    # Position 0.2 -> column round(0.6 * 5) = 3; the goal's half (columns 3-5 or 0-2) is 255.
+    np.testing.assert_array_equal(images[0, 0, :, 0], [0, 0, 0, 128, 255, 255])
+    np.testing.assert_array_equal(images[1, 0, :, 0], [255, 255, 255, 128, 0, 0])
+    assert (images == images[:, :1, :, :1]).all(), "every row and channel alike"
+    np.testing.assert_array_equal(goal_of_images(images), [[1.0], [-1.0]])
+
+
+@pytest.mark.parametrize("continuous", [False, True], ids=["discrete", "continuous"])
+def test_image_mode_keeps_the_rewards_and_dones(continuous: bool) -> None:
+    """The scripted expert, reading the goal off the image, earns the vector task's best return in five steps."""
+    env = SimpleEnv(8, continuous=continuous, seed=0, image_shape=(4, 8, 1))
+    vector = SimpleEnv(8, continuous=continuous, seed=0)
+    (obs,) = env.reset()
+    (goal,) = vector.reset()
+    np.testing.assert_array_equal(goal_of_images(obs), goal)
+    total = np.zeros(8)
+    for step in range(5):
+        actions = scripted_expert([obs], env.brain_parameters.action_spec)
+        (obs,), rewards, terminated, truncated = env.step(*actions)
+        _, vector_rewards, vector_terminated, _ = vector.step(*actions)
+        np.testing.assert_array_equal(rewards, vector_rewards)
+        np.testing.assert_array_equal(terminated, vector_terminated)
+        total += rewards
+        assert terminated.all() == (step == 4) and not truncated.any()
+    np.testing.assert_allclose(total, BEST_RETURN, atol=1e-6)
+
+
+@pytest.mark.parametrize("shape", [(4, 1, 3), (4, 4), (0, 4, 3)])
+def test_bad_image_shape_raises(shape: tuple[int, ...]) -> None:
+    with pytest.raises(ValueError, match="image_shape"):
+        SimpleEnv(1, continuous=False, image_shape=shape)  # type: ignore[arg-type]

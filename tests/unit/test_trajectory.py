@@ -399,3 +399,26 @@ def test_an_unknown_dtype_code_raises(code: int) -> None:
 def test_an_unsupported_dtype_cannot_travel(dtype: object) -> None:
     with pytest.raises(ProtocolError):
         to_tensor(np.zeros(2, dtype=dtype))  # type: ignore[call-overload]
+
+
+@pytest.mark.parametrize("steps", [0, 1, 5])
+def test_an_image_decodes_into_one_block_of_its_frames(steps: int) -> None:
+    """An image (uint8 or float32) beside a vector: from_proto holds its T + 1 frames once, obs and next_obs
+    views of them; to_rows' next_obs rows are a view too, equal to the following obs then next_obs."""
+    specs: list[tuple[tuple[int, ...], type]] = [((4,), np.float32), ((6, 5, 3), np.uint8), ((2, 3, 1), np.float32)]
+    sent = make_trajectory(steps=steps, obs_specs=specs)
+
+    got = Trajectory.from_proto(pb.Trajectory.FromString(sent.to_proto().SerializeToString()))
+
+    assert_same_trajectory(got, sent)
+    assert sorted(got.obs_frames) == [1, 2], "images only; a vector keeps its plain arrays"
+    rows = got.to_rows()
+    for i in (1, 2):
+        block = got.obs_frames[i]
+        assert block.shape == (steps + 1, *specs[i][0]) and block.dtype == specs[i][1]
+        assert np.shares_memory(got.next_obs[i], block)
+        np.testing.assert_array_equal(got.frames(i), np.concatenate([sent.obs[i], sent.next_obs[i][None]]), strict=True)
+        if steps:
+            assert np.shares_memory(got.obs[i], block) and np.shares_memory(rows[next_obs_key(i)], block)
+        np.testing.assert_array_equal(rows[next_obs_key(i)], sent.to_rows()[next_obs_key(i)], strict=True)
+    np.testing.assert_array_equal(got.frames(0), np.concatenate([sent.obs[0], sent.next_obs[0][None]]), strict=True)

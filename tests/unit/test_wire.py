@@ -10,11 +10,21 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from common.errors import IncompatibleVersionError, NotSupportedYetError, ProtocolError
+from common.errors import IncompatibleVersionError, ProtocolError
 from common.specs import ActionSpec, BrainParameters, ObservationSpec
 from common.tensors import to_tensor
+from common.topics.grpc_transport import MAX_MESSAGE_BYTES
 from common.trajectory import Trajectory, TrajectoryId
-from processor.wire import MAX_CLIENT_ID_BYTES, TrajectorySize, check_trajectory_fits, decode_brain_info, decode_hello
+from processor.wire import (
+    MAX_CLIENT_ID_BYTES,
+    MAX_FRAME_BYTES,
+    MAX_ROW_WIDTH,
+    MAX_TRAJECTORY_BYTES,
+    TrajectorySize,
+    check_trajectory_fits,
+    decode_brain_info,
+    decode_hello,
+)
 from protos import PROTOCOL_VERSION, pb
 
 PARAMS = BrainParameters("Gridder", (ObservationSpec((3,), np.dtype(np.float32)),), ActionSpec(1, (3, 2)))
@@ -270,16 +280,39 @@ BAD_HELLOS: tuple[tuple[str, Callable[[pb.Hello], None], type[Exception], tuple[
     ("empty_client_id", lambda msg: setattr(msg, "client_id", ""), ProtocolError, ("client_id",)),
     ("no_behaviors", lambda msg: msg.ClearField("brain_parameters"), ProtocolError, ("env-0", "no behaviors")),
     (
-        "image_observation",
-        _hello_with(observation_specs=[_spec((84, 84, 3), pb.UINT8)]),
-        NotSupportedYetError,
-        ("behavior 'Gridder'", "observation_specs[0]", "not supported yet"),
-    ),
-    (
         "rank_2_observation",
         _hello_with(observation_specs=[_spec((4, 4))]),
         ProtocolError,
-        ("behavior 'Gridder'", "observation_specs[0].shape"),
+        ("behavior 'Gridder'", "observation_specs[0].shape [4, 4]", "[H, W, C]"),
+    ),
+    (
+        "rank_4_observation",
+        _hello_with(observation_specs=[_spec((2, 4, 4, 3), pb.UINT8)]),
+        ProtocolError,
+        ("behavior 'Gridder'", "observation_specs[0].shape [2, 4, 4, 3]"),
+    ),
+    (
+        "image_with_a_zero_dimension",
+        _hello_with(observation_specs=[_spec((84, 0, 3), pb.UINT8)]),
+        ProtocolError,
+        ("behavior 'Gridder'", "observation_specs[0].shape [84, 0, 3]", "positive"),
+    ),
+    (
+        "uint16_image",
+        _hello_with(observation_specs=[_spec((8, 8, 3), pb.UINT16)]),
+        ProtocolError,
+        ("behavior 'Gridder'", "observation_specs[0].dtype uint16", "uint8 or float32", "[8, 8, 3]"),
+    ),
+    (
+        "images_over_the_frame_cap",
+        _hello_with(observation_specs=[_spec((3,)), _spec((400, 400, 3), pb.UINT8), _spec((400, 400, 1), pb.FLOAT32)]),
+        ProtocolError,
+        (
+            "behavior 'Gridder'",
+            "images of 1,120,000 bytes per agent",
+            "observation_specs[2] float32 [400, 400, 1]",
+            "at most 1,048,576",
+        ),
     ),
     (
         "uint8_vector",
@@ -304,7 +337,7 @@ def test_bad_hello_is_refused(spoil: Callable[[pb.Hello], None], error: type[Exc
     msg = good_hello()
     spoil(msg)
 
-    with pytest.raises((ProtocolError, NotSupportedYetError)) as caught:
+    with pytest.raises(ProtocolError) as caught:
         decode_hello(msg)
 
     assert caught.type is error
@@ -330,8 +363,8 @@ def _largest_trajectory(params: BrainParameters, steps: int) -> pb.DeliveryBatch
     trajectory = Trajectory(
         id=TrajectoryId("c" * MAX_CLIENT_ID_BYTES + "-0123456789ab", agent_id=-(2**63), sequence=2**63 - 1),
         behavior_name=params.behavior_name,
-        obs=[np.ones((steps, *s.shape), np.float32) for s in params.observation_specs],
-        next_obs=[np.ones(s.shape, np.float32) for s in params.observation_specs],
+        obs=[np.ones((steps, *s.shape), s.dtype) for s in params.observation_specs],
+        next_obs=[np.ones(s.shape, s.dtype) for s in params.observation_specs],
         continuous_actions=np.ones((steps, c), np.float32),
         discrete_actions=np.ones((steps, b), np.int32),
         continuous_log_probs=np.ones((steps, c), np.float32),
@@ -404,3 +437,118 @@ def test_hello_bounds_names_and_behaviors(spoil: Callable[[pb.Hello], None], nam
     for part in named:
         assert part in str(refused.value)
     assert len(str(refused.value)) < 300
+
+
+# -- images --------------------------------------------------------------------------------------
+
+CAMERA = BrainParameters(
+    "Camera",
+    (
+        ObservationSpec((3,), np.dtype(np.float32)),
+        ObservationSpec((84, 84, 3), np.dtype(np.uint8), "rgb"),
+        ObservationSpec((4, 5, 2), np.dtype(np.float32), "depth"),
+    ),
+    ActionSpec(0, (3,)),
+)
+"""A vector beside a uint8 camera and a float32 image."""
+
+
+def camera_info(n: int = 2) -> pb.BrainInfo:
+    """A valid CAMERA BrainInfo of ``n`` agents (ids 10, 11, ...): every pixel of every agent differs."""
+    msg = pb.BrainInfo(behavior_name=CAMERA.behavior_name)
+    to_tensor(np.arange(10, 10 + n), msg.agent_ids)
+    to_tensor(np.ones((n, 3), np.float32), msg.observations.add())
+    to_tensor((np.arange(n * 84 * 84 * 3) % 256).astype(np.uint8).reshape(n, 84, 84, 3), msg.observations.add())
+    to_tensor(np.arange(n * 40, dtype=np.float32).reshape(n, 4, 5, 2) / 7, msg.observations.add())
+    to_tensor(np.zeros(n, np.float32), msg.rewards)
+    to_tensor(np.zeros(n, bool), msg.done)
+    to_tensor(np.zeros(n, bool), msg.max_reached)
+    return msg
+
+
+def test_an_image_spec_round_trips_through_the_hello() -> None:
+    hello = pb.Hello(protocol_version=PROTOCOL_VERSION, client_id="env-0", brain_parameters=[CAMERA.to_proto()])
+
+    (params,) = decode_hello(hello).brain_parameters
+
+    assert params == CAMERA
+    assert [s.is_image for s in params.observation_specs] == [False, True, True]
+    assert [s.nbytes for s in params.observation_specs] == [12, 84 * 84 * 3, 160]
+
+
+def test_images_decode_in_their_dtype_without_a_copy() -> None:
+    msg = camera_info(3)
+
+    info = decode_brain_info(msg, CAMERA)
+
+    vector, rgb, depth = info.observations
+    assert (vector.dtype, rgb.dtype, depth.dtype) == (np.float32, np.uint8, np.float32)
+    assert rgb.shape == (3, 84, 84, 3) and depth.shape == (3, 4, 5, 2)
+    np.testing.assert_array_equal(rgb.reshape(-1), np.arange(3 * 84 * 84 * 3) % 256)
+    np.testing.assert_array_equal(depth, np.arange(120, dtype=np.float32).reshape(3, 4, 5, 2) / 7)
+    assert not rgb.flags.writeable, "a view of the message's bytes, not a copy"
+
+
+@pytest.mark.parametrize(
+    ("spoil", "named"),
+    [
+        (
+            lambda m: to_tensor(np.zeros((2, 84, 83, 3), np.uint8), m.observations[1]),
+            ("behavior 'Camera'", "observations[1] is uint8 [2, 84, 83, 3], BrainParameters declare uint8 [2, 84, 84, 3]"),
+        ),
+        (
+            lambda m: to_tensor(np.zeros((2, 84 * 84 * 3), np.uint8), m.observations[1]),
+            ("observations[1] is uint8 [2, 21168], BrainParameters declare uint8 [2, 84, 84, 3]",),
+        ),
+        (
+            lambda m: to_tensor(np.zeros((2, 84, 84, 3), np.float32), m.observations[1]),
+            ("observations[1] is float32 [2, 84, 84, 3], BrainParameters declare uint8 [2, 84, 84, 3]",),
+        ),
+        (
+            lambda m: setattr(m.observations[1], "data", m.observations[1].data[:-1]),
+            ("observations[1]: 42335 bytes do not match shape [2, 84, 84, 3] of uint8 (42336 bytes expected)",),
+        ),
+        (
+            lambda m: to_tensor(
+                np.where(np.arange(80).reshape(2, 4, 5, 2) == 77, np.nan, 0).astype(np.float32), m.observations[2]
+            ),
+            ("behavior 'Camera'", "observations[2] of agent 11 is NaN or Inf"),
+        ),
+        (
+            lambda m: to_tensor(np.full((2, 4, 5, 2), np.inf, np.float32), m.observations[2]),
+            ("observations[2] of agent 10 is NaN or Inf",),
+        ),
+    ],
+    ids=["image_size", "flattened_image", "image_dtype", "image_bytes", "nan_in_float_image", "inf_in_float_image"],
+)
+def test_a_bad_image_is_refused_naming_it(spoil: Spoil, named: tuple[str, ...]) -> None:
+    msg = camera_info(2)
+    spoil(msg)
+
+    with pytest.raises(ProtocolError) as caught:
+        decode_brain_info(msg, CAMERA)
+
+    for part in named:
+        assert part in str(caught.value), f"{part!r} not in {str(caught.value)!r}"
+
+
+def test_an_atari_frame_fits_the_caps_and_the_row_width_counts_vectors_only() -> None:
+    atari = BrainParameters("Atari", (ObservationSpec((210, 160, 3), np.dtype(np.uint8)),), ActionSpec(0, (18,)))
+    assert 210 * 160 * 3 > MAX_ROW_WIDTH  # the old element cap refused it
+    hello = pb.Hello(protocol_version=PROTOCOL_VERSION, client_id="env-0", brain_parameters=[atari.to_proto()])
+    assert decode_hello(hello).brain_parameters == (atari,)
+    assert 210 * 160 * 3 <= MAX_FRAME_BYTES
+    # A trajectory of ML-Agents' default time_horizon (64) of these frames fits the topics' limit.
+    check_trajectory_fits(atari, 64, MAX_TRAJECTORY_BYTES)
+    assert MAX_TRAJECTORY_BYTES == MAX_MESSAGE_BYTES, "the trajectory cap is the topics' message limit"
+    assert TrajectorySize.of(atari).step_bytes == 210 * 160 * 3 + 12 + 18 + 13
+
+
+def test_trajectory_size_bounds_an_image_delivery_in_bytes() -> None:
+    size = TrajectorySize.of(CAMERA)
+    assert size.step_bytes == 12 + 84 * 84 * 3 + 160 + 12 + 3 + 13  # images by their bytes, not 4 per element
+    for steps in (1, 2, 63):
+        trajectory = _largest_trajectory(CAMERA, steps)
+        encoded = trajectory.ByteSize()
+        assert encoded <= size.at_most(steps), f"T={steps}: {encoded} > bound {size.at_most(steps)}"
+        assert size.at_most(steps) - encoded < 4096, "the bound is far too loose"
