@@ -41,7 +41,7 @@ def build_mlp_model(obs_shapes: ShapesKey, action: ActionKey, seed: int, hidden:
     """A Keras MLP policy: the observations concatenated, ``layers`` x ``hidden`` tanh units, and heads.
 
     Args:
-        obs_shapes: the vector observation shapes, each ``(size,)``.
+        obs_shapes: the observation shapes: vectors ``(size,)`` or images ``(H, W, C)`` (flattened).
         action: ``(C, branches)``.
         seed: seeds every initializer, so equal arguments build equal weights.
 
@@ -53,7 +53,9 @@ def build_mlp_model(obs_shapes: ShapesKey, action: ActionKey, seed: int, hidden:
 
     continuous_size, branches = action
     inputs = [keras.Input(shape, name=input_name(i)) for i, shape in enumerate(obs_shapes)]
-    h = inputs[0] if len(inputs) == 1 else keras.layers.Concatenate()(inputs)
+    # An image input [H, W, C] is flattened: this test policy needs no encoder, only every pixel to count.
+    flat = [x if len(shape) == 1 else keras.layers.Flatten()(x) for x, shape in zip(inputs, obs_shapes, strict=True)]
+    h = flat[0] if len(flat) == 1 else keras.layers.Concatenate()(flat)
     seeds = iter(range(seed * 100, seed * 100 + 100))
 
     def dense(units: int, activation: str | None = None) -> keras.layers.Dense:

@@ -346,8 +346,8 @@ def reference_trajectories(run: ServedRun, time_horizon: int) -> list[Expected]:
                 session=key[0],
                 agent_id=key[1],
                 at=at,
-                obs=[np.array([s["obs"][i] for s in steps], np.float32) for i in range(len(next_obs))],  # type: ignore[index]
-                next_obs=[np.asarray(o, np.float32) for o in next_obs],
+                obs=[np.array([s["obs"][i] for s in steps], o.dtype) for i, o in enumerate(next_obs)],  # type: ignore[index]
+                next_obs=[np.asarray(o) for o in next_obs],
                 continuous_actions=np.array([s["cont"] for s in steps], np.float32).reshape(t, c),
                 discrete_actions=np.array([s["disc"] for s in steps], np.int32).reshape(t, b),
                 prev_continuous_actions=np.array([s["prev_cont"] for s in steps], np.float32).reshape(t, c),

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from processor.behaviors import BehaviorRuntime
-from tests.assembly_cases import CASES, FLUSH, HYBRID, Case, R, implied_experiences, random_steps, step
+from tests.assembly_cases import CASES, FLUSH, HYBRID, Case, R, implied_experiences, random_steps, step, with_images
 from tests.integration.conftest import StartProcessor
 from tests.integration.helpers import (
     Harness,
@@ -47,6 +47,27 @@ async def test_assembly_rule_through_the_server(case: Case, start_processor: Sta
     assert counters.published_experiences == implied_experiences(case.steps)
     assert counters.published_trajectories == len(case.expected)
     assert counters.flushed_trajectories == sum(e.at == FLUSH for e in case.expected)
+    assert harness.session_count() == 0
+
+
+IMAGE_CASES = ("cut_at_time_horizon", "flush_at_session_end", "agents_end_episodes_at_different_steps")
+"""Rules whose cuts cover the three ways a trajectory ends (time horizon, flush, done)."""
+
+
+@pytest.mark.parametrize("name", IMAGE_CASES)
+async def test_images_beside_vectors_through_the_server(name: str, start_processor: StartProcessor) -> None:
+    """uint8 and float32 images travel raw: the policy acts on them, and the trajectories hold them exactly, in
+    their dtypes."""
+    case = next(c for c in CASES if c.name == name)
+    params = with_images(case.params)
+    harness = await start(start_processor, params.behavior_name, case.time_horizon)
+    harness.publish_policy(params, version=1)
+
+    run = await serve_steps(harness, case.steps, params)
+
+    assert_published(run, [from_expect(e, run) for e in case.expected], harness)
+    counters = harness.behavior(params.behavior_name).counters
+    assert counters.published_trajectories == len(case.expected)
     assert harness.session_count() == 0
 
 
