@@ -214,3 +214,74 @@ def decode_image(
     if image.shape != declared:
         raise DemoFormatError(f"{where}: declared shape {list(declared)} but the PNG data decodes to {list(image.shape)}")
     return np.ascontiguousarray(image, dtype=np.float32)
+
+
+# -- images on the wire (BrainInfo) ---------------------------------------------------------------
+
+
+def decode_hwc(data: bytes, shape: tuple[int, int, int], mapping: list[int], where: str, max_decoded_bytes: int) -> np.ndarray:
+    """One agent's PNG-compressed image observation of a BrainInfo, as float32 in [0, 1] ``[H, W, C]``.
+
+    The wire's images are channels last, so unlike ``decode_image`` there is no layout to guess.
+    Before anything is decoded, from the PNG headers: each must give the spec's height and width;
+    their decoded channels must be as many as the mapping's entries or, without one, the PNGs at most
+    ``ceil(C / 3)``; and all of them together at most ``max_decoded_bytes`` channels x pixels. So a
+    small message cannot expand past what the spec allows.
+
+    Args:
+        data: one or more PNG files back to back.
+        shape: the spec's ``(H, W, C)``.
+        mapping: ``compressed_channel_mapping`` (empty: the channel rule of the module docstring).
+        where: the behavior, field and agent, for messages.
+        max_decoded_bytes: the most channels x pixels the PNGs may decode to.
+
+    Raises:
+        DemoFormatError: not PNG, cut short, another size, too many channels, a bad mapping, or
+            data that does not decode; the message starts with ``where``.
+    """
+    height, width, channels = shape
+    pngs = split_pngs(data, where)
+    headers = [png_header(png, where) for png in pngs]
+    for i, (h, w, _) in enumerate(headers):
+        if (h, w) != (height, width):
+            raise DemoFormatError(
+                f"{where}: PNG {i} is {w}x{h} pixels; the spec declares {width}x{height} ([H, W, C] {list(shape)})"
+            )
+    decoded_channels = sum(h[2] for h in headers)
+    if mapping and len(mapping) != decoded_channels:
+        raise DemoFormatError(
+            f"{where}: compressed_channel_mapping has {len(mapping)} entries for {decoded_channels} decoded channels"
+        )
+    if not mapping and len(pngs) > max(1, -(-channels // 3)):
+        raise DemoFormatError(
+            f"{where}: {len(pngs)} PNGs for {channels} channels; at most {max(1, -(-channels // 3))} without a"
+            " compressed_channel_mapping (3 channels each)"
+        )
+    decoded = decoded_channels * height * width
+    if decoded > max_decoded_bytes:
+        raise DemoFormatError(
+            f"{where}: its {len(pngs)} PNGs decode to {decoded:,} channel values, over the {max_decoded_bytes:,} allowed"
+        )
+    hwc = np.concatenate([_decode_png(png, where) for png in pngs], axis=2)
+    image = np.moveaxis(_channels_first(np.moveaxis(hwc, 2, 0), mapping, channels, where), 0, 2)
+    if image.shape != shape:
+        raise DemoFormatError(f"{where}: the PNG data decodes to {list(image.shape)}, the spec declares {list(shape)}")
+    return image
+
+
+def encode_pngs(image: np.ndarray) -> bytes:
+    """A uint8 ``[H, W, C]`` image as Unity compresses one: PNGs of 3 channels back to back (1 channel: one
+    grayscale PNG), the last padded with zero channels; ``decode_hwc`` gives it back (divided by 255)."""
+    from PIL import Image
+
+    pixels = np.asarray(image, dtype=np.uint8)
+    height, width, channels = pixels.shape
+    out = io.BytesIO()
+    if channels == 1:
+        Image.fromarray(pixels[:, :, 0], "L").save(out, format="PNG")
+        return out.getvalue()
+    for start in range(0, channels, 3):
+        part = np.zeros((height, width, 3), np.uint8)
+        part[:, :, : min(3, channels - start)] = pixels[:, :, start : start + 3]
+        Image.fromarray(part, "RGB").save(out, format="PNG")
+    return out.getvalue()

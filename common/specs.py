@@ -130,3 +130,43 @@ class BrainParameters:
                 raise ProtocolError(f"{where}: observation_specs[{i}].dtype {dtype.name} must be float32 for a vector")
             specs.append(ObservationSpec(shape, np.dtype(dtype.newbyteorder("=")), obs.name))
         return cls(name, tuple(specs), ActionSpec.from_proto(msg.action_spec, f"{where}: action_spec"))
+
+
+_BRAIN_INFO_TENSOR_BYTES = 60
+"""An upper bound on one encoded ``Tensor`` of a BrainInfo besides its data: tag and length (6), dtype (2),
+a packed shape of at most four int64 dimensions (2 + 4 x 10), the data's tag and length (6), and slack."""
+_BRAIN_INFO_OVERHEAD_BYTES = 32
+"""An upper bound on the ``StepRequest`` and ``BrainInfo`` framing besides the name and the tensors."""
+
+
+@dataclass(frozen=True)
+class BrainInfoSize:
+    """The encoded size of one behavior's BrainInfo (raw tensors), as a linear bound in its agent rows N.
+
+    PNG-compressed images take less than their raw bytes (typically a tenth to a half), so the bound
+    holds for them too; the SDK measures a message it is about to send instead (``EnvSession.send``).
+    """
+
+    fixed_bytes: int
+    """What a BrainInfo of any number of rows takes: the StepRequest framing, the name, every tensor's framing."""
+    agent_bytes: int
+    """What each agent row adds: its observations in their dtypes, the int64 id, float32 reward, done,
+    max_reached and the action mask (one byte per column)."""
+
+    def at_most(self, agents: int) -> int:
+        """Bytes of a ``StepRequest`` holding a BrainInfo of ``agents`` rows, at most."""
+        return self.fixed_bytes + agents * self.agent_bytes
+
+    def agents_within(self, max_bytes: int, agent_bytes: float | None = None) -> int:
+        """The most rows whose BrainInfo fits ``max_bytes`` (0 if none), at ``agent_bytes`` a row (default: the bound)."""
+        per_agent = self.agent_bytes if agent_bytes is None else agent_bytes
+        return max(0, int((max_bytes - self.fixed_bytes) // max(per_agent, 1)))
+
+    @classmethod
+    def of(cls, params: BrainParameters) -> BrainInfoSize:
+        """The bound for ``params``' BrainInfos (with an action mask when it has discrete branches)."""
+        tensors = len(params.observation_specs) + 5
+        fixed = _BRAIN_INFO_OVERHEAD_BYTES + len(params.behavior_name.encode("utf-8", "surrogatepass")) + 6
+        fixed += tensors * _BRAIN_INFO_TENSOR_BYTES
+        agent = sum(spec.nbytes for spec in params.observation_specs) + 8 + 4 + 1 + 1 + params.action_spec.mask_width
+        return cls(fixed, agent)

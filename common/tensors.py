@@ -10,6 +10,7 @@ single memory copy (or none) whatever the tensor's size.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -107,3 +108,32 @@ def from_tensor(msg: pb.Tensor, field: str = "tensor") -> np.ndarray:
         return np.frombuffer(data, dtype=dtype).reshape(shape)
     except ValueError as err:  # more than numpy's 64 dimensions, or an empty shape too big for numpy ([0, 2**62, 2**62])
         raise ProtocolError(f"{field}: shape {list(shape)} is not a valid array shape: {err}") from None
+
+
+def to_png_tensor(
+    pngs: Sequence[bytes],
+    shape: Sequence[int],
+    dtype: np.dtype | type | str = np.uint8,
+    channel_mapping: Sequence[int] = (),
+    out: pb.Tensor | None = None,
+) -> pb.Tensor:
+    """A PNG-compressed image observation of a BrainInfo (see ``Tensor`` in ``protos/stepstream.proto``).
+
+    Args:
+        pngs: per agent row, its image as one or more PNG files back to back
+            (``common.demo_images.encode_pngs`` makes them from uint8 ``[H, W, C]``).
+        shape: the decoded array's shape ``[N, H, W, C]``.
+        dtype: the spec's dtype: uint8 (the pixels) or float32 (the pixels / 255).
+        channel_mapping: ML-Agents' ``compressed_channel_mapping``; empty for the channel rule.
+        out: an existing message to fill instead of a new one.
+    """
+    msg = pb.Tensor() if out is None else out
+    msg.dtype = dtype_to_wire(dtype)  # type: ignore[assignment]
+    del msg.shape[:]
+    msg.shape.extend(int(d) for d in shape)
+    msg.data = b""
+    del msg.png[:]
+    msg.png.extend(pngs)
+    del msg.compressed_channel_mapping[:]
+    msg.compressed_channel_mapping.extend(int(m) for m in channel_mapping)
+    return msg

@@ -27,7 +27,7 @@ import numpy as np
 from common.errors import StepstreamError
 from common.logs import identity_metadata
 from common.security import PLAINTEXT, ClientSecurity
-from common.specs import BrainParameters
+from common.specs import BrainInfoSize, BrainParameters
 from common.tensors import from_tensor, to_tensor
 from common.topics.grpc_transport import MESSAGE_SIZE_OPTIONS
 from protos import PROTOCOL_VERSION, pb
@@ -55,21 +55,34 @@ class ActionResult(NamedTuple):
     policy_version: int
 
 
+class MessageTooLargeError(StepstreamError):
+    """A BrainInfo is larger than the message limit; nothing was sent and the session goes on."""
+
+
 def brain_info_message(
     behavior_name: str,
     agent_ids: np.ndarray,
-    observations: Sequence[np.ndarray],
+    observations: Sequence[np.ndarray | pb.Tensor],
     rewards: np.ndarray,
     done: np.ndarray,
     max_reached: np.ndarray | None = None,
     action_mask: np.ndarray | None = None,
 ) -> pb.BrainInfo:
-    """Encode one step of one behavior (shapes as in ``EnvSession.step``)."""
+    """Encode one step of one behavior (shapes as in ``EnvSession.step``).
+
+    An observation is sent as float32, except a uint8 image ``[N, H, W, C]``, which stays uint8; a ``pb.Tensor``
+    (a PNG-compressed image, ``common.tensors.to_png_tensor``) is sent as it is.
+    """
     n = len(agent_ids)
     msg = pb.BrainInfo(behavior_name=behavior_name)
     to_tensor(np.asarray(agent_ids, dtype=np.int64), msg.agent_ids)
     for obs in observations:
-        to_tensor(np.asarray(obs, dtype=np.float32), msg.observations.add())
+        if isinstance(obs, pb.Tensor):
+            msg.observations.add().CopyFrom(obs)
+            continue
+        arr = np.asarray(obs)
+        image = arr.dtype == np.uint8 and arr.ndim == 4  # [N, H, W, C]
+        to_tensor(arr if image else arr.astype(np.float32, copy=False), msg.observations.add())
     to_tensor(np.asarray(rewards, dtype=np.float32), msg.rewards)
     to_tensor(np.asarray(done, dtype=bool), msg.done)
     to_tensor(np.zeros(n, bool) if max_reached is None else np.asarray(max_reached, dtype=bool), msg.max_reached)
@@ -101,6 +114,9 @@ class EnvSession:
         self.session_id: str | None = None
         self.security = security
         self._options = list({**dict(MESSAGE_SIZE_OPTIONS), **dict(channel_options)}.items())
+        self.max_message_bytes = int(dict(self._options)["grpc.max_send_message_length"])
+        """The largest message this client sends (its channel's ``grpc.max_send_message_length``)."""
+        self._sizes = {p.behavior_name: BrainInfoSize.of(p) for p in self.brain_parameters}
         self._protocol_version = protocol_version
         self._channel: grpc.aio.Channel | None = None
         self._call: grpc.aio.StreamStreamCall | None = None
@@ -150,8 +166,19 @@ class EnvSession:
         return StepRejectedError(await call.code(), await call.details() or "stream ended")
 
     async def send(self, brain_info: pb.BrainInfo) -> ActionResult:
-        """Send an already-encoded BrainInfo; returns its actions."""
-        response = await self._exchange(pb.StepRequest(brain_info=brain_info))
+        """Send an already-encoded BrainInfo; returns its actions.
+
+        Raises:
+            MessageTooLargeError: the message is over ``max_message_bytes``, which gRPC would refuse
+                and end the session for; nothing is sent, the session goes on, and the error names
+                the behavior and how many of its agents fit one BrainInfo.
+            StepRejectedError: the processor ended the session.
+        """
+        request = pb.StepRequest(brain_info=brain_info)
+        size = request.ByteSize()
+        if size > self.max_message_bytes:
+            raise self._too_large(brain_info, size)
+        response = await self._exchange(request)
         info = response.action_info
         return ActionResult(
             from_tensor(info.continuous_actions, "continuous_actions"),
@@ -159,11 +186,25 @@ class EnvSession:
             info.policy_version,
         )
 
+    def _too_large(self, brain_info: pb.BrainInfo, size: int) -> MessageTooLargeError:
+        shape = brain_info.agent_ids.shape
+        name, n = brain_info.behavior_name, max(1, int(shape[0]) if shape else 1)
+        bound = self._sizes.get(name)
+        fixed = bound.fixed_bytes if bound is not None else 0
+        # This message's own bytes per agent (PNGs vary), so the advice holds for steps like it.
+        per_agent = max(1, -(-(size - fixed) // n))
+        fit = max(0, (self.max_message_bytes - fixed) // per_agent)
+        return MessageTooLargeError(
+            f"behavior '{name}': a BrainInfo of {n} agents takes {size:,} bytes (about {per_agent:,} per agent), over"
+            f" the {self.max_message_bytes:,}-byte message limit; at most {fit} agents fit in one BrainInfo: send"
+            " the step's agents in several BrainInfos, or compress images as PNG"
+        )
+
     async def step(
         self,
         behavior_name: str,
         agent_ids: np.ndarray,
-        observations: Sequence[np.ndarray],
+        observations: Sequence[np.ndarray | pb.Tensor],
         rewards: np.ndarray,
         done: np.ndarray,
         max_reached: np.ndarray | None = None,
@@ -173,13 +214,15 @@ class EnvSession:
 
         Args:
             agent_ids: int [N], unique.
-            observations: one float32 [N, *shape] per declared observation spec.
+            observations: one [N, *shape] per declared observation spec: float32, or uint8 for a
+                uint8 image; or a ``pb.Tensor`` of PNGs (``common.tensors.to_png_tensor``).
             rewards: float32 [N], the reward each agent received since its previous row.
             done: bool [N], the agent's episode ended (its row carries the terminal obs).
             max_reached: bool [N], the episode ended by a time limit; only together with done.
             action_mask: bool [N, sum(branches)], True = allowed; None allows everything.
 
         Raises:
+            MessageTooLargeError: the step is over the message limit (see ``send``).
             StepRejectedError: the processor ended the session (bad input, replaced, shutdown).
         """
         return await self.send(

@@ -11,9 +11,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from common.demo_images import DemoFormatError, decode_hwc
 from common.errors import IncompatibleVersionError, ProtocolError
-from common.specs import ActionSpec, BrainParameters
-from common.tensors import from_tensor, to_tensor
+from common.specs import ActionSpec, BrainInfoSize, BrainParameters, ObservationSpec
+from common.tensors import dtype_from_wire, from_tensor, to_tensor
 from protos import PROTOCOL_VERSION, pb
 
 MAX_ROW_WIDTH = 1 << 16
@@ -148,6 +149,24 @@ def check_trajectory_fits(params: BrainParameters, time_horizon: int, max_bytes:
         )
 
 
+def check_brain_info_fits(params: BrainParameters, max_bytes: int) -> None:
+    """Refuse a declaration of which not even one agent's BrainInfo fits one message of ``max_bytes``.
+
+    gRPC refuses an oversized message before any handler sees it (``RESOURCE_EXHAUSTED``, naming no
+    behavior), so a behavior none of whose steps could ever arrive is refused at Hello, by name.
+
+    Raises:
+        ProtocolError: the message gives the row's bytes and the limit.
+    """
+    size = BrainInfoSize.of(params)
+    if size.agents_within(max_bytes) < 1:
+        raise ProtocolError(
+            f"behavior {quoted(params.behavior_name)}: a BrainInfo of one agent takes up to {size.at_most(1):,} bytes"
+            f" ({size.agent_bytes:,} per agent, raw), over the {max_bytes:,}-byte message limit: no agent fits;"
+            " declare smaller images or raise the processor's max_message_bytes"
+        )
+
+
 @dataclass(frozen=True)
 class Hello:
     client_id: str
@@ -277,6 +296,9 @@ def _observations(msg: pb.BrainInfo, params: BrainParameters, ids: np.ndarray, w
     out = []
     for i, (tensor, spec) in enumerate(zip(msg.observations, specs, strict=True)):
         field = f"observations[{i}]"
+        if tensor.png:  # PNG-compressed (Unity's form): decoded here, once
+            out.append(_png_observation(tensor, spec, ids, field, where))
+            continue
         try:
             obs = from_tensor(tensor, field)
         except ProtocolError as err:
@@ -294,6 +316,38 @@ def _observations(msg: pb.BrainInfo, params: BrainParameters, ids: np.ndarray, w
             if not finite.all():
                 raise ProtocolError(f"{where}: {field} of agent {_first_bad_agent(~finite, ids)} is NaN or Inf")
         out.append(obs)
+    return out
+
+
+def _png_observation(tensor: pb.Tensor, spec: ObservationSpec, ids: np.ndarray, field: str, where: str) -> np.ndarray:
+    """A PNG-compressed image observation, decoded: ``[N, H, W, C]`` of the spec's dtype (float32: pixels / 255)."""
+    if not spec.is_image:
+        raise ProtocolError(f"{where}: {field} is PNG-compressed, BrainParameters declare a vector {list(spec.shape)}")
+    n = len(ids)
+    try:
+        dtype = dtype_from_wire(tensor.dtype)
+    except ProtocolError as err:
+        raise ProtocolError(f"{where}: {field}: {err}") from None
+    shape = tuple(tensor.shape)
+    if shape != (n, *spec.shape) or dtype != spec.dtype or len(tensor.png) != n or tensor.data:
+        raise ProtocolError(
+            f"{where}: {field} is PNG-compressed {dtype.name} {list(shape)} with {len(tensor.png)} images"
+            f"{' and raw data' if tensor.data else ''}; BrainParameters declare {spec.dtype.name}"
+            f" {[n, *spec.shape]}: one PNG entry per agent, no raw data"
+        )
+    mapping = list(tensor.compressed_channel_mapping)
+    out = np.empty((n, *spec.shape), spec.dtype)
+    for row, png in enumerate(tensor.png):
+        agent = f"{field} of agent {int(ids[row])}"
+        try:
+            # Bounded before decoding, whatever the PNG headers claim: 4 x MAX_FRAME_BYTES channel values
+            # (16 MiB of float32 for a moment) leave room for padding and mapped channels.
+            image = decode_hwc(png, spec.shape, mapping, agent, 4 * MAX_FRAME_BYTES)  # type: ignore[arg-type]
+        except DemoFormatError as err:
+            raise ProtocolError(f"{where}: {err}") from None
+        except Exception as err:  # untrusted bytes into Pillow: any failure is the peer's bad PNG
+            raise ProtocolError(f"{where}: {agent}: PNG does not decode: {type(err).__name__}: {err}") from None
+        out[row] = image if spec.dtype == np.float32 else np.rint(image * 255.0)
     return out
 
 

@@ -37,14 +37,18 @@ UINT64: DType
 BOOL: DType
 
 class Tensor(_message.Message):
-    __slots__ = ("dtype", "shape", "data")
+    __slots__ = ("dtype", "shape", "data", "png", "compressed_channel_mapping")
     DTYPE_FIELD_NUMBER: _ClassVar[int]
     SHAPE_FIELD_NUMBER: _ClassVar[int]
     DATA_FIELD_NUMBER: _ClassVar[int]
+    PNG_FIELD_NUMBER: _ClassVar[int]
+    COMPRESSED_CHANNEL_MAPPING_FIELD_NUMBER: _ClassVar[int]
     dtype: DType
     shape: _containers.RepeatedScalarFieldContainer[int]
     data: bytes
-    def __init__(self, dtype: _Optional[_Union[DType, str]] = ..., shape: _Optional[_Iterable[int]] = ..., data: _Optional[bytes] = ...) -> None: ...
+    png: _containers.RepeatedScalarFieldContainer[bytes]
+    compressed_channel_mapping: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, dtype: _Optional[_Union[DType, str]] = ..., shape: _Optional[_Iterable[int]] = ..., data: _Optional[bytes] = ..., png: _Optional[_Iterable[bytes]] = ..., compressed_channel_mapping: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class ObservationSpec(_message.Message):
     __slots__ = ("shape", "dtype", "name")

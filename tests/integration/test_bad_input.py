@@ -16,9 +16,10 @@ import grpc
 import numpy as np
 import pytest
 
+from common.demo_images import encode_pngs
 from common.specs import ActionSpec, BrainParameters, ObservationSpec
-from common.tensors import to_tensor
-from envclient.session import EnvSession, StepRejectedError
+from common.tensors import to_png_tensor, to_tensor
+from envclient.session import EnvSession, MessageTooLargeError, StepRejectedError
 from processor.behaviors import BehaviorRuntime
 from processor.server import ProcessorServer, ServerOptions
 from protos import PROTOCOL_VERSION, pb
@@ -52,7 +53,7 @@ async def harness() -> AsyncIterator[Harness]:
         harness = Harness(server, f"127.0.0.1:{port}")
         harness.publish_policy(CONTINUOUS, version=1)
         harness.publish_policy(HYBRID, version=1)
-        harness.subscribe(CAMERA.behavior_name)
+        harness.publish_policy(CAMERA, version=1)
         yield harness
     finally:
         await server.stop(STOP_GRACE_S)
@@ -138,6 +139,13 @@ def camera_info(rgb: np.ndarray | None = None, depth: np.ndarray | None = None) 
     to_tensor(np.zeros(2, bool), msg.done)
     to_tensor(np.zeros(2, bool), msg.max_reached)
     return msg
+
+
+def undecodable_png(info: pb.BrainInfo) -> None:
+    """Agent 8's camera image is PNG-compressed bytes that are not a PNG; agent 7's is a good PNG."""
+    to_png_tensor(
+        [encode_pngs(np.zeros((8, 8, 3), np.uint8)), b"\x89PNG garbage"], (2, 8, 8, 3), np.uint8, (), info.observations[0]
+    )
 
 
 def nan_depth() -> np.ndarray:
@@ -336,6 +344,20 @@ BAD_CASES = (
         ("behavior 'Camera'", "observations[0]: 300 bytes do not match shape [2, 8, 8, 3] of uint8 (384 bytes expected)"),
     ),
     BadCase(
+        "png_that_does_not_decode",
+        lambda h: send_after_hello(h, with_tensor(camera_info(), undecodable_png), CAMERA),
+        INVALID,
+        ("behavior 'Camera'", "observations[0] of agent 8", "not a PNG"),
+    ),
+    BadCase(
+        "image_of_which_no_agent_fits_the_message_limit",
+        lambda h: hello_with(
+            h, BrainParameters("Camera", (ObservationSpec((200, 200, 3), np.dtype(np.uint8)),), ActionSpec(0, (3,)))
+        ),
+        INVALID,
+        ("behavior 'Camera'", "120,017 per agent", f"over the {MAX_MESSAGE_BYTES:,}-byte message limit: no agent fits"),
+    ),
+    BadCase(
         "float_image_with_nan",
         lambda h: send_after_hello(h, camera_info(depth=nan_depth()), CAMERA),
         INVALID,
@@ -385,3 +407,42 @@ async def test_bad_input_ends_only_its_own_stream(bad: BadCase, harness: Harness
     assert await harness.claim(CAMERA.behavior_name) == []
     assert harness.behavior("Walker").params == CONTINUOUS
     assert harness.session_count() == 0
+
+
+async def test_the_sdk_refuses_an_oversized_step_by_name_and_the_session_goes_on(harness: Harness) -> None:
+    """gRPC would end the stream with RESOURCE_EXHAUSTED naming no behavior; the SDK measures first."""
+    agents = np.arange(1000)
+    big = pb.BrainInfo(behavior_name=CAMERA.behavior_name)
+    to_tensor(agents, big.agent_ids)
+    to_tensor(np.zeros((1000, 8, 8, 3), np.uint8), big.observations.add())
+    to_tensor(np.zeros((1000, 2, 2, 1), np.float32), big.observations.add())
+    for field, dtype in (("rewards", np.float32), ("done", bool), ("max_reached", bool)):
+        to_tensor(np.zeros(1000, dtype), getattr(big, field))
+    refused: list[MessageTooLargeError] = []
+
+    async def misbehave() -> None:
+        # The client's own limit is the server's here (an SDK knows only its own).
+        options = [("grpc.max_send_message_length", MAX_MESSAGE_BYTES)]
+        async with EnvSession(harness.address, "camera-client", [CAMERA], channel_options=options) as session:
+            with pytest.raises(MessageTooLargeError) as caught:
+                await session.send(big)
+            refused.append(caught.value)
+            result = await session.send(camera_info())  # the same session steps on
+            assert result.discrete_actions.shape == (2, 1)
+
+    run = await serve_steps(harness, GOOD_CASE.steps, GOOD_CASE.params, after_step={2: misbehave})
+
+    (error,) = refused
+    message = str(error)
+    fit = (MAX_MESSAGE_BYTES - 400) // 222  # about 222 bytes per agent (8x8x3 + 2x2x1 float32 + id, reward, flags)
+    for part in (
+        "behavior 'Camera'",
+        "a BrainInfo of 1000 agents takes",
+        f"{MAX_MESSAGE_BYTES:,}-byte message limit",
+        "agents fit",
+    ):
+        assert part in message, f"{part!r} not in {message!r}"
+    said = int(message.split("at most ")[1].split(" agents fit")[0])
+    assert abs(said - fit) <= 3, message
+    assert_published(run, [from_expect(e, run) for e in GOOD_CASE.expected], harness)
+    assert await harness.claim(CONTINUOUS.behavior_name) == []

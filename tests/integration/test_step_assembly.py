@@ -12,6 +12,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from common.demo_images import encode_pngs
+from common.specs import ActionSpec, BrainParameters, ObservationSpec
+from common.tensors import to_png_tensor
+from envclient.session import EnvSession
 from processor.behaviors import BehaviorRuntime
 from tests.assembly_cases import CASES, FLUSH, HYBRID, Case, R, implied_experiences, random_steps, step, with_images
 from tests.integration.conftest import StartProcessor
@@ -114,3 +118,26 @@ async def test_action_rows_follow_the_brain_info_row_order(start_processor: Star
         wanted = np.array([[row.agent_id % 3, row.agent_id % 2] for row in st.rows], np.int32)
         np.testing.assert_array_equal(run.answers[k].discrete_actions, wanted, err_msg=f"step {k}", strict=True)
     assert_published(run, reference_trajectories(run, time_horizon=3), harness)
+
+
+async def test_png_images_are_decoded_once_and_published_raw(start_processor: StartProcessor) -> None:
+    """Unity's form: each agent's image as PNGs (4 channels: two PNGs). The policy acts on the decoded pixels
+    and the trajectory holds them exactly, uint8, as if they had been sent raw."""
+    params = BrainParameters("PngCam", (ObservationSpec((6, 5, 4), np.dtype(np.uint8)),), ActionSpec(0, (2,)))
+    harness = await start(start_processor, params.behavior_name, 8)
+    harness.publish_policy(params, version=1)
+    rng = np.random.default_rng(5)
+    frames = rng.integers(0, 256, (4, 2, 6, 5, 4)).astype(np.uint8)  # 4 steps, agents 1 and 2
+    async with EnvSession(harness.address, "png-client", [params]) as session:
+        for k, images in enumerate(frames):
+            pngs = to_png_tensor([encode_pngs(image) for image in images], images.shape)
+            done = np.array([k == 3, k == 3])
+            result = await session.step(params.behavior_name, np.array([1, 2]), [pngs], np.ones(2, np.float32), done)
+            assert result.discrete_actions.shape == (2, 1)
+
+    published = sorted(await harness.claim(params.behavior_name), key=lambda t: t.id.agent_id)
+    assert [t.id.agent_id for t in published] == [1, 2]
+    for agent, trajectory in enumerate(published):
+        assert trajectory.obs[0].dtype == np.uint8 and trajectory.done_reached
+        np.testing.assert_array_equal(trajectory.obs[0], frames[:3, agent], strict=True)
+        np.testing.assert_array_equal(trajectory.next_obs[0], frames[3, agent], strict=True)

@@ -10,9 +10,10 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
+from common.demo_images import DemoFormatError, decode_hwc, encode_pngs
 from common.errors import IncompatibleVersionError, ProtocolError
-from common.specs import ActionSpec, BrainParameters, ObservationSpec
-from common.tensors import to_tensor
+from common.specs import ActionSpec, BrainInfoSize, BrainParameters, ObservationSpec
+from common.tensors import to_png_tensor, to_tensor
 from common.topics.grpc_transport import MAX_MESSAGE_BYTES
 from common.trajectory import Trajectory, TrajectoryId
 from processor.wire import (
@@ -21,6 +22,7 @@ from processor.wire import (
     MAX_ROW_WIDTH,
     MAX_TRAJECTORY_BYTES,
     TrajectorySize,
+    check_brain_info_fits,
     check_trajectory_fits,
     decode_brain_info,
     decode_hello,
@@ -552,3 +554,185 @@ def test_trajectory_size_bounds_an_image_delivery_in_bytes() -> None:
         encoded = trajectory.ByteSize()
         assert encoded <= size.at_most(steps), f"T={steps}: {encoded} > bound {size.at_most(steps)}"
         assert size.at_most(steps) - encoded < 4096, "the bound is far too loose"
+
+
+# -- PNG-compressed images -----------------------------------------------------------------------
+
+PNG_PARAMS = BrainParameters(
+    "Eyes",
+    (
+        ObservationSpec((5, 6, 3), np.dtype(np.uint8), "rgb"),
+        ObservationSpec((5, 6, 1), np.dtype(np.float32), "gray"),
+        ObservationSpec((5, 6, 4), np.dtype(np.uint8), "rgbd"),
+    ),
+    ActionSpec(0, (2,)),
+)
+"""Images only: RGB uint8, grayscale float32, and 4 channels (two PNGs)."""
+
+
+def png_images(n: int, seed: int = 0) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return [rng.integers(0, 256, (n, *spec.shape)).astype(np.uint8) for spec in PNG_PARAMS.observation_specs]
+
+
+def png_info(images: list[np.ndarray], mapping: tuple[int, ...] = ()) -> pb.BrainInfo:
+    """A PNG_PARAMS BrainInfo of agents 4, 5, ... with every image PNG-compressed (``mapping`` on the 4-channel one)."""
+    n = len(images[0])
+    msg = pb.BrainInfo(behavior_name=PNG_PARAMS.behavior_name)
+    to_tensor(np.arange(4, 4 + n), msg.agent_ids)
+    for i, (spec, image) in enumerate(zip(PNG_PARAMS.observation_specs, images, strict=True)):
+        to_png_tensor(
+            [encode_pngs(row) for row in image],
+            (n, *spec.shape),
+            spec.dtype,
+            mapping if i == 2 else (),
+            msg.observations.add(),
+        )
+    to_tensor(np.zeros(n, np.float32), msg.rewards)
+    to_tensor(np.zeros(n, bool), msg.done)
+    to_tensor(np.zeros(n, bool), msg.max_reached)
+    return msg
+
+
+def test_png_images_decode_once_to_the_spec_dtype() -> None:
+    images = png_images(3)
+
+    info = decode_brain_info(png_info(images), PNG_PARAMS)
+
+    rgb, gray, rgbd = info.observations
+    np.testing.assert_array_equal(rgb, images[0], strict=True)  # uint8 exactly
+    np.testing.assert_array_equal(rgbd, images[2], strict=True)  # two PNGs, the padding channels dropped
+    assert gray.dtype == np.float32 and gray.shape == (3, 5, 6, 1)
+    np.testing.assert_allclose(gray, images[1] / np.float32(255), rtol=0, atol=1e-7)  # as ML-Agents decodes
+
+
+def test_png_channel_mapping_averages_the_channels_mapped_together() -> None:
+    images = png_images(2, seed=1)
+    # Decoded channels: R G B D 0 0 (two PNGs). Map R+G -> 0, B -> 1, D -> 2, drop 0 0; a 4th channel
+    # cannot come from 3 targets, so the spec's shape refuses it.
+    mapping = (0, 0, 1, 2, 3, -1)
+
+    info = decode_brain_info(png_info(images, mapping), PNG_PARAMS)
+
+    rgbd = images[2].astype(np.float64)
+    # The mean of two pixels may end in .5: either rounding is right.
+    np.testing.assert_allclose(info.observations[2][..., 0], (rgbd[..., 0] + rgbd[..., 1]) / 2, rtol=0, atol=0.5 + 1e-3)
+    np.testing.assert_array_equal(info.observations[2][..., 1:3], images[2][..., 2:4])
+    np.testing.assert_array_equal(info.observations[2][..., 3], np.zeros((2, 5, 6), np.uint8))
+
+
+def _png_spoil(edit: Callable[[pb.Tensor], None], index: int = 0) -> Callable[[pb.BrainInfo], None]:
+    def spoil(msg: pb.BrainInfo) -> None:
+        edit(msg.observations[index])
+
+    return spoil
+
+
+def _replace_png(row: int, data: bytes) -> Callable[[pb.Tensor], None]:
+    def edit(tensor: pb.Tensor) -> None:
+        tensor.png[row] = data
+
+    return edit
+
+
+_GOOD_PNG = encode_pngs(np.zeros((5, 6, 3), np.uint8))
+
+
+@pytest.mark.parametrize(
+    ("spoil", "named"),
+    [
+        (_png_spoil(_replace_png(1, b"not a png at all")), ("behavior 'Eyes'", "observations[0] of agent 5", "not a PNG")),
+        (
+            _png_spoil(_replace_png(1, _GOOD_PNG[:40] + b"\0" * 8 + _GOOD_PNG[48:])),
+            ("behavior 'Eyes'", "observations[0] of agent 5", "PNG does not decode"),
+        ),
+        (_png_spoil(_replace_png(0, _GOOD_PNG[:-6])), ("observations[0] of agent 4", "cut short")),
+        (
+            _png_spoil(_replace_png(0, encode_pngs(np.zeros((6, 5, 3), np.uint8)))),
+            ("observations[0] of agent 4", "PNG 0 is 5x6 pixels; the spec declares 6x5"),
+        ),
+        (
+            _png_spoil(_replace_png(0, encode_pngs(np.zeros((5, 6, 3), np.uint8)) * 2000)),
+            ("observations[0] of agent 4", "2000 PNGs for 3 channels; at most 1 without a compressed_channel_mapping"),
+        ),
+        (_png_spoil(lambda t: t.png.pop()), ("observations[0] is PNG-compressed uint8 [2, 5, 6, 3] with 1 images",)),
+        (_png_spoil(lambda t: setattr(t, "data", b"\0")), ("with 2 images and raw data", "no raw data")),
+        (
+            _png_spoil(lambda t: setattr(t, "dtype", pb.FLOAT32)),
+            ("observations[0] is PNG-compressed float32 [2, 5, 6, 3]", "declare uint8 [2, 5, 6, 3]"),
+        ),
+        (
+            _png_spoil(lambda t: t.compressed_channel_mapping.extend([0, 1]), 2),
+            ("observations[2] of agent 4", "compressed_channel_mapping has 2 entries for 6 decoded channels"),
+        ),
+        (
+            _png_spoil(lambda t: t.compressed_channel_mapping.extend([0, 0, 0, 0, 0, 0]), 2),
+            ("observations[2] of agent 4", "decodes to [5, 6, 1], the spec declares [5, 6, 4]"),
+        ),
+    ],
+    ids=[
+        "not_png",
+        "corrupt_png",
+        "cut_short",
+        "png_of_another_size",
+        "png_bomb_of_many_pngs",
+        "fewer_pngs_than_agents",
+        "png_and_raw_data",
+        "png_dtype_differs",
+        "mapping_length",
+        "mapping_to_fewer_channels",
+    ],
+)
+def test_a_bad_png_is_refused_naming_the_agent(spoil: Callable[[pb.BrainInfo], None], named: tuple[str, ...]) -> None:
+    msg = png_info(png_images(2))
+    spoil(msg)
+
+    with pytest.raises(ProtocolError) as caught:
+        decode_brain_info(msg, PNG_PARAMS)
+
+    for part in named:
+        assert part in str(caught.value), f"{part!r} not in {str(caught.value)!r}"
+
+
+def test_pngs_that_decode_past_the_bound_are_refused_before_decoding() -> None:
+    pngs = encode_pngs(np.zeros((5, 6, 3), np.uint8)) * 10
+    with pytest.raises(DemoFormatError, match=r"agent 1: its 10 PNGs decode to 900 channel values, over the 899 allowed"):
+        decode_hwc(pngs, (5, 6, 3), [0] * 30, "agent 1", max_decoded_bytes=899)
+    assert decode_hwc(pngs, (5, 6, 1), [0] * 30, "agent 1", max_decoded_bytes=900).shape == (5, 6, 1)
+
+
+def test_a_png_for_a_vector_is_refused() -> None:
+    msg = good_brain_info()
+    to_png_tensor([_GOOD_PNG] * 3, (3, 3), np.float32, (), msg.observations[0])
+
+    with pytest.raises(ProtocolError, match=r"observations\[0\] is PNG-compressed, BrainParameters declare a vector \[3\]"):
+        decode_brain_info(msg, PARAMS)
+
+
+# -- the BrainInfo bound -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("params", [PARAMS, CAMERA, PNG_PARAMS], ids=["gridder", "camera", "images"])
+def test_brain_info_size_bounds_the_encoded_step(params: BrainParameters) -> None:
+    size = BrainInfoSize.of(params)
+    for n in (1, 2, 50):
+        msg = pb.BrainInfo(behavior_name=params.behavior_name)
+        to_tensor(np.full(n, -(2**62)), msg.agent_ids)
+        for spec in params.observation_specs:
+            to_tensor(np.ones((n, *spec.shape), spec.dtype), msg.observations.add())
+        for field, dtype in (("rewards", np.float32), ("done", bool), ("max_reached", bool)):
+            to_tensor(np.ones(n, dtype), getattr(msg, field))
+        to_tensor(np.ones((n, params.action_spec.mask_width), bool), msg.action_mask)
+        encoded = pb.StepRequest(brain_info=msg).ByteSize()
+        assert encoded <= size.at_most(n), f"N={n}: {encoded} > bound {size.at_most(n)}"
+        assert size.at_most(n) - encoded < 1024, "the bound is far too loose"
+
+
+def test_a_behavior_of_which_no_agent_fits_a_message_is_refused() -> None:
+    big = BrainParameters("Big", (ObservationSpec((200, 200, 3), np.dtype(np.uint8)),), ActionSpec(0, (3,)))
+    check_brain_info_fits(big, 16 * 1024 * 1024)
+    assert BrainInfoSize.of(big).agents_within(16 * 1024 * 1024) == 139
+    with pytest.raises(ProtocolError) as refused:
+        check_brain_info_fits(big, 64 * 1024)
+    for part in ("behavior 'Big'", "120,017 per agent", "over the 65,536-byte message limit", "no agent fits"):
+        assert part in str(refused.value)
