@@ -175,7 +175,7 @@ class EnvSession:
             StepRejectedError: the processor ended the session.
         """
         request = pb.StepRequest(brain_info=brain_info)
-        size = request.ByteSize()
+        size = request.ByteSize()  # ~3 us for a vector step: upb's C walk, cheaper than any Python shortcut
         if size > self.max_message_bytes:
             raise self._too_large(brain_info, size)
         response = await self._exchange(request)
@@ -189,8 +189,8 @@ class EnvSession:
     def _too_large(self, brain_info: pb.BrainInfo, size: int) -> MessageTooLargeError:
         shape = brain_info.agent_ids.shape
         name, n = brain_info.behavior_name, max(1, int(shape[0]) if shape else 1)
-        bound = self._sizes.get(name)
-        fixed = bound.fixed_bytes if bound is not None else 0
+        declared = self._sizes.get(name)
+        fixed = declared.fixed_bytes if declared is not None else 0
         # This message's own bytes per agent (PNGs vary), so the advice holds for steps like it.
         per_agent = max(1, -(-(size - fixed) // n))
         fit = max(0, (self.max_message_bytes - fixed) // per_agent)
