@@ -24,7 +24,7 @@ import numpy as np
 from common.config import ConfigKeyError, RunOptions, TrainerType, load_config
 from common.demo import demo_files
 from common.demo_images import DemoError
-from common.env_paths import GYM_PREFIX
+from common.env_paths import GYM_PREFIX, PYTHON_PREFIX
 from common.errors import ConfigError
 from envclient.envs import VectorEnvSettings
 
@@ -151,7 +151,8 @@ def offline_behaviors(run_options: RunOptions) -> list[str]:
 
 
 def check_inputs(config: Path, run_options: RunOptions, behaviors: Iterable[str], *, env_ids: bool = True) -> None:
-    """Check every Gymnasium id of ``env_path`` (unless not ``env_ids``) and every demonstration path of
+    """Check every Gymnasium id and ``python:`` factory (its module imported, its function found) of ``env_path``
+    (unless not ``env_ids``) and every demonstration path of
     ``behaviors``, in seconds, before anything slow (TensorFlow's import, a results folder) starts.
 
     A stack trainer passes ``env_ids=False``: its envs run elsewhere, where their ids may be registered
@@ -161,11 +162,13 @@ def check_inputs(config: Path, run_options: RunOptions, behaviors: Iterable[str]
         ConfigError: an unknown Gymnasium id (with the closest registered one), or a ``demo_path`` that
             is missing or holds no ``.demo`` file (the message names its dotted key).
     """
-    from envclient.gym_adapter import check_registered
+    from envclient.gym_adapter import check_registered, load_env_factory
 
     for env_path in run_options.env_settings.env_paths if env_ids else ():
         if env_path.startswith(GYM_PREFIX):
             check_registered(env_path[len(GYM_PREFIX) :])
+        elif env_path.startswith(PYTHON_PREFIX):
+            load_env_factory(env_path)  # imports the module: a missing module or function is named now
     for name in behaviors:
         for key, path in run_options.settings_for(name).demo_paths().items():
             try:

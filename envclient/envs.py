@@ -1,4 +1,5 @@
-"""Environments by env path: ``gym:<id>`` (Gymnasium) or ``simple:discrete|continuous`` (the 1-D task).
+"""Environments by env path: ``gym:<id>`` (Gymnasium), ``python:MODULE:FUNCTION`` (a Gymnasium env factory)
+or ``simple:discrete|continuous`` (the 1-D task).
 
 The env clients read no YAML: the CLI turns ``env_settings`` and its flags into one
 :class:`VectorEnvSettings` per env, and :func:`open_vector_envs` builds them and closes them again.
@@ -10,7 +11,7 @@ import contextlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from common.env_paths import SIMPLE_KINDS, SIMPLE_PREFIX, behavior_name_for_env
+from common.env_paths import PYTHON_PREFIX, SIMPLE_KINDS, SIMPLE_PREFIX, behavior_name_for_env
 from envclient.runner import VectorEnv
 
 
@@ -19,7 +20,7 @@ class VectorEnvSettings:
     """One environment to build: ``num_envs`` copies of ``env_path``, declared as ``behavior_name``."""
 
     env_path: str
-    """``gym:<id>`` or ``simple:<discrete|continuous>``."""
+    """``gym:<id>``, ``python:MODULE:FUNCTION`` or ``simple:<discrete|continuous>``."""
     behavior_name: str
     """The name its BrainParameters declare."""
     num_envs: int = 1
@@ -29,10 +30,12 @@ class VectorEnvSettings:
 
 
 def make_vector_env(settings: VectorEnvSettings) -> VectorEnv:
-    """The ``VectorEnv`` of ``settings``: ``simple:<kind>`` (``envclient.simple_env``) or ``gym:<id>``.
+    """The ``VectorEnv`` of ``settings``: ``simple:<kind>`` (``envclient.simple_env``), ``python:MODULE:FUNCTION``
+    or ``gym:<id>`` (``envclient.gym_adapter``).
 
     Raises:
-        ConfigError: a malformed path, an unknown Gymnasium id, or ``num_envs`` < 1.
+        ConfigError: a malformed path, an unknown Gymnasium id, a ``python:`` factory that does not
+            load or make an env (naming its module and function), or ``num_envs`` < 1.
         NotSupportedYetError: another scheme.
     """
     env_path = settings.env_path
@@ -42,6 +45,10 @@ def make_vector_env(settings: VectorEnvSettings) -> VectorEnv:
 
         continuous = env_path == SIMPLE_PREFIX + SIMPLE_KINDS[1]
         return SimpleEnv(settings.num_envs, continuous=continuous, behavior_name=settings.behavior_name, seed=settings.seed)
+    if env_path.startswith(PYTHON_PREFIX):
+        from envclient.gym_adapter import from_python_path
+
+        return from_python_path(env_path, settings.num_envs, settings.seed, settings.behavior_name)
     from envclient.gym_adapter import from_env_path
 
     return from_env_path(env_path, settings.num_envs, settings.seed, settings.behavior_name)

@@ -15,7 +15,9 @@ the env id and the space):
 Gymnasium space                    stepstream
 ================================== =================================================================
 obs ``Box`` rank 0-2               one float32 vector observation of ``prod(shape)`` (row-major)
-obs ``Box`` rank >= 3              refused: images are not supported yet (the processor refuses them)
+obs ``Box`` rank 3 of uint8        an image: one uint8 ``[H, W, C]`` observation, passed through as is
+obs ``Box`` rank 3 of floats       an image: one float32 ``[H, W, C]`` observation
+obs ``Box`` rank >= 4              refused (stack frames into the channels, ``[H, W, k * C]``)
 obs ``Discrete(n, start)``         one-hot float32 ``[n]`` of ``obs - start``
 obs ``MultiDiscrete(nvec, start)`` concatenated one-hots, float32 ``[sum(nvec)]`` (nvec flattened)
 obs ``MultiBinary(shape)``         float32 0/1 vector of ``prod(shape)``
@@ -45,6 +47,7 @@ from __future__ import annotations
 
 import difflib
 import functools
+import importlib
 import logging
 import math
 from collections.abc import Callable, Mapping
@@ -55,7 +58,7 @@ import numpy as np
 from gymnasium import spaces
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 
-from common.env_paths import GYM_PREFIX, behavior_name_for_env
+from common.env_paths import GYM_PREFIX, behavior_name_for_env, parse_python_path
 from common.errors import ConfigError, NotSupportedYetError
 from common.specs import ActionSpec, BrainParameters, ObservationSpec
 
@@ -63,14 +66,14 @@ logger = logging.getLogger(__name__)
 
 Vectorization = Literal["sync", "async"]
 ObsConverter = Callable[[np.ndarray], np.ndarray]
-"""Batched env observations ``[N, *space.shape]`` -> float32 ``[N, D]``."""
+"""Batched env observations ``[N, *space.shape]`` -> float32 ``[N, D]`` (an image: uint8 or float32 ``[N, H, W, C]``)."""
 
 _SUPPORTED_ACTIONS = "Box of floats, Discrete, MultiDiscrete or MultiBinary"
-_SUPPORTED_OBSERVATIONS = "Box of rank 0-2, Discrete, MultiDiscrete or MultiBinary"
+_SUPPORTED_OBSERVATIONS = "Box of rank 0-2, an image Box [H, W, C] of uint8 or floats, Discrete, MultiDiscrete or MultiBinary"
 
 
-def _not_supported(env_id: str, what: str, space: spaces.Space[Any], detail: str) -> NotSupportedYetError:
-    return NotSupportedYetError(f"gym:{env_id}: {what} space {space} is not supported yet: {detail}")
+def _not_supported(env_path: str, what: str, space: spaces.Space[Any], detail: str) -> NotSupportedYetError:
+    return NotSupportedYetError(f"{env_path}: {what} space {space} is not supported yet: {detail}")
 
 
 # -- observations ---------------------------------------------------------------------------------
@@ -91,18 +94,23 @@ def _one_hot_converter(nvec: np.ndarray, start: np.ndarray) -> ObsConverter:
     return convert
 
 
-def _observation_adapter(env_id: str, space: spaces.Space[Any]) -> tuple[ObservationSpec, ObsConverter]:
+def _observation_adapter(env_path: str, space: spaces.Space[Any]) -> tuple[ObservationSpec, ObsConverter]:
     """The ObservationSpec of a single copy's observation space and the batch converter to it.
 
     Raises:
-        NotSupportedYetError: an image (rank >= 3 Box) or a space outside the module table.
+        NotSupportedYetError: a Box of rank >= 4, an image Box of integers other than uint8, or a
+            space outside the module table.
     """
     if isinstance(space, spaces.Box):
-        if len(space.shape) >= 3:
-            raise NotSupportedYetError(f"gym:{env_id}: observation space {space} is an image; images are not supported yet")
+        if len(space.shape) == 3:
+            return _image_adapter(env_path, space)
+        if len(space.shape) > 3:
+            raise _not_supported(
+                env_path, "observation", space, f"rank {len(space.shape)}; an image is [H, W, C] (stack frames into channels)"
+            )
         size = math.prod(space.shape)
         if size < 1:
-            raise _not_supported(env_id, "observation", space, "it has no elements")
+            raise _not_supported(env_path, "observation", space, "it has no elements")
         return ObservationSpec((size,), np.dtype(np.float32), "obs"), _flat_float32(size)
     if isinstance(space, spaces.Discrete):
         return ObservationSpec((int(space.n),), np.dtype(np.float32), "obs"), _one_hot_converter(
@@ -114,7 +122,25 @@ def _observation_adapter(env_id: str, space: spaces.Space[Any]) -> tuple[Observa
     if isinstance(space, spaces.MultiBinary):
         size = math.prod(space.shape)
         return ObservationSpec((size,), np.dtype(np.float32), "obs"), _flat_float32(size)
-    raise _not_supported(env_id, "observation", space, f"use {_SUPPORTED_OBSERVATIONS}")
+    raise _not_supported(env_path, "observation", space, f"use {_SUPPORTED_OBSERVATIONS}")
+
+
+def _image_adapter(env_path: str, space: spaces.Box) -> tuple[ObservationSpec, ObsConverter]:
+    """A rank-3 Box as an image ``[H, W, C]``: uint8 passes through, floats become float32."""
+    shape = tuple(int(d) for d in space.shape)
+    if min(shape) < 1:
+        raise _not_supported(env_path, "observation", space, "an image needs positive [H, W, C]")
+    if space.dtype == np.uint8:
+        dtype = np.dtype(np.uint8)
+    elif np.issubdtype(space.dtype, np.floating):
+        dtype = np.dtype(np.float32)
+    else:
+        raise _not_supported(env_path, "observation", space, f"an image of {space.dtype}; images are uint8 or floats")
+
+    def convert(obs: np.ndarray) -> np.ndarray:
+        return np.asarray(obs, dtype).reshape(len(obs), *shape)
+
+    return ObservationSpec(shape, dtype, "obs"), convert
 
 
 def _flat_float32(size: int) -> ObsConverter:
@@ -168,7 +194,7 @@ class _DiscreteActions:
         return (choices + self.start).astype(self.dtype).reshape(n, *self.shape)
 
 
-def _action_adapter(env_id: str, space: spaces.Space[Any]) -> _BoxActions | _DiscreteActions:
+def _action_adapter(env_path: str, space: spaces.Space[Any]) -> _BoxActions | _DiscreteActions:
     """The action mapping of a single copy's action space.
 
     Raises:
@@ -176,22 +202,22 @@ def _action_adapter(env_id: str, space: spaces.Space[Any]) -> _BoxActions | _Dis
     """
     if isinstance(space, spaces.Box):
         if not np.issubdtype(space.dtype, np.floating):
-            raise _not_supported(env_id, "action", space, f"a Box of {space.dtype} (only float Boxes are continuous)")
+            raise _not_supported(env_path, "action", space, f"a Box of {space.dtype} (only float Boxes are continuous)")
         if math.prod(space.shape) < 1:
-            raise _not_supported(env_id, "action", space, "it has no elements")
+            raise _not_supported(env_path, "action", space, "it has no elements")
         return _BoxActions(space)
     if isinstance(space, spaces.Discrete):
         return _DiscreteActions(np.array([space.n]), np.array([space.start]), (), space.dtype)
     if isinstance(space, spaces.MultiDiscrete):
         if space.nvec.size < 1:
-            raise _not_supported(env_id, "action", space, "it has no elements")
+            raise _not_supported(env_path, "action", space, "it has no elements")
         return _DiscreteActions(space.nvec, space.start, space.shape, space.dtype)
     if isinstance(space, spaces.MultiBinary):
         size = math.prod(space.shape)
         if size < 1:
-            raise _not_supported(env_id, "action", space, "it has no elements")
+            raise _not_supported(env_path, "action", space, "it has no elements")
         return _DiscreteActions(np.full(size, 2), np.zeros(size, np.int64), space.shape, space.dtype)
-    raise _not_supported(env_id, "action", space, f"use {_SUPPORTED_ACTIONS}")
+    raise _not_supported(env_path, "action", space, f"use {_SUPPORTED_ACTIONS}")
 
 
 # -- the vector env -------------------------------------------------------------------------------
@@ -224,6 +250,8 @@ class GymVectorEnv:
             without namespace and version, ``CartPole-v1`` -> ``CartPole``).
         make_kwargs: extra ``gymnasium.make`` keyword arguments for every copy (e.g.
             ``max_episode_steps``).
+        env_fn: makes one copy instead of ``gymnasium.make(env_id)`` (``python:MODULE:FUNCTION``,
+            ``load_env_factory``); ``env_id`` is then that env path, for names and messages.
         vectorization: ``"sync"`` (in-process, the default: fastest for cheap envs, see the
             module docstring) or ``"async"`` (one subprocess per copy).
 
@@ -241,33 +269,38 @@ class GymVectorEnv:
         *,
         make_kwargs: Mapping[str, Any] | None = None,
         vectorization: Vectorization = "sync",
+        env_fn: Callable[[], gymnasium.Env[Any, Any]] | None = None,
     ) -> None:
         if num_envs < 1:
             raise ConfigError(f"env_settings.num_envs: must be >= 1, got {num_envs}")
         if vectorization not in ("sync", "async"):
             raise ValueError(f"vectorization must be 'sync' or 'async', got {vectorization!r}")
-        check_registered(env_id)
+        if env_fn is None:
+            check_registered(env_id)
+            make: Callable[[], Any] = functools.partial(gymnasium.make, env_id, **dict(make_kwargs or {}))
+            self.env_path = GYM_PREFIX + env_id
+        else:
+            make, self.env_path = env_fn, env_id
         self.env_id = env_id
         self._seed = seed if seed is not None and seed >= 0 else None
         self._needs_seed = True
-        make = functools.partial(gymnasium.make, env_id, **dict(make_kwargs or {}))
         vector_cls = SyncVectorEnv if vectorization == "sync" else AsyncVectorEnv
         try:
             self._env: SyncVectorEnv | AsyncVectorEnv = vector_cls([make] * num_envs, autoreset_mode=AutoresetMode.NEXT_STEP)
         except (gymnasium.error.Error, ImportError) as exc:
-            raise ConfigError(f"env_path: gym:{env_id} could not be made: {exc}") from exc
+            raise ConfigError(f"env_path: {self.env_path} could not be made: {exc}") from exc
         try:
-            obs_spec, self._convert_obs = _observation_adapter(env_id, self._env.single_observation_space)
-            self._actions = _action_adapter(env_id, self._env.single_action_space)
+            obs_spec, self._convert_obs = _observation_adapter(self.env_path, self._env.single_observation_space)
+            self._actions = _action_adapter(self.env_path, self._env.single_action_space)
         except NotSupportedYetError:
             self._env.close()
             raise
-        name = behavior_name if behavior_name is not None else behavior_name_for_env(GYM_PREFIX + env_id)
+        name = behavior_name if behavior_name is not None else behavior_name_for_env(self.env_path)
         self._params = BrainParameters(name, (obs_spec,), self._actions.spec)
         self._n = num_envs
         logger.debug(
-            "gym:%s x %d (%s, seed %s) as behavior %r: obs %s -> %s, actions %s -> %s",
-            *(env_id, num_envs, vectorization, self._seed, name, self._env.single_observation_space, obs_spec.shape),
+            "%s x %d (%s, seed %s) as behavior %r: obs %s -> %s, actions %s -> %s",
+            *(self.env_path, num_envs, vectorization, self._seed, name, self._env.single_observation_space, obs_spec.shape),
             *(self._env.single_action_space, self._actions.spec),
         )
 
@@ -278,7 +311,7 @@ class GymVectorEnv:
 
     @property
     def brain_parameters(self) -> BrainParameters:
-        """One float32 ``[D]`` observation spec and the action spec of the module table."""
+        """One observation spec (float32 ``[D]``, or an image ``[H, W, C]``) and the action spec of the module table."""
         return self._params
 
     @property
@@ -287,7 +320,7 @@ class GymVectorEnv:
         return self._env
 
     def reset(self) -> list[np.ndarray]:
-        """Start every copy (seeded on the first call only); returns ``[obs float32 [N, D]]``."""
+        """Start every copy (seeded on the first call only); returns ``[obs float32 [N, D]]`` (an image: ``[N, H, W, C]``)."""
         seed, self._needs_seed = (self._seed if self._needs_seed else None), False
         obs, _ = self._env.reset(seed=seed)
         return [self._convert_obs(obs)]
@@ -302,7 +335,7 @@ class GymVectorEnv:
             discrete_actions: int ``[N, B]`` branch choices (``B`` = 0 columns for a Box env).
 
         Returns:
-            ``(obs, rewards, terminated, truncated)``: ``[float32 [N, D]]``, float32 ``[N]``, bool
+            ``(obs, rewards, terminated, truncated)``: ``[float32 [N, D]]`` (an image: ``[N, H, W, C]``), float32 ``[N]``, bool
             ``[N]``, bool ``[N]``. A copy that ended an episode on the previous step is reset
             instead (its action ignored): reset obs, reward 0, neither flag.
 
@@ -357,3 +390,61 @@ def from_env_path(
     if behavior_name is None:
         behavior_name = behavior_name_for_env(GYM_PREFIX + env_id)
     return GymVectorEnv(env_id, num_envs, seed, behavior_name, **kwargs)
+
+
+def load_env_factory(env_path: str) -> Callable[[], gymnasium.Env[Any, Any]]:
+    """The env factory of ``python:MODULE:FUNCTION``: ``FUNCTION`` of the imported ``MODULE``, which makes one
+    Gymnasium env per call (with any wrappers: pixels, frame stacking), checked to return one.
+
+    Raises:
+        ConfigError: a malformed path, a module that does not import (with its error), no such
+            function in it (with the closest names), or a value that is not callable; each names
+            the module and the function.
+    """
+    module_name, function_name = parse_python_path(env_path)
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:  # the user's module: any failure to import is a config error naming it
+        raise ConfigError(
+            f"env_path: {env_path}: module '{module_name}' does not import: {type(exc).__name__}: {exc}"
+        ) from exc
+    function = getattr(module, function_name, None)
+    if function is None:
+        names = [n for n in dir(module) if not n.startswith("_") and callable(getattr(module, n))]
+        close = difflib.get_close_matches(function_name, names, n=1)
+        hint = f" (did you mean '{close[0]}'?)" if close else ""
+        raise ConfigError(f"env_path: {env_path}: module '{module_name}' has no function '{function_name}'{hint}")
+    if not callable(function):
+        raise ConfigError(
+            f"env_path: {env_path}: '{function_name}' of module '{module_name}' is a {type(function).__name__}, not a function"
+        )
+
+    def make() -> gymnasium.Env[Any, Any]:
+        try:
+            env = function()
+        except Exception as exc:  # the user's factory: its failure is reported with its name
+            raise ConfigError(
+                f"env_path: {env_path}: function '{function_name}' of module '{module_name}' raised"
+                f" {type(exc).__name__}: {exc}"
+            ) from exc
+        if not isinstance(env, gymnasium.Env):
+            raise ConfigError(
+                f"env_path: {env_path}: function '{function_name}' of module '{module_name}' returned a"
+                f" {type(env).__name__}, not a gymnasium.Env"
+            )
+        return env
+
+    return make
+
+
+def from_python_path(
+    env_path: str, num_envs: int, seed: int | None, behavior_name: str | None = None, **kwargs: Any
+) -> GymVectorEnv:
+    """A ``GymVectorEnv`` of ``num_envs`` envs made by ``python:MODULE:FUNCTION`` (``load_env_factory``).
+
+    Raises:
+        ConfigError: as ``load_env_factory``, or ``num_envs`` < 1.
+        NotSupportedYetError: the env's spaces (see ``GymVectorEnv``).
+    """
+    factory = load_env_factory(env_path)
+    return GymVectorEnv(env_path, num_envs, seed, behavior_name, env_fn=factory, **kwargs)

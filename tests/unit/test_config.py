@@ -559,10 +559,26 @@ def test_errors_survive_pickling() -> None:
 
 @pytest.mark.parametrize(
     ("env_path", "name"),
-    [("gym:CartPole-v1", "CartPole"), ("gym:Pendulum-v1", "Pendulum"), ("gym:ALE/Pong-v5", "Pong"), ("gym:MyEnv", "MyEnv")],
+    [
+        ("gym:CartPole-v1", "CartPole"),
+        ("gym:Pendulum-v1", "Pendulum"),
+        ("gym:ALE/Pong-v5", "Pong"),
+        ("gym:MyEnv", "MyEnv"),
+        ("python:my_envs.pixels:make_minigrid", "make_minigrid"),
+    ],
 )
 def test_behavior_name_for_env(env_path: str, name: str) -> None:
     assert behavior_name_for_env(env_path) == name
+
+
+def test_a_python_env_path_parses_without_importing_and_a_malformed_one_names_the_key() -> None:
+    options = parse_config(
+        {"behaviors": {"make_env": {}}, "env_settings": {"env_path": "python:no_such_package.envs:make_env"}}
+    )
+    assert options.env_settings.env_paths == ("python:no_such_package.envs:make_env",)
+    with pytest.raises(ConfigError) as info:
+        parse_config({"behaviors": {"A": {}}, "env_settings": {"env_path": "python:envs.py"}})
+    assert "env_settings.env_path" in str(info.value) and "is not python:MODULE:FUNCTION" in str(info.value)
 
 
 def test_env_path_string_and_list() -> None:

@@ -17,8 +17,10 @@ import pytest
 from gymnasium import spaces
 from gymnasium.vector import SyncVectorEnv
 
+from common.env_paths import behavior_name_for_env
 from common.errors import ConfigError, NotSupportedYetError
 from common.specs import ActionSpec
+from envclient.envs import VectorEnvSettings, close_vector_env, make_vector_env
 from envclient.gym_adapter import GymVectorEnv, from_env_path
 from envclient.runner import run_env
 from envclient.session import ActionResult
@@ -223,15 +225,29 @@ def test_observations_become_one_float32_vector(
         ({"action_space": spaces.Text(5)}, "action space Text"),
         ({"action_space": spaces.Box(0, 3, (2,), np.int64)}, "action space Box.*int64.*only float Boxes"),
         ({"observation_space": spaces.Tuple((FLOATS, FLOATS))}, "observation space Tuple"),
-        ({"observation_space": spaces.Box(0, 255, (8, 8, 3), np.uint8)}, "images are not supported yet"),
+        ({"observation_space": spaces.Box(0, 255, (2, 8, 8, 3), np.uint8)}, "rank 4; an image is \\[H, W, C\\]"),
+        ({"observation_space": spaces.Box(0, 255, (8, 8, 3), np.int64)}, "an image of int64; images are uint8 or floats"),
     ],
-    ids=["dict", "tuple", "text", "int-box", "tuple-obs", "image"],
+    ids=["dict", "tuple", "text", "int-box", "tuple-obs", "rank-4-box", "int64-image"],
 )
 def test_unsupported_spaces_name_the_env_and_the_space(kwargs: dict[str, Any], match: str) -> None:
     space = next(iter(kwargs.values()))
     with pytest.raises(NotSupportedYetError, match=match) as caught:
         scripted(1, **kwargs)
     assert f"gym:{SCRIPTED}" in str(caught.value) and str(space) in str(caught.value)
+
+
+@pytest.mark.parametrize(("dtype", "sent"), [(np.uint8, np.uint8), (np.float64, np.float32)], ids=["uint8", "float64"])
+def test_an_image_box_passes_through_as_an_image(dtype: type, sent: type) -> None:
+    space = spaces.Box(0, 255, (6, 4, 3), dtype)
+    with scripted(2, observation_space=space) as env:
+        (spec,) = env.brain_parameters.observation_specs
+        assert spec.shape == (6, 4, 3) and spec.dtype == sent and spec.is_image
+        (reset_obs,) = env.reset()
+        (step_obs,), *_ = env.step(no_continuous(2), np.zeros((2, 1), np.int32))
+    assert reset_obs.dtype == sent and reset_obs.shape == (2, 6, 4, 3)
+    np.testing.assert_array_equal(reset_obs, np.zeros((2, 6, 4, 3), sent), strict=True)
+    np.testing.assert_array_equal(step_obs, np.ones((2, 6, 4, 3), sent), strict=True)
 
 
 @pytest.mark.parametrize(
@@ -324,3 +340,46 @@ async def test_cartpole_runs_through_run_env() -> None:
     # Always pushing left, CartPole outlives 5 steps: every episode is truncated after 5 experiences.
     assert stats.rows == 52 and stats.episodes == 8 and stats.truncated_episodes == 8
     assert stats.episode_lengths == [5] * 8 and stats.episode_returns == [5.0] * 8
+
+
+# -- python:MODULE:FUNCTION ----------------------------------------------------------------------
+
+
+def test_a_python_factory_env_steps_as_a_behavior_named_for_the_function() -> None:
+    env = make_vector_env(VectorEnvSettings("python:tests.python_envs:pixels", "pixels", num_envs=2, seed=0))
+    try:
+        assert isinstance(env, GymVectorEnv) and env.env_path == "python:tests.python_envs:pixels"
+        (spec,) = env.brain_parameters.observation_specs
+        assert env.brain_parameters.behavior_name == "pixels"
+        assert spec.shape == (4, 5, 3) and spec.dtype == np.uint8
+        (obs,) = env.reset()
+        (obs,), rewards, terminated, _ = env.step(no_continuous(2), np.zeros((2, 1), np.int32))
+        assert not terminated.any()
+        np.testing.assert_array_equal(obs, np.ones((2, 4, 5, 3), np.uint8), strict=True)
+        np.testing.assert_array_equal(rewards, [1.0, 1.0])
+    finally:
+        close_vector_env(env)
+    assert behavior_name_for_env("python:tests.python_envs:pixels") == "pixels"
+
+
+@pytest.mark.parametrize(
+    ("env_path", "parts"),
+    [
+        ("python:tests.no_such_module:pixels", ("module 'tests.no_such_module' does not import", "ModuleNotFoundError")),
+        ("python:tests.python_envs:pixel", ("module 'tests.python_envs' has no function 'pixel'", "did you mean 'pixels'")),
+        ("python:tests.python_envs:NOT_A_FUNCTION", ("'NOT_A_FUNCTION' of module 'tests.python_envs' is a int",)),
+        (
+            "python:tests.python_envs:raises",
+            ("function 'raises' of module 'tests.python_envs' raised RuntimeError: no display",),
+        ),
+        ("python:tests.python_envs:not_an_env", ("function 'not_an_env' of module 'tests.python_envs' returned a int",)),
+        ("python:tests.python_envs", ("is not python:MODULE:FUNCTION",)),
+        ("python:tests/python_envs.py:pixels", ("is not python:MODULE:FUNCTION",)),
+    ],
+    ids=["no_module", "no_function", "not_callable", "factory_raises", "not_an_env", "no_function_part", "a_file_path"],
+)
+def test_a_bad_python_factory_names_the_module_and_the_function(env_path: str, parts: tuple[str, ...]) -> None:
+    with pytest.raises(ConfigError) as caught:
+        make_vector_env(VectorEnvSettings(env_path, "b"))
+    for part in parts:
+        assert part in str(caught.value), f"{part!r} not in {str(caught.value)!r}"
