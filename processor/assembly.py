@@ -28,14 +28,18 @@ sighting is never stored), so an agent continues exactly when the store already 
 
 Memory (the ProcessingBuffer's model; ``chunk_rows`` = 8): a live agent holding ``r`` steps takes
 ``W + 150 + ceil(r / 8) * (8 * W + 16)`` bytes, ``r`` <= ``time_horizon``, up to twice that at a
-session's peak (doubling growth, reused, freed at session end). With ``D`` observation values
-(float32), ``C`` continuous dimensions, ``B`` branches and ``M`` mask columns, one step is
-``W = 4 * (D + 3C + B + 1) + 8B + 8 + M`` bytes: obs, action, log-probs, previous action and
-reward (float32), the discrete choices and previous choices (int32), the policy version (int64)
-and the mask (bool); ``done`` is not stored, only a trajectory's last step can be done. A cut
+session's peak (doubling growth, reused, freed at session end). With ``O`` observation bytes (4
+per float32 value, 1 per uint8 pixel: an 84x84x3 camera is 21,168), ``C`` continuous dimensions,
+``B`` branches and ``M`` mask columns, one step is ``W = O + 4 * (3C + B + 1) + 8B + 8 + M``
+bytes: obs, action, log-probs, previous action and reward (float32), the discrete choices and
+previous choices (int32), the policy version (int64) and the mask (bool); ``done`` is not stored,
+only a trajectory's last step can be done. So storage grows with the steps an agent really holds
+(an image agent seen once costs one pending frame, not ``time_horizon`` frames). A cut
 Trajectory's per-step arrays are views of one fresh block per dtype holding exactly its steps
 (rounded up to whole chunks), so a queued trajectory of ``T`` steps holds about ``T * W`` bytes
-plus ``4 * D`` for ``next_obs`` and ~1.5 KB of Python objects.
+plus ``O`` for ``next_obs`` and ~1.5 KB of Python objects. An image's ``T`` frames and its
+``next_obs`` are copied once more, into one ``[T + 1, H, W, C]`` block (``Trajectory.obs_frames``),
+so that ``next_obs`` rows are views of it rather than a second copy of every frame.
 
 Shapes: ``N`` rows in a BrainInfo, ``C``/``B``/``M`` as in ``common.trajectory``.
 """
