@@ -130,6 +130,7 @@ def _image_adapter(env_path: str, space: spaces.Box) -> tuple[ObservationSpec, O
     shape = tuple(int(d) for d in space.shape)
     if min(shape) < 1:
         raise _not_supported(env_path, "observation", space, "an image needs positive [H, W, C]")
+    dtype: np.dtype[Any]
     if space.dtype == np.uint8:
         dtype = np.dtype(np.uint8)
     elif np.issubdtype(space.dtype, np.floating):

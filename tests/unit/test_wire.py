@@ -621,7 +621,7 @@ def test_png_channel_mapping_averages_the_channels_mapped_together() -> None:
     np.testing.assert_array_equal(info.observations[2][..., 3], np.zeros((2, 5, 6), np.uint8))
 
 
-def _png_spoil(edit: Callable[[pb.Tensor], None], index: int = 0) -> Callable[[pb.BrainInfo], None]:
+def _png_spoil(edit: Callable[[pb.Tensor], object], index: int = 0) -> Callable[[pb.BrainInfo], None]:
     def spoil(msg: pb.BrainInfo) -> None:
         edit(msg.observations[index])
 
