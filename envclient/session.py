@@ -115,7 +115,8 @@ class EnvSession:
         self.security = security
         self._options = list({**dict(MESSAGE_SIZE_OPTIONS), **dict(channel_options)}.items())
         self.max_message_bytes = int(dict(self._options)["grpc.max_send_message_length"])
-        """The largest message this client sends (its channel's ``grpc.max_send_message_length``)."""
+        """The largest message this client sends: its channel's ``grpc.max_send_message_length``, lowered at ``open``
+        to the processor's receive limit when its HelloReply gives one."""
         self._sizes = {p.behavior_name: BrainInfoSize.of(p) for p in self.brain_parameters}
         self._protocol_version = protocol_version
         self._channel: grpc.aio.Channel | None = None
@@ -142,6 +143,8 @@ class EnvSession:
         hello.brain_parameters.extend(p.to_proto() for p in self.brain_parameters)
         reply = await self._exchange(pb.StepRequest(hello=hello))
         self.session_id = reply.hello_reply.session_id
+        if reply.hello_reply.max_message_bytes > 0:
+            self.max_message_bytes = min(self.max_message_bytes, int(reply.hello_reply.max_message_bytes))
         log.info("client '%s' connected to %s as session %s", self.client_id, self.address, self.session_id)
         return self.session_id
 

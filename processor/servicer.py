@@ -50,7 +50,6 @@ from processor.sessions import Session, SessionTable
 from processor.wire import (
     MAX_BEHAVIOR_NAME_BYTES,
     check_behavior_name,
-    check_brain_info_fits,
     check_name,
     check_trajectory_fits,
     decode_brain_info,
@@ -136,7 +135,7 @@ class AgentProcessorServicer(pb_grpc.AgentProcessorServicer):
         self.sessions = sessions
         self.topics = behaviors.topics
         self.max_message_bytes = max_message_bytes
-        """The server's receive limit: a Hello whose behavior cannot send one agent's BrainInfo within it is refused."""
+        """The server's receive limit, told to each env client in its HelloReply (the SDK measures against it)."""
         self.max_trajectory_bytes = min(max_message_bytes, MAX_MESSAGE_BYTES)
         """The largest DeliveryBatch of one trajectory both ends pass; Hello refuses what could exceed it."""
 
@@ -152,7 +151,11 @@ class AgentProcessorServicer(pb_grpc.AgentProcessorServicer):
                 if session is None:
                     session = await self._open(request)
                     response = pb.StepResponse(
-                        hello_reply=pb.HelloReply(protocol_version=PROTOCOL_VERSION, session_id=session.session_id)
+                        hello_reply=pb.HelloReply(
+                            protocol_version=PROTOCOL_VERSION,
+                            session_id=session.session_id,
+                            max_message_bytes=self.max_message_bytes,
+                        )
                     )
                 else:
                     response = pb.StepResponse(action_info=await self._step(session, request))
@@ -179,7 +182,6 @@ class AgentProcessorServicer(pb_grpc.AgentProcessorServicer):
         hello = decode_hello(request.hello)
         self._check_training(hello.client_id, [p.behavior_name for p in hello.brain_parameters])
         for params in hello.brain_parameters:  # before anything is declared
-            check_brain_info_fits(params, self.max_message_bytes)
             check_trajectory_fits(params, self.behaviors.runtime(params.behavior_name).time_horizon, self.max_trajectory_bytes)
         behaviors: list[Behavior] = []
         try:

@@ -13,7 +13,7 @@ import numpy as np
 
 from common.demo_images import DemoFormatError, decode_hwc
 from common.errors import IncompatibleVersionError, ProtocolError
-from common.specs import ActionSpec, BrainInfoSize, BrainParameters, ObservationSpec
+from common.specs import ActionSpec, BrainParameters, ObservationSpec
 from common.tensors import dtype_from_wire, from_tensor, to_tensor
 from protos import PROTOCOL_VERSION, pb
 
@@ -146,24 +146,6 @@ def check_trajectory_fits(params: BrainParameters, time_horizon: int, max_bytes:
             f" {bound:,} bytes ({size.step_bytes:,} per experience), over the {max_bytes:,}-byte message limit of"
             f" the trajectory topics; declare narrower observations or actions, or set time_horizon to at most"
             f" {size.longest_within(max_bytes)}"
-        )
-
-
-def check_brain_info_fits(params: BrainParameters, max_bytes: int) -> None:
-    """Refuse a declaration of which not even one agent's BrainInfo fits one message of ``max_bytes``.
-
-    gRPC refuses an oversized message before any handler sees it (``RESOURCE_EXHAUSTED``, naming no
-    behavior), so a behavior none of whose steps could ever arrive is refused at Hello, by name.
-
-    Raises:
-        ProtocolError: the message gives the row's bytes and the limit.
-    """
-    size = BrainInfoSize.of(params)
-    if size.agents_within(max_bytes) < 1:
-        raise ProtocolError(
-            f"behavior {quoted(params.behavior_name)}: a BrainInfo of one agent takes up to {size.at_most(1):,} bytes"
-            f" ({size.agent_bytes:,} per agent, raw), over the {max_bytes:,}-byte message limit: no agent fits;"
-            " declare smaller images or raise the processor's max_message_bytes"
         )
 
 

@@ -89,12 +89,14 @@ class Hello(_message.Message):
     def __init__(self, protocol_version: _Optional[int] = ..., client_id: _Optional[str] = ..., brain_parameters: _Optional[_Iterable[_Union[BrainParameters, _Mapping]]] = ...) -> None: ...
 
 class HelloReply(_message.Message):
-    __slots__ = ("protocol_version", "session_id")
+    __slots__ = ("protocol_version", "session_id", "max_message_bytes")
     PROTOCOL_VERSION_FIELD_NUMBER: _ClassVar[int]
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    MAX_MESSAGE_BYTES_FIELD_NUMBER: _ClassVar[int]
     protocol_version: int
     session_id: str
-    def __init__(self, protocol_version: _Optional[int] = ..., session_id: _Optional[str] = ...) -> None: ...
+    max_message_bytes: int
+    def __init__(self, protocol_version: _Optional[int] = ..., session_id: _Optional[str] = ..., max_message_bytes: _Optional[int] = ...) -> None: ...
 
 class BrainInfo(_message.Message):
     __slots__ = ("behavior_name", "agent_ids", "observations", "rewards", "done", "max_reached", "action_mask")

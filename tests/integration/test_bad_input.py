@@ -325,7 +325,8 @@ BAD_CASES = (
     ),
     BadCase(
         "oversized_message",
-        lambda h: send_after_hello(h, oversized()),
+        # A raw stream: the SDK itself refuses to send it (test_the_sdk_refuses_an_oversized_step_...).
+        lambda h: raw_stream(h, hello(CONTINUOUS), pb.StepRequest(brain_info=oversized())),
         grpc.StatusCode.RESOURCE_EXHAUSTED,
         ("larger than max", str(MAX_MESSAGE_BYTES)),
     ),
@@ -355,7 +356,9 @@ BAD_CASES = (
             h, BrainParameters("Camera", (ObservationSpec((200, 200, 3), np.dtype(np.uint8)),), ActionSpec(0, (3,)))
         ),
         INVALID,
-        ("behavior 'Camera'", "120,017 per agent", f"over the {MAX_MESSAGE_BYTES:,}-byte message limit: no agent fits"),
+        # One agent's BrainInfo would not fit either; a trajectory holds at least two frames, so its check,
+        # at Hello, is the one that refuses (gRPC would refuse every step of it, naming no behavior).
+        ("behavior 'Camera'", f"a trajectory of time_horizon {GOOD_CASE.time_horizon}", f"{MAX_MESSAGE_BYTES:,}-byte"),
     ),
     BadCase(
         "float_image_with_nan",
@@ -410,7 +413,8 @@ async def test_bad_input_ends_only_its_own_stream(bad: BadCase, harness: Harness
 
 
 async def test_the_sdk_refuses_an_oversized_step_by_name_and_the_session_goes_on(harness: Harness) -> None:
-    """gRPC would end the stream with RESOURCE_EXHAUSTED naming no behavior; the SDK measures first."""
+    """gRPC would end the stream with RESOURCE_EXHAUSTED naming no behavior; the SDK measures first, against the
+    processor's limit from its HelloReply."""
     agents = np.arange(1000)
     big = pb.BrainInfo(behavior_name=CAMERA.behavior_name)
     to_tensor(agents, big.agent_ids)
@@ -421,9 +425,9 @@ async def test_the_sdk_refuses_an_oversized_step_by_name_and_the_session_goes_on
     refused: list[MessageTooLargeError] = []
 
     async def misbehave() -> None:
-        # The client's own limit is the server's here (an SDK knows only its own).
-        options = [("grpc.max_send_message_length", MAX_MESSAGE_BYTES)]
-        async with EnvSession(harness.address, "camera-client", [CAMERA], channel_options=options) as session:
+        # The client's own limit is 16 MiB: the HelloReply tells it the processor's.
+        async with EnvSession(harness.address, "camera-client", [CAMERA]) as session:
+            assert session.max_message_bytes == MAX_MESSAGE_BYTES
             with pytest.raises(MessageTooLargeError) as caught:
                 await session.send(big)
             refused.append(caught.value)

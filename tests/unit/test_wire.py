@@ -22,7 +22,6 @@ from processor.wire import (
     MAX_ROW_WIDTH,
     MAX_TRAJECTORY_BYTES,
     TrajectorySize,
-    check_brain_info_fits,
     check_trajectory_fits,
     decode_brain_info,
     decode_hello,
@@ -726,13 +725,3 @@ def test_brain_info_size_bounds_the_encoded_step(params: BrainParameters) -> Non
         encoded = pb.StepRequest(brain_info=msg).ByteSize()
         assert encoded <= size.at_most(n), f"N={n}: {encoded} > bound {size.at_most(n)}"
         assert size.at_most(n) - encoded < 1024, "the bound is far too loose"
-
-
-def test_a_behavior_of_which_no_agent_fits_a_message_is_refused() -> None:
-    big = BrainParameters("Big", (ObservationSpec((200, 200, 3), np.dtype(np.uint8)),), ActionSpec(0, (3,)))
-    check_brain_info_fits(big, 16 * 1024 * 1024)
-    assert BrainInfoSize.of(big).agents_within(16 * 1024 * 1024) == 139
-    with pytest.raises(ProtocolError) as refused:
-        check_brain_info_fits(big, 64 * 1024)
-    for part in ("behavior 'Big'", "120,017 per agent", "over the 65,536-byte message limit", "no agent fits"):
-        assert part in str(refused.value)
