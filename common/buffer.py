@@ -17,6 +17,7 @@ Shapes: ``L`` = rows in a field, ``T`` = training/sequence length, ``B`` = batch
 
 from __future__ import annotations
 
+import operator
 import os
 import sys
 from collections.abc import Hashable, Iterable, Iterator, Mapping, MutableMapping, Sequence
@@ -51,13 +52,22 @@ def _as_rows(x: Any) -> np.ndarray:
     return arr
 
 
-def _row_arrays(values: list[Any]) -> list[np.ndarray]:
-    """Each value as an array of rows: an AgentBufferField's rows (its storage itself when full: a view
-    costs ~0.1 us, which adds up over thousands of trajectories), anything else through ``np.asarray``."""
+def _row_arrays(values: list[Any]) -> tuple[list[np.ndarray], list[int]]:
+    """Each value as an array of rows, and their row counts: an AgentBufferField's rows (its storage
+    itself when full: a view costs ~0.1 us, which adds up over thousands of trajectories), anything
+    else through ``np.asarray``. ``map`` over attribute getters: B1's fill makes 2240 of these."""
     try:  # The common case: fields that hold rows. Anything else raises and takes the general path.
-        return [data if len(data := v._data) == v._len else data[: v._len] for v in values]
+        arrays, lengths = list(map(_DATA, values)), list(map(_LEN, values))
+        if list(map(len, arrays)) != lengths:  # some field has spare capacity (or no storage: TypeError)
+            arrays = [data[:k] for data, k in zip(arrays, lengths, strict=True)]
+        return arrays, lengths
     except (AttributeError, TypeError):
-        return [v.data if isinstance(v, AgentBufferField) else np.asarray(v) for v in values]
+        arrays = [v.data if isinstance(v, AgentBufferField) else np.asarray(v) for v in values]
+        return arrays, list(map(len, arrays))
+
+
+_DATA = operator.attrgetter("_data")
+_LEN = operator.attrgetter("_len")
 
 
 class AgentBufferField:
@@ -66,23 +76,37 @@ class AgentBufferField:
     The first row appended fixes the row shape and dtype; later rows are cast to that dtype and
     must have that shape. ``padding_value`` scales the last row to make padding rows (see
     ``get_batch``): 0 gives zero rows, 1 repeats the last row (as action masks want).
+
+    Rows are never written twice in place once ``AgentBuffer.make_mini_batch`` has lent views of
+    them (``_lent``): after ``reset_field`` the next rows go to new storage, and ``shuffle`` always
+    writes new storage, so a mini-batch stays a snapshot of the rows it was made from.
     """
 
-    __slots__ = ("_data", "_len", "padding_value")
+    __slots__ = ("_data", "_frozen", "_len", "_lent", "padding_value")
 
     def __init__(self, padding_value: float = 0.0) -> None:
         self._data: np.ndarray | None = None
+        self._frozen: np.ndarray | None = None
+        """A read-only view of the whole of ``_data`` (made on first use): mini-batches are slices of it."""
         self._len = 0
+        self._lent = False
+        """Whether views of the storage's rows were handed out (mini-batches): then no row is overwritten."""
         self.padding_value = padding_value
 
     @classmethod
     def _adopt(cls, rows: np.ndarray, padding_value: float) -> AgentBufferField:
         """A field whose storage is ``rows`` (``[L, *row_shape]``, a fresh array nobody else holds)."""
         field = cls.__new__(cls)
-        field._data = rows
+        field._store(rows)
         field._len = len(rows)
         field.padding_value = padding_value
         return field
+
+    def _store(self, data: np.ndarray | None) -> None:
+        """Make ``data`` (new storage, writable, or None) the field's storage; its row count is set by the caller."""
+        self._data = data
+        self._frozen = None
+        self._lent = False
 
     # -- reading ---------------------------------------------------------------------------------
 
@@ -120,13 +144,14 @@ class AgentBufferField:
         needed = self._len + extra
         data = self._data
         if data is None:
-            data = self._data = np.empty((max(needed, _MIN_CAPACITY), *row_shape), dtype=dtype)
+            data = np.empty((max(needed, _MIN_CAPACITY), *row_shape), dtype=dtype)
+            self._store(data)
         elif data.shape[1:] != row_shape:
             raise BufferException(f"row shape {tuple(row_shape)} does not match the field's row shape {data.shape[1:]}")
         elif needed > len(data):
             grown = np.empty((max(needed, 2 * len(data)), *row_shape), dtype=data.dtype)
             grown[: self._len] = data[: self._len]
-            data = self._data = grown
+            self._store(data := grown)
         return data
 
     def append(self, element: Any, padding_value: float = 0.0) -> None:
@@ -164,19 +189,30 @@ class AgentBufferField:
 
     def set(self, data: Any) -> None:
         """Replace every row with ``data`` (``[K, *row_shape]``); the row shape may change."""
-        self.reset_field()
-        self._data = None
+        self._len = 0
+        self._store(None)
         self.extend(data)
 
     def reset_field(self) -> None:
-        """Forget every row; the storage is kept for reuse."""
+        """Forget every row; the storage is kept for reuse, unless mini-batches view its rows (see the class)."""
         self._len = 0
+        if self._lent and self._data is not None:
+            # Keep the dtype and row shape; the next rows go to storage of their own (capacity 0 grows on use).
+            self._store(np.empty((0, *self._data.shape[1:]), self._data.dtype))
 
     def _keep_range(self, start: int, stop: int) -> None:
         """Keep rows ``[start, stop)`` only, in O(1): the storage becomes a view from ``start`` (no rows move)."""
         if self._data is not None and start > 0:
-            self._data = self._data[start:]
+            self._data = self._data[start:]  # the same rows: whatever was lent stays lent
+            self._frozen = None
         self._len = stop - start
+
+    def _freeze(self) -> np.ndarray:
+        """``_frozen``, made now: a read-only view of the whole storage (callers check ``_data`` first)."""
+        assert self._data is not None
+        frozen = self._frozen = self._data.view()
+        frozen.flags.writeable = False
+        return frozen
 
     def _take(self, indices: np.ndarray) -> np.ndarray:
         """Rows at ``indices`` as a new array (fancy indexing copies)."""
@@ -323,8 +359,7 @@ class AgentBuffer(MutableMapping[str, AgentBufferField]):
         expected: list[int] = []
         for key in keys:
             try:
-                arrays = _row_arrays([m[key] for m in maps])
-                lengths = [len(arr) for arr in arrays]
+                arrays, lengths = _row_arrays(list(map(operator.itemgetter(key), maps)))
             except (KeyError, TypeError) as err:
                 raise BufferException(f"key {key!r}: not an array of rows in every row map ({err!r})") from err
             if not columns:
@@ -353,21 +388,36 @@ class AgentBuffer(MutableMapping[str, AgentBufferField]):
         for key in keys:
             field = self[key]
             if field._data is not None:
-                field._data[:n] = field._take(index)
+                # Into new storage (one copy, not a gather and a copy back): mini-batches of the old rows stay as they were.
+                field._store(field._take(index))
 
     def make_mini_batch(self, start: int, end: int) -> AgentBuffer:
-        """A new AgentBuffer holding copies of rows ``[start, end)`` of every field."""
-        mini_batch = AgentBuffer()
-        fields, new_field = mini_batch._fields, AgentBufferField.__new__
+        """A new AgentBuffer of rows ``[start, end)`` of every field, sliced as a list of the rows would be.
+
+        No row is copied: each field of the mini-batch is a read-only view of this buffer's rows
+        (``data`` is read-only anyway), and a snapshot: this buffer never overwrites rows it lent
+        (``AgentBufferField``). Appending to a mini-batch field moves it to storage of its own.
+        ML-Agents slices its lists of rows here; SB3 and ML-Agents' trainers shuffle once, then slice.
+        """
+        mini_batch = AgentBuffer.__new__(AgentBuffer)
+        fields: dict[str, AgentBufferField] = {}
+        mini_batch._fields, new_field = fields, AgentBufferField.__new__
+        bounded = 0 <= start <= end  # then one slice per field, when end is within its rows (B1: 560 per pass)
         for key, field in self._fields.items():
-            data, n = field._data, field._len
-            if data is None:
-                fields[key] = AgentBufferField(field.padding_value)
-                continue
-            # One slice when [start, end) lies within the rows (B1 makes 560 of these per pass).
-            rows = data[start:end].copy() if 0 <= start <= end <= n else data[:n][start:end].copy()
-            copy = fields[key] = new_field(AgentBufferField)
-            copy._data, copy._len, copy.padding_value = rows, len(rows), field.padding_value
+            frozen = field._frozen
+            if frozen is None:
+                if field._data is None:
+                    fields[key] = AgentBufferField(field.padding_value)
+                    continue
+                frozen = field._freeze()
+            field._lent = True
+            rows = frozen[start:end] if bounded and end <= field._len else frozen[: field._len][start:end]
+            view = new_field(AgentBufferField)
+            view._data = view._frozen = rows
+            view._len = len(rows)
+            view._lent = True  # its storage is the lender's: never written
+            view.padding_value = field.padding_value
+            fields[key] = view
         return mini_batch
 
     def sample_mini_batch(
@@ -416,7 +466,7 @@ class AgentBuffer(MutableMapping[str, AgentBufferField]):
         for key in keys:
             field, target = self[key], target_buffer[key]
             if every_row:  # what get_batch would return, without its checks and read-only view
-                target._extend_arrays(rows := _row_arrays([field]), [len(rows[0])])
+                target._extend_arrays(*_row_arrays([field]))
             else:
                 target.extend(field.get_batch(batch_size=batch_size, training_length=training_length))
             target.padding_value = field.padding_value

@@ -475,7 +475,7 @@ def test_truncate_raises_on_unequal_lengths_or_bad_arguments() -> None:
 # -- make_mini_batch ---------------------------------------------------------------------------
 
 
-def test_make_mini_batch_returns_copies_of_the_range() -> None:
+def test_make_mini_batch_returns_read_only_views_of_the_range() -> None:
     x = np.arange(10, dtype=np.float32)
     buffer = buffer_of(x=x, m=np.stack([x, x], axis=1))
     buffer["m"].padding_value = 1.0
@@ -483,10 +483,60 @@ def test_make_mini_batch_returns_copies_of_the_range() -> None:
     assert_rows(mini_batch["x"].data, [3, 4, 5, 6])
     assert_rows(mini_batch["m"].data, [[3, 3], [4, 4], [5, 5], [6, 6]])
     assert mini_batch["m"].padding_value == 1.0
-    assert not np.shares_memory(mini_batch["x"].data, buffer["x"].data)
-    mini_batch["x"].append(99.0)  # the copy grows on its own
+    assert np.shares_memory(mini_batch["x"].data, buffer["x"].data)  # no row copied
+    rows = np.asarray(mini_batch["x"])
+    with pytest.raises(ValueError, match="read-only"):
+        rows[0] = 99.0
+    mini_batch["x"].append(99.0)  # the mini-batch grows on its own
+    assert_rows(mini_batch["x"].data, [3, 4, 5, 6, 99])
     assert_rows(buffer["x"].data, x)
     assert len(buffer.make_mini_batch(8, 20)["x"]) == 2
+
+
+def test_a_mini_batch_is_a_snapshot_whatever_the_buffer_does_next() -> None:
+    """The views are never written through: the mini-batch keeps the rows it was made from."""
+    x = np.arange(8, dtype=np.float32)
+    buffer = buffer_of(x=x, y=10 * x)
+    mini_batch = buffer.make_mini_batch(2, 6)
+    buffer.shuffle(rng=np.random.default_rng(0))
+    assert not np.array_equal(buffer["x"].data, x)
+    buffer.truncate(4)
+    buffer.reset_agent()
+    buffer.extend_rows({"x": -np.ones(8, np.float32), "y": -np.ones(8, np.float32)})
+    buffer["x"].append(-2.0)
+    assert_rows(mini_batch["x"].data, [2, 3, 4, 5])
+    assert_rows(mini_batch["y"].data, [20, 30, 40, 50])
+    mini_batch["x"].reset_field()  # a mini-batch's own reset never writes into its lender's rows either
+    mini_batch["x"].extend(np.full(3, 7.0, np.float32))
+    assert_rows(mini_batch["x"].data, [7, 7, 7])
+    assert_rows(buffer["x"].data, [-1] * 8 + [-2])
+
+
+def test_reset_field_moves_to_new_storage_only_after_lending_rows() -> None:
+    buffer = buffer_of(x=np.arange(4, dtype=np.int64))
+    storage = buffer["x"]._data
+    buffer.reset_agent()
+    buffer["x"].extend(np.arange(4, dtype=np.int64))
+    assert buffer["x"]._data is storage  # nothing lent: reused
+    buffer.make_mini_batch(0, 2)
+    buffer.reset_agent()
+    assert buffer["x"].data.dtype == np.int64 and buffer["x"].data.shape == (0,)  # the type stays
+    buffer["x"].append(5)
+    assert buffer["x"]._data is not storage
+    assert_rows(buffer["x"].data, [5], np.int64)
+
+
+def test_shuffle_once_then_slice_gives_the_rows_of_shuffled_copies() -> None:
+    """Mini-batches of a shuffled buffer are the rows a copying shuffle of the same seed gives."""
+    rng = np.random.default_rng(3)
+    columns = {"x": rng.standard_normal((50, 3)).astype(np.float32), "d": rng.random(50) < 0.5}
+    buffer = buffer_of(**columns)
+    buffer.shuffle(rng=np.random.default_rng(7))
+    order = np.random.default_rng(7).permutation(50)
+    for start in range(0, 50, 16):
+        mini_batch = buffer.make_mini_batch(start, start + 16)
+        for key, rows in columns.items():
+            assert_rows(mini_batch[key].data, rows[order][start : start + 16], rows.dtype)
 
 
 def test_make_mini_batch_slices_like_a_list_of_the_rows_only() -> None:
