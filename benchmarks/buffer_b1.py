@@ -12,7 +12,8 @@ update buffer and in the peer's order:
     fill_one_at_a_time: (extra) the peer's way, ``resequence_and_append(training_length=1)``
         once per trajectory;
     shuffle: ``shuffle(sequence_length=1)``;
-    make_mini_batch_all: ``make_mini_batch`` over the whole buffer in slices of 256;
+    make_mini_batch_all: ``make_mini_batch`` over the whole buffer in slices of 256 (read-only
+        views of the shuffled rows, no copy: the peer slices its lists of rows);
     sample_mini_batch_x100: 100 x ``sample_mini_batch(256, 1)``;
     get_batch_seq16: ``get_batch(training_length=16)`` of every field;
     hdf5_roundtrip: ``save_to_file`` then ``load_from_file`` through an in-memory ``io.BytesIO``;
@@ -25,8 +26,9 @@ peer's single run). The first run pays one-off costs: fresh storage's first-touc
 file. The minimum is the steady state of a trainer, which refills its update buffer every update
 cycle: each ``fill`` repeat fills a brand-new AgentBuffer, but the process's allocator hands back
 memory the previous repeat freed. ``fill`` runs first, so its single run is the process's first
-fill. Each ``truncate`` repeat truncates a fresh full copy (copied before the clock starts); the
-other ops repeat on the one filled buffer, which the peer's single run also uses.
+fill. Each ``truncate`` repeat truncates a fresh full copy (``extend_rows`` of every field, before
+the clock starts); the other ops repeat on the one filled buffer, which the peer's single run
+also uses.
 
 Before the timed ops, the batched and the one-at-a-time fills are checked to give identical
 buffers.
@@ -162,7 +164,8 @@ def run(n: int, repeats: int, seed: int) -> dict[str, object]:
     victims: list[AgentBuffer] = []
 
     def fresh_copy() -> None:
-        victims[:] = [buffer.make_mini_batch(0, n)]
+        victims[:] = [AgentBuffer()]
+        victims[0].extend_rows({key: field.data for key, field in buffer.items()})
 
     timer.time("truncate", lambda: victims[0].truncate(n // 2), prepare=fresh_copy)
     if victims[0].num_experiences != n // 2:
