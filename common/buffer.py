@@ -78,8 +78,8 @@ class AgentBufferField:
     ``get_batch``): 0 gives zero rows, 1 repeats the last row (as action masks want).
 
     Rows are never written twice in place once ``AgentBuffer.make_mini_batch`` has lent views of
-    them (``_lent``): after ``reset_field`` the next rows go to new storage, and ``shuffle`` always
-    writes new storage, so a mini-batch stays a snapshot of the rows it was made from.
+    them (``_lent``): after ``reset_field`` the next rows go to new storage, and so do the rows
+    ``shuffle`` permutes, so a mini-batch stays a snapshot of the rows it was made from.
     """
 
     __slots__ = ("_data", "_frozen", "_len", "_lent", "padding_value")
@@ -387,9 +387,12 @@ class AgentBuffer(MutableMapping[str, AgentBufferField]):
         index = (order[:, np.newaxis] * sequence_length + np.arange(sequence_length)).ravel()
         for key in keys:
             field = self[key]
-            if field._data is not None:
-                # Into new storage (one copy, not a gather and a copy back): mini-batches of the old rows stay as they were.
+            if field._data is None:
+                continue
+            if field._lent:  # mini-batches view these rows: the shuffled rows become new storage
                 field._store(field._take(index))
+            else:  # back into the storage, which the allocator need not replace (no page faults)
+                field._data[:n] = field._take(index)
 
     def make_mini_batch(self, start: int, end: int) -> AgentBuffer:
         """A new AgentBuffer of rows ``[start, end)`` of every field, sliced as a list of the rows would be.

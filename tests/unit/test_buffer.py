@@ -512,12 +512,17 @@ def test_a_mini_batch_is_a_snapshot_whatever_the_buffer_does_next() -> None:
     assert_rows(buffer["x"].data, [-1] * 8 + [-2])
 
 
-def test_reset_field_moves_to_new_storage_only_after_lending_rows() -> None:
+def test_shuffle_and_reset_field_move_to_new_storage_only_after_lending_rows() -> None:
     buffer = buffer_of(x=np.arange(4, dtype=np.int64))
     storage = buffer["x"]._data
+    buffer.shuffle(rng=np.random.default_rng(0))
     buffer.reset_agent()
     buffer["x"].extend(np.arange(4, dtype=np.int64))
     assert buffer["x"]._data is storage  # nothing lent: reused
+    buffer.make_mini_batch(0, 2)
+    buffer.shuffle(rng=np.random.default_rng(0))
+    assert buffer["x"]._data is not storage
+    storage = buffer["x"]._data
     buffer.make_mini_batch(0, 2)
     buffer.reset_agent()
     assert buffer["x"].data.dtype == np.int64 and buffer["x"].data.shape == (0,)  # the type stays
