@@ -406,6 +406,7 @@ class AgentBuffer(MutableMapping[str, AgentBufferField]):
         fields: dict[str, AgentBufferField] = {}
         mini_batch._fields, new_field = fields, AgentBufferField.__new__
         bounded = 0 <= start <= end  # then one slice per field, when end is within its rows (B1: 560 per pass)
+        rows_slice, count = slice(start, end), end - start
         for key, field in self._fields.items():
             frozen = field._frozen
             if frozen is None:
@@ -414,10 +415,13 @@ class AgentBuffer(MutableMapping[str, AgentBufferField]):
                     continue
                 frozen = field._freeze()
             field._lent = True
-            rows = frozen[start:end] if bounded and end <= field._len else frozen[: field._len][start:end]
             view = new_field(AgentBufferField)
-            view._data = view._frozen = rows
-            view._len = len(rows)
+            if bounded and end <= field._len:
+                view._data = view._frozen = frozen[rows_slice]
+                view._len = count
+            else:  # as a list of the rows would slice: never into the spare capacity
+                view._data = view._frozen = rows = frozen[: field._len][rows_slice]
+                view._len = len(rows)
             view._lent = True  # its storage is the lender's: never written
             view.padding_value = field.padding_value
             fields[key] = view
