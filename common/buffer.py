@@ -56,14 +56,16 @@ def _row_arrays(values: list[Any]) -> tuple[list[np.ndarray], list[int]]:
     """Each value as an array of rows, and their row counts: an AgentBufferField's rows (its storage
     itself when full: a view costs ~0.1 us, which adds up over thousands of trajectories), anything
     else through ``np.asarray``. ``map`` over attribute getters: B1's fill makes 2240 of these."""
-    try:  # The common case: fields that hold rows. Anything else raises and takes the general path.
-        arrays, lengths = list(map(_DATA, values)), list(map(_LEN, values))
-        if list(map(len, arrays)) != lengths:  # some field has spare capacity (or no storage: TypeError)
-            arrays = [data[:k] for data, k in zip(arrays, lengths, strict=True)]
-        return arrays, lengths
-    except (AttributeError, TypeError):
-        arrays = [v.data if isinstance(v, AgentBufferField) else np.asarray(v) for v in values]
-        return arrays, list(map(len, arrays))
+    if values and isinstance(values[0], AgentBufferField):  # the common case: fields that hold rows
+        try:
+            arrays, lengths = list(map(_DATA, values)), list(map(_LEN, values))
+            if list(map(len, arrays)) != lengths:  # some field has spare capacity (or no storage: TypeError)
+                arrays = [data[:k] for data, k in zip(arrays, lengths, strict=True)]
+            return arrays, lengths
+        except (AttributeError, TypeError):  # a value that is not a field, or a field with no storage
+            pass
+    arrays = [v.data if isinstance(v, AgentBufferField) else np.asarray(v) for v in values]
+    return arrays, list(map(len, arrays))
 
 
 _DATA = operator.attrgetter("_data")
