@@ -80,19 +80,18 @@ class AgentBufferField:
     ``get_batch``): 0 gives zero rows, 1 repeats the last row (as action masks want).
 
     Rows are never written twice in place once ``AgentBuffer.make_mini_batch`` has lent views of
-    them (``_lent``): after ``reset_field`` the next rows go to new storage, and so do the rows
-    ``shuffle`` permutes, so a mini-batch stays a snapshot of the rows it was made from.
+    them (``_frozen`` is set): after ``reset_field`` the next rows go to new storage, and so do the
+    rows ``shuffle`` permutes, so a mini-batch stays a snapshot of the rows it was made from.
     """
 
-    __slots__ = ("_data", "_frozen", "_len", "_lent", "padding_value")
+    __slots__ = ("_data", "_frozen", "_len", "padding_value")
 
     def __init__(self, padding_value: float = 0.0) -> None:
         self._data: np.ndarray | None = None
         self._frozen: np.ndarray | None = None
-        """A read-only view of the whole of ``_data`` (made on first use): mini-batches are slices of it."""
+        """A read-only view of the whole of ``_data``, made by the first mini-batch, which slices it; so
+        not None means views of the rows were lent, and no row of this storage is written again."""
         self._len = 0
-        self._lent = False
-        """Whether views of the storage's rows were handed out (mini-batches): then no row is overwritten."""
         self.padding_value = padding_value
 
     @classmethod
@@ -108,7 +107,6 @@ class AgentBufferField:
         """Make ``data`` (new storage, writable, or None) the field's storage; its row count is set by the caller."""
         self._data = data
         self._frozen = None
-        self._lent = False
 
     # -- reading ---------------------------------------------------------------------------------
 
@@ -198,15 +196,16 @@ class AgentBufferField:
     def reset_field(self) -> None:
         """Forget every row; the storage is kept for reuse, unless mini-batches view its rows (see the class)."""
         self._len = 0
-        if self._lent and self._data is not None:
+        if self._frozen is not None and self._data is not None:
             # Keep the dtype and row shape; the next rows go to storage of their own (capacity 0 grows on use).
             self._store(np.empty((0, *self._data.shape[1:]), self._data.dtype))
 
     def _keep_range(self, start: int, stop: int) -> None:
         """Keep rows ``[start, stop)`` only, in O(1): the storage becomes a view from ``start`` (no rows move)."""
         if self._data is not None and start > 0:
-            self._data = self._data[start:]  # the same rows: whatever was lent stays lent
-            self._frozen = None
+            self._data = self._data[start:]
+            if self._frozen is not None:  # the same rows: what was lent stays lent
+                self._frozen = self._frozen[start:]
         self._len = stop - start
 
     def _freeze(self) -> np.ndarray:
@@ -391,7 +390,7 @@ class AgentBuffer(MutableMapping[str, AgentBufferField]):
             field = self[key]
             if field._data is None:
                 continue
-            if field._lent:  # mini-batches view these rows: the shuffled rows become new storage
+            if field._frozen is not None:  # mini-batches view these rows: the shuffled rows become new storage
                 field._store(field._take(index))
             else:  # back into the storage, which the allocator need not replace (no page faults)
                 field._data[:n] = field._take(index)
@@ -416,15 +415,13 @@ class AgentBuffer(MutableMapping[str, AgentBufferField]):
                     fields[key] = AgentBufferField(field.padding_value)
                     continue
                 frozen = field._freeze()
-            field._lent = True
-            view = new_field(AgentBufferField)
+            view = new_field(AgentBufferField)  # its _frozen is set: the lender's storage is never written
             if bounded and end <= field._len:
                 view._data = view._frozen = frozen[rows_slice]
                 view._len = count
             else:  # as a list of the rows would slice: never into the spare capacity
                 view._data = view._frozen = rows = frozen[: field._len][rows_slice]
                 view._len = len(rows)
-            view._lent = True  # its storage is the lender's: never written
             view.padding_value = field.padding_value
             fields[key] = view
         return mini_batch
