@@ -504,12 +504,18 @@ def test_a_mini_batch_is_a_snapshot_whatever_the_buffer_does_next() -> None:
     buffer.reset_agent()
     buffer.extend_rows({"x": -np.ones(8, np.float32), "y": -np.ones(8, np.float32)})
     buffer["x"].append(-2.0)
+    buffer["y"].append(-2.0)
     assert_rows(mini_batch["x"].data, [2, 3, 4, 5])
     assert_rows(mini_batch["y"].data, [20, 30, 40, 50])
     mini_batch["x"].reset_field()  # a mini-batch's own reset never writes into its lender's rows either
     mini_batch["x"].extend(np.full(3, 7.0, np.float32))
     assert_rows(mini_batch["x"].data, [7, 7, 7])
     assert_rows(buffer["x"].data, [-1] * 8 + [-2])
+    newest = buffer.make_mini_batch(5, 9)
+    buffer.truncate(4)  # the rows stay where they are, still lent
+    buffer.reset_agent()
+    buffer.extend_rows({"x": np.zeros(4, np.float32), "y": np.zeros(4, np.float32)})
+    assert_rows(newest["x"].data, [-1, -1, -1, -2])
 
 
 def test_shuffle_and_reset_field_move_to_new_storage_only_after_lending_rows() -> None:
