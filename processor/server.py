@@ -6,7 +6,8 @@ drains in this order, so that nothing flushed at shutdown is lost on the way:
 1. new Step streams are refused (UNAVAILABLE, ``processor.interceptors.StoppingInterceptor``) and
    health says NOT_SERVING; open Step streams get ``grace_s`` to end by themselves, then their
    handlers are cancelled, and each flushes its session's partial trajectories to the topics;
-2. the subscribers still attached take and ack what is queued, for at most
+2. the subscribers still attached take and ack what is queued, for as long as they keep taking or acking
+   (a pause of ``DELIVERY_STALL_S`` without either ends the wait), and never longer than
    ``ServerOptions.deliver_timeout_s``;
 3. only then do the topics close, which ends each Subscribe stream with OK, and the gRPC server
    stops (what is left, e.g. health watches, is cancelled after ``STREAM_END_GRACE_S``).
@@ -59,6 +60,14 @@ STREAM_END_GRACE_S = 1.0
 """After the topics closed, how long ``stop`` lets the remaining streams end before the server cancels them."""
 HANDLER_FLUSH_TIMEOUT_S = 5.0
 """After cancelling the Step handlers that outlived the grace period, how long ``stop`` waits for their flushes."""
+DELIVERY_STALL_S = 1.0
+"""At ``stop``, how long the delivery wait goes on while no attached subscriber takes or acks a trajectory.
+
+The wait exists for a subscriber that is draining its queue: a trainer takes a batch, adds it to its update
+buffer and acks it in milliseconds to tens of milliseconds, so a second without progress means it is not taking
+(idle, hung, or in a long update) and waiting longer would only hold the stop, up to ``deliver_timeout_s``, for
+nothing (an attached but idle subscriber held every stop for the whole 5 s before). What it leaves is requeued
+and lost with the process, as at ``deliver_timeout_s``; a trainer that resumes takes fresh trajectories."""
 _DELIVERY_POLL_S = 0.02
 
 
@@ -151,8 +160,9 @@ class ServerOptions:
     more env clients raises it. Env clients retry RESOURCE_EXHAUSTED (``envclient.reconnect``), so a flood delays
     a new session rather than ending it, and a session already open is never displaced."""
     deliver_timeout_s: float = 5.0
-    """At ``stop``, after the sessions are flushed: how long attached subscribers get to take and ack every
-    queued trajectory before their streams end (what is left is requeued and lost with the process)."""
+    """At ``stop``, after the sessions are flushed: how long attached subscribers get, at most, to take and ack
+    every queued trajectory before their streams end; the wait ends sooner once they pause for
+    ``DELIVERY_STALL_S`` (what is left is requeued and lost with the process)."""
 
     @property
     def hung_peer_bound_s(self) -> float:
@@ -288,12 +298,26 @@ class ProcessorServer:
                 log.warning("%d session(s) did not finish flushing within %.1f s", len(stuck), HANDLER_FLUSH_TIMEOUT_S)
 
     async def _deliver(self, timeout_s: float) -> None:
-        """Wait until every attached subscriber has taken and acked its queue, at most ``timeout_s``."""
-        deadline = time.monotonic() + timeout_s
-        while (pending := self._undelivered()) and time.monotonic() < deadline:
+        """Wait until every attached subscriber has taken and acked its queue.
+
+        It waits while they make progress (``_delivery_progress`` moves), stops once it has not moved for
+        ``DELIVERY_STALL_S``, and never waits longer than ``timeout_s``.
+        """
+        start = time.monotonic()
+        deadline = start + timeout_s
+        progress, progressed_at = self._delivery_progress(), start
+        while (pending := self._undelivered()) and (now := time.monotonic()) < deadline:
+            if (current := self._delivery_progress()) != progress:
+                progress, progressed_at = current, now
+            elif now - progressed_at >= DELIVERY_STALL_S:
+                break
             await asyncio.sleep(_DELIVERY_POLL_S)
         if pending:
-            log.warning("stopping with %d trajectories not yet acked by attached subscribers", pending)
+            log.warning(
+                "stopping after %.1f s with %d trajectories not yet acked by attached subscribers",
+                time.monotonic() - start,
+                pending,
+            )
 
     def _undelivered(self) -> int:
         """Trajectories queued or in flight for attached subscribers (a detached queue cannot be drained now)."""
@@ -303,6 +327,14 @@ class ProcessorServer:
                 if queue.attached:
                     total += queue.depth + queue.in_flight
         return total
+
+    def _delivery_progress(self) -> int:
+        """Deliveries handed out plus acks, over every subscriber queue: it moves while anyone takes or acks."""
+        return sum(
+            queue.delivered + queue.acked
+            for name in self.topics.behavior_names()
+            for queue in self.topics.trajectories(name).stats().subscribers.values()
+        )
 
     async def wait(self) -> None:
         if self._server is not None:
