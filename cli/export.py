@@ -61,8 +61,6 @@ def run_export(checkpoint: Path, out: Path, behavior_name: str | None = None, fo
         ConfigError: no saved policy at ``checkpoint``, one that does not parse or convert, another
             behavior than ``behavior_name``, or an existing ``out`` without ``force``.
     """
-    from trainer.onnx_export import continuous_transform, write_onnx
-
     if out.exists() and not force:
         raise ConfigError(f"--out {out}: exists (use --force to overwrite)")
     try:
@@ -76,6 +74,8 @@ def run_export(checkpoint: Path, out: Path, behavior_name: str | None = None, fo
         raise ConfigError(f"CHECKPOINT {policy_file}: not a saved policy: {err}") from err
     if behavior_name is not None and update.behavior_name != behavior_name:
         raise ConfigError(f"CHECKPOINT {policy_file}: a policy of behavior {update.behavior_name!r}, not {behavior_name!r}")
+    from trainer.onnx_export import continuous_transform, write_onnx  # TensorFlow (tf2onnx): after every refusal
+
     try:
         write_onnx(update, out)
     except ValueError as err:

@@ -3,13 +3,15 @@
 Use ``processor`` for a server with default settings, or ``start_processor(settings)`` for your
 own (as many as a test needs). Either yields ``(server, address)`` with ``address`` =
 ``"127.0.0.1:<port>"``; every server is stopped (drained, topics closed) when the test ends, even
-when it fails.
+when it fails. ``simple_ppo_run``: one short training run for the whole session, for the CLI tests
+that only read (or copy) a run.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 
 import pytest
 
@@ -56,3 +58,14 @@ def processor_settings() -> ProcessorSettings:
 async def processor(start_processor: StartProcessor, processor_settings: ProcessorSettings) -> RunningProcessor:
     """A running processor with ``processor_settings``: ``(server, "127.0.0.1:<port>")``."""
     return await start_processor(processor_settings)
+
+
+@pytest.fixture(scope="session")
+def simple_ppo_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The run folder of one short PPO run of the 1-D task (``tests.integration.simple_run``), trained once per session.
+
+    Tests share it, so it is read only: a test that changes it works on a copy (``shutil.copytree``).
+    """
+    from tests.integration.simple_run import train_simple_ppo_run  # the CLI tests' helpers, only where needed
+
+    return train_simple_ppo_run(tmp_path_factory.mktemp("simple_ppo"))

@@ -1,7 +1,7 @@
 """``stepstream train --resume`` on damaged checkpoints, through the real console script in subprocesses.
 
-One short PPO run of the 1-D task (``simple:discrete``) leaves three checkpoints; each test damages a
-copy of its folder as a crash or a disk would, then resumes it:
+The session's short PPO run of the 1-D task (``conftest.simple_ppo_run``, ``tests.integration.simple_run``)
+leaves three checkpoints; each case damages a copy of its folder as a crash or a disk would, then resumes it:
 
 * the newest checkpoint's TensorFlow data file cut in half: one WARNING names it, and the run
   resumes from the checkpoint before it;
@@ -12,56 +12,42 @@ copy of its folder as a crash or a disk would, then resumes it:
 * no checkpoint at all: a WARNING says the run starts at step 0;
 * a checkpoint at int64's highest policy version (a trainer that followed a hostile publisher): the
   resumed run refuses the next version with one error line, exit 2 (offline BC, no env needed).
+
+The module resumes every case once (``resumed``): the first by the real console script in a subprocess, the
+others one after another in a single interpreter through the same entry point (``tests.cli_batch``), so
+TensorFlow loads twice for the module rather than once per case.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from tests.integration.test_cli import run_cli, tail
-
-BEHAVIOR = "Simple1D"
-MAX_STEPS = 600
-CHECKPOINT_INTERVAL = 200
-RUN_ID = "damaged"
-
+from tests.cli_batch import CommandResult, run_batch
+from tests.integration.simple_run import (
+    BEHAVIOR,
+    CHECKPOINT_INTERVAL,
+    MAX_STEPS,
+    RUN_ID,
+    checkpoint_steps,
+    checkpoints_dir,
+    train_args,
+    write_config,
+)
+from tests.integration.test_cli import run_cli, subprocess_env, tail
 
 INT64_MAX = 2**63 - 1
-
-
-def write_config(path: Path, max_steps: int, checkpoint_interval: int = CHECKPOINT_INTERVAL) -> Path:
-    behavior = {
-        "trainer_type": "ppo",
-        "hyperparameters": {"batch_size": 16, "buffer_size": 64, "learning_rate": 5e-3, "num_epoch": 1},
-        "network_settings": {"hidden_units": 8, "num_layers": 1},
-        "max_steps": max_steps,
-        "time_horizon": 16,
-        "summary_freq": checkpoint_interval,
-        "checkpoint_interval": checkpoint_interval,
-        "keep_checkpoints": 3,
-    }
-    config = {"behaviors": {BEHAVIOR: behavior}, "env_settings": {"env_path": "simple:discrete", "num_envs": 4, "seed": 0}}
-    path.write_text(yaml.safe_dump(config), encoding="utf-8")
-    return path
-
-
-def train(config: Path, results: Path, *extra: str) -> subprocess.CompletedProcess[str]:
-    return run_cli(["train", config, "--results-dir", results, "--run-id", RUN_ID, "--seed", "0", "--no-progress", *extra])
-
-
-def checkpoints_dir(run_dir: Path) -> Path:
-    return run_dir / BEHAVIOR / "checkpoints"
-
-
-def checkpoint_steps(run_dir: Path) -> list[int]:
-    indexes = checkpoints_dir(run_dir).glob("ckpt-*.index")
-    return sorted(int(p.name.removeprefix("ckpt-").removesuffix(".index")) for p in indexes)
+RESUMED_MAX_STEPS = MAX_STEPS + CHECKPOINT_INTERVAL
+BY_CONSOLE_SCRIPT = "cut-data-file"
+"""The case resumed by the real console script (the others run in one interpreter, ``tests.cli_batch``)."""
 
 
 def read_status(run_dir: Path) -> dict[str, Any]:
@@ -84,105 +70,44 @@ def data_file(run_dir: Path, step: int) -> Path:
     return found
 
 
-@pytest.fixture(scope="module")
-def first_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A finished run with three checkpoints; tests damage copies of it."""
-    root = tmp_path_factory.mktemp("first")
-    proc = train(write_config(root / "run.yaml", MAX_STEPS), root / "results")
-    assert proc.returncode == 0, tail(proc.stdout)
-    run_dir = root / "results" / RUN_ID
-    assert len(checkpoint_steps(run_dir)) == 3, checkpoint_steps(run_dir)
-    return run_dir
+# -- the damages, each done to a copy of the shared run ------------------------------------------
 
 
-def copy_run(first_run: Path, tmp_path: Path) -> Path:
-    import shutil
-
-    shutil.copytree(first_run, tmp_path / "results" / RUN_ID)
-    return tmp_path / "results" / RUN_ID
+def cut_the_newest_data_file(run_dir: Path) -> None:
+    cut_in_half(data_file(run_dir, checkpoint_steps(run_dir)[-1]))
 
 
-def resume(run_dir: Path, tmp_path: Path, max_steps: int = MAX_STEPS + 200) -> subprocess.CompletedProcess[str]:
-    return train(write_config(tmp_path / "more.yaml", max_steps), run_dir.parent, "--resume")
-
-
-def assert_resumed_from(proc: subprocess.CompletedProcess[str], run_dir: Path, step: int) -> None:
-    assert proc.returncode == 0, tail(proc.stdout)
-    assert "Traceback" not in proc.stdout, tail(proc.stdout)
-    assert f"restored {checkpoints_dir(run_dir)}/ckpt-{step} (step {step}," in proc.stdout, tail(proc.stdout)
-    assert f"trainer started at step {step} " in proc.stdout, tail(proc.stdout)
-    status = read_status(run_dir)
-    assert status["steps"] >= MAX_STEPS + 200
-    # What is listed is what is on disk, each complete: the damaged checkpoint is gone.
-    assert [c["steps"] for c in status["checkpoints"]] == checkpoint_steps(run_dir)
-    for kept in checkpoint_steps(run_dir):
-        prefix = checkpoints_dir(run_dir) / f"ckpt-{kept}"
-        assert Path(f"{prefix}.json").is_file() and Path(f"{prefix}.policy.pb").is_file(), prefix
-
-
-def test_a_cut_data_file_falls_back_to_the_checkpoint_before(first_run: Path, tmp_path: Path) -> None:
-    run_dir = copy_run(first_run, tmp_path)
-    *_, before, newest = checkpoint_steps(run_dir)
-    cut_in_half(data_file(run_dir, newest))
-
-    proc = resume(run_dir, tmp_path)
-
-    (warning,) = warnings(proc.stdout)
-    assert f"skipping checkpoint {checkpoints_dir(run_dir)}/ckpt-{newest}: its TensorFlow data cannot be read" in warning
-    assert_resumed_from(proc, run_dir, before)
-
-
-def test_every_checkpoint_cut_is_one_clear_error(first_run: Path, tmp_path: Path) -> None:
-    run_dir = copy_run(first_run, tmp_path)
+def cut_every_data_file(run_dir: Path) -> None:
     for step in checkpoint_steps(run_dir):
         cut_in_half(data_file(run_dir, step))
 
-    proc = resume(run_dir, tmp_path)
 
-    assert proc.returncode == 2, tail(proc.stdout)
-    assert "Traceback" not in proc.stdout, tail(proc.stdout)
-    errors = [line for line in proc.stdout.splitlines() if "no complete checkpoint to restore" in line]
-    assert len(errors) == 1 and str(checkpoints_dir(run_dir)) in errors[0], tail(proc.stdout)
-
-
-def test_no_tensorflow_state_file_resumes_from_the_newest(first_run: Path, tmp_path: Path) -> None:
-    run_dir = copy_run(first_run, tmp_path)
+def remove_the_tensorflow_state_file(run_dir: Path) -> None:
     (checkpoints_dir(run_dir) / "checkpoint").unlink(missing_ok=True)  # written by tf.train.CheckpointManager
 
-    proc = resume(run_dir, tmp_path)
 
-    assert not warnings(proc.stdout), warnings(proc.stdout)
-    assert_resumed_from(proc, run_dir, checkpoint_steps(first_run)[-1])
-
-
-def test_a_missing_json_record_falls_back_to_the_checkpoint_before(first_run: Path, tmp_path: Path) -> None:
-    run_dir = copy_run(first_run, tmp_path)
-    *_, before, newest = checkpoint_steps(run_dir)
-    (checkpoints_dir(run_dir) / f"ckpt-{newest}.json").unlink()
-
-    proc = resume(run_dir, tmp_path)
-
-    (warning,) = warnings(proc.stdout)
-    assert f"skipping checkpoint {checkpoints_dir(run_dir)}/ckpt-{newest}: no readable ckpt-{newest}.json record" in warning
-    assert_resumed_from(proc, run_dir, before)
+def remove_the_newest_json_record(run_dir: Path) -> None:
+    (checkpoints_dir(run_dir) / f"ckpt-{checkpoint_steps(run_dir)[-1]}.json").unlink()
 
 
-def test_resume_without_any_checkpoint_is_refused_in_one_line(first_run: Path, tmp_path: Path) -> None:
-    """``train --resume`` of a run that saved no checkpoint is refused (cli.results.check_resumable), not started
-    from scratch behind the user's back; the stack trainer's ``--resume`` says it starts from scratch instead
-    (tests/integration/test_cli_errors.py)."""
-    run_dir = copy_run(first_run, tmp_path)
+def remove_every_checkpoint(run_dir: Path) -> None:
     for file in checkpoints_dir(run_dir).iterdir():
         if file.is_file():
             file.unlink()
 
-    proc = resume(run_dir, tmp_path, max_steps=200)
 
-    assert proc.returncode == 2, tail(proc.stdout)
-    assert "holds no checkpoint to resume" in proc.stdout and "Traceback" not in proc.stdout, tail(proc.stdout)
+DAMAGES: dict[str, tuple[Callable[[Path], None], int]] = {
+    "cut-data-file": (cut_the_newest_data_file, RESUMED_MAX_STEPS),
+    "every-data-file-cut": (cut_every_data_file, RESUMED_MAX_STEPS),
+    "no-tensorflow-state-file": (remove_the_tensorflow_state_file, RESUMED_MAX_STEPS),
+    "missing-json-record": (remove_the_newest_json_record, RESUMED_MAX_STEPS),
+    "no-checkpoint": (remove_every_checkpoint, CHECKPOINT_INTERVAL),
+}
+"""Case name -> (what is done to the copy, ``max_steps`` of the resumed run)."""
 
 
-def test_resuming_past_the_highest_policy_version_is_one_clear_error(tmp_path: Path) -> None:
+def checkpoint_at_the_highest_version(root: Path) -> list[str | Path]:
+    """An offline BC run whose only checkpoint holds int64's highest policy version; returns its resume command."""
     from cli.record import demo_bytes, record_episodes, scripted_actor
     from common.config import load_config
     from envclient.simple_env import SimpleEnv, scripted_expert
@@ -192,17 +117,114 @@ def test_resuming_past_the_highest_policy_version_is_one_clear_error(tmp_path: P
 
     env = SimpleEnv(4, continuous=False, behavior_name=BEHAVIOR, seed=0)
     pairs, returns = record_episodes(env, scripted_actor(scripted_expert, env.brain_parameters, "expert"), 4)
-    demo = tmp_path / "expert.demo"
+    demo = root / "expert.demo"
     demo.write_bytes(demo_bytes("expert", env.brain_parameters, pairs, returns))
     behavior = {"trainer_type": "bc", "hyperparameters": {"demo_path": str(demo), "batch_size": 8}, "max_steps": 100}
-    config = tmp_path / "bc.yaml"
+    config = root / "bc.yaml"
     config.write_text(yaml.safe_dump({"behaviors": {BEHAVIOR: behavior}}), encoding="utf-8")
-    run_dir = tmp_path / "results" / RUN_ID
+    run_dir = root / "results" / RUN_ID
     settings = load_config(config).behaviors[BEHAVIOR]
     learner = make_offline_learner(BEHAVIOR, settings, seed=0)
     Checkpointer(run_dir / BEHAVIOR / CHECKPOINTS_DIR, learner, settings.keep_checkpoints).save(step=10, version=INT64_MAX)
+    return train_args(config, root / "results", "--resume")
 
-    proc = train(config, tmp_path / "results", "--resume")
+
+@dataclass(frozen=True)
+class Resumed:
+    """One case: the damaged copy (``run_dir``, the shared run's steps in ``original_steps``) and its resume's output."""
+
+    run_dir: Path
+    original_steps: list[int]
+    proc: CommandResult | subprocess.CompletedProcess[str]
+
+
+@pytest.fixture(scope="module")
+def resumed(simple_ppo_run: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Resumed]:
+    """Every case of the module, damaged and resumed once."""
+    root = tmp_path_factory.mktemp("resumed")
+    run_dirs: dict[str, Path] = {}
+    commands: dict[str, list[str | Path]] = {}
+    for case, (damage, max_steps) in DAMAGES.items():
+        run_dir = root / case / "results" / RUN_ID
+        shutil.copytree(simple_ppo_run, run_dir)
+        damage(run_dir)
+        run_dirs[case] = run_dir
+        commands[case] = train_args(write_config(root / case / "more.yaml", max_steps), run_dir.parent, "--resume")
+    (root / "highest-version").mkdir()
+    commands["highest-version"] = checkpoint_at_the_highest_version(root / "highest-version")
+    run_dirs["highest-version"] = root / "highest-version" / "results" / RUN_ID
+    batched = [case for case in commands if case != BY_CONSOLE_SCRIPT]
+    procs: dict[str, CommandResult | subprocess.CompletedProcess[str]] = dict(
+        zip(batched, run_batch([commands[c] for c in batched], env=subprocess_env()), strict=True)
+    )
+    procs[BY_CONSOLE_SCRIPT] = run_cli(commands[BY_CONSOLE_SCRIPT])
+    original = checkpoint_steps(simple_ppo_run)
+    return {case: Resumed(run_dirs[case], original, procs[case]) for case in commands}
+
+
+def assert_resumed_from(proc: CommandResult | subprocess.CompletedProcess[str], run_dir: Path, step: int) -> None:
+    assert proc.returncode == 0, tail(proc.stdout)
+    assert "Traceback" not in proc.stdout, tail(proc.stdout)
+    assert f"restored {checkpoints_dir(run_dir)}/ckpt-{step} (step {step}," in proc.stdout, tail(proc.stdout)
+    assert f"trainer started at step {step} " in proc.stdout, tail(proc.stdout)
+    status = read_status(run_dir)
+    assert status["steps"] >= RESUMED_MAX_STEPS
+    # What is listed is what is on disk, each complete: the damaged checkpoint is gone.
+    assert [c["steps"] for c in status["checkpoints"]] == checkpoint_steps(run_dir)
+    for kept in checkpoint_steps(run_dir):
+        prefix = checkpoints_dir(run_dir) / f"ckpt-{kept}"
+        assert Path(f"{prefix}.json").is_file() and Path(f"{prefix}.policy.pb").is_file(), prefix
+
+
+def test_a_cut_data_file_falls_back_to_the_checkpoint_before(resumed: dict[str, Resumed]) -> None:
+    case = resumed["cut-data-file"]
+    *_, before, newest = case.original_steps
+
+    (warning,) = warnings(case.proc.stdout)
+    assert f"skipping checkpoint {checkpoints_dir(case.run_dir)}/ckpt-{newest}: its TensorFlow data cannot be read" in warning
+    assert_resumed_from(case.proc, case.run_dir, before)
+
+
+def test_every_checkpoint_cut_is_one_clear_error(resumed: dict[str, Resumed]) -> None:
+    case = resumed["every-data-file-cut"]
+    proc = case.proc
+
+    assert proc.returncode == 2, tail(proc.stdout)
+    assert "Traceback" not in proc.stdout, tail(proc.stdout)
+    errors = [line for line in proc.stdout.splitlines() if "no complete checkpoint to restore" in line]
+    assert len(errors) == 1 and str(checkpoints_dir(case.run_dir)) in errors[0], tail(proc.stdout)
+
+
+def test_no_tensorflow_state_file_resumes_from_the_newest(resumed: dict[str, Resumed]) -> None:
+    case = resumed["no-tensorflow-state-file"]
+
+    assert not warnings(case.proc.stdout), warnings(case.proc.stdout)
+    assert_resumed_from(case.proc, case.run_dir, case.original_steps[-1])
+
+
+def test_a_missing_json_record_falls_back_to_the_checkpoint_before(resumed: dict[str, Resumed]) -> None:
+    case = resumed["missing-json-record"]
+    *_, before, newest = case.original_steps
+
+    (warning,) = warnings(case.proc.stdout)
+    assert (
+        f"skipping checkpoint {checkpoints_dir(case.run_dir)}/ckpt-{newest}: no readable ckpt-{newest}.json record" in warning
+    )
+    assert_resumed_from(case.proc, case.run_dir, before)
+
+
+def test_resume_without_any_checkpoint_is_refused_in_one_line(resumed: dict[str, Resumed]) -> None:
+    """``train --resume`` of a run that saved no checkpoint is refused (cli.results.check_resumable), not started
+    from scratch behind the user's back; the stack trainer's ``--resume`` says it starts from scratch instead
+    (tests/integration/test_cli_errors.py)."""
+    proc = resumed["no-checkpoint"].proc
+
+    assert proc.returncode == 2, tail(proc.stdout)
+    assert "holds no checkpoint to resume" in proc.stdout and "Traceback" not in proc.stdout, tail(proc.stdout)
+
+
+def test_resuming_past_the_highest_policy_version_is_one_clear_error(resumed: dict[str, Resumed]) -> None:
+    proc = resumed["highest-version"].proc
 
     assert proc.returncode == 2, tail(proc.stdout)
     assert "Traceback" not in proc.stdout, tail(proc.stdout)

@@ -1,9 +1,13 @@
-"""``stepstream export`` by subprocess, on a tiny PPO run of the 1-D task (``simple:discrete``).
+"""``stepstream export`` on the session's short PPO run of the 1-D task (``conftest.simple_ppo_run``).
 
 * the run itself leaves ``<run>/Simple1D.onnx`` and a ``ckpt-<step>.onnx`` beside each checkpoint;
 * ``stepstream export RUN --out FILE.onnx`` writes the same policy: onnxruntime's greedy choices
   equal the processor's on the checkpoint's ``.policy.pb``, under ML-Agents' names;
-* an existing ``--out`` needs ``--force``; a CHECKPOINT with no saved policy is an error naming it.
+* an existing ``--out`` needs ``--force``; a CHECKPOINT with no saved policy is an error naming it. Both are
+  refused before TensorFlow (tf2onnx) loads.
+
+The first export runs the real console script in a subprocess; the others run one after another in one
+interpreter through the same entry point (``tests.cli_batch``), so TensorFlow loads once for them.
 """
 
 from __future__ import annotations
@@ -12,22 +16,13 @@ from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
-import yaml
 
 from common.policy_contract import LOGITS
 from processor.inference import Policy
 from protos import pb
-from tests.integration.test_cli import REPO, run_cli, tail
-
-BEHAVIOR = "Simple1D"
-MAX_STEPS = 300
-
-
-def _config(path: Path) -> Path:
-    config = yaml.safe_load((REPO / "configs" / "simple_ppo.yaml").read_text(encoding="utf-8"))
-    config["behaviors"][BEHAVIOR].update({"max_steps": MAX_STEPS, "summary_freq": 100, "checkpoint_interval": 200})
-    path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
-    return path
+from tests.cli_batch import run_batch
+from tests.integration.simple_run import BEHAVIOR, checkpoints_dir
+from tests.integration.test_cli import run_cli, subprocess_env, tail
 
 
 def _greedy(path: Path, obs: np.ndarray, masks: np.ndarray) -> np.ndarray:
@@ -46,12 +41,9 @@ def _greedy(path: Path, obs: np.ndarray, masks: np.ndarray) -> np.ndarray:
     return out["deterministic_discrete_actions"]
 
 
-def test_a_trained_checkpoint_exports_to_onnx(tmp_path: Path) -> None:
-    config = _config(tmp_path / "simple.yaml")
-    proc = run_cli(["train", config, "--results-dir", tmp_path, "--run-id", "tiny", "--num-envs", "2", "--no-progress"])
-    assert proc.returncode == 0, tail(proc.stdout)
-    run_dir = tmp_path / "tiny"
-    checkpoints = run_dir / BEHAVIOR / "checkpoints"
+def test_a_trained_checkpoint_exports_to_onnx(simple_ppo_run: Path, tmp_path: Path) -> None:
+    run_dir = simple_ppo_run
+    checkpoints = checkpoints_dir(run_dir)
     assert sorted(checkpoints.glob("ckpt-*.onnx")), sorted(p.name for p in checkpoints.iterdir())
     assert (run_dir / f"{BEHAVIOR}.onnx").is_file()
 
@@ -72,9 +64,15 @@ def test_a_trained_checkpoint_exports_to_onnx(tmp_path: Path) -> None:
     only_second = np.tile(np.array([[0.0, 1.0]], np.float32), (200, 1))
     assert np.all(_greedy(out, obs, only_second) == 1)
 
-    again = run_cli(["export", newest, "--out", out])
+    again, missing, forced = run_batch(
+        [
+            ["export", newest, "--out", out],
+            ["export", tmp_path / "nothing", "--out", tmp_path / "x.onnx"],
+            ["export", newest, "--out", out, "--force"],
+        ],
+        env=subprocess_env(),
+    )
     assert again.returncode == 2 and "exists (use --force to overwrite)" in again.stdout
-    assert run_cli(["export", newest, "--out", out, "--force"]).returncode == 0
-
-    missing = run_cli(["export", tmp_path / "nothing", "--out", tmp_path / "x.onnx"])
     assert missing.returncode == 2 and f"CHECKPOINT {tmp_path / 'nothing'}: does not exist" in missing.stdout
+    assert not again.tensorflow_loaded and not missing.tensorflow_loaded  # refused before tf2onnx loads
+    assert forced.returncode == 0, tail(forced.stdout)

@@ -1,7 +1,10 @@
 """The README's own examples run as written: every ```` ```sh ```` block of ``README.md``, command by command.
 
 The blocks run in their README order, in one scratch folder (so a block may use what an earlier one
-wrote: ``expert.demo``, ``results/bc``), through the real ``stepstream`` console script. Their
+wrote: ``expert.demo``, ``results/bc``), one command after another in one interpreter through the
+console script's entry point, ``cli.main.main`` (``tests.cli_batch``): the argv as written, less the
+interpreter's start, so TensorFlow loads once, not once per training command. (The same paths run by the
+console script itself, in subprocesses, are in ``test_cli.py`` and ``test_record_cli.py``.) Their
 ``configs/`` there are the repository's with fast budgets (``FAST_BUDGETS``: a few hundred steps
 instead of tens of thousands); nothing else of a command is changed.
 
@@ -9,20 +12,19 @@ instead of tens of thousands); nothing else of a command is changed.
 block that is neither run nor listed fails the test: one holding a command other than
 ``stepstream``, or a listed block that is no longer in the README (so the list stays true).
 
-Runtime is TensorFlow's import, once per training process (about 10 s each on 2 loaded cores).
+Runtime is TensorFlow's import (about 10 s on 2 loaded cores) and the two short training runs.
 """
 
 from __future__ import annotations
 
-import os
 import re
 import shlex
-import subprocess
 from pathlib import Path
 
 import yaml
 
-from tests.integration.test_cli import REPO, stepstream_command, subprocess_env, tail
+from tests.cli_batch import run_batch
+from tests.integration.test_cli import REPO, subprocess_env, tail
 
 README = REPO / "README.md"
 NOT_RUN = {
@@ -97,23 +99,16 @@ def test_every_readme_sh_block_runs_as_written(tmp_path: Path) -> None:
             )
 
     fast_configs(tmp_path / "configs")
-    env = {**subprocess_env(), "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    argvs = [argv for block in to_run for argv in commands(block)]
+    results = run_batch(
+        [argv[1:] for argv in argvs], cwd=tmp_path, env=subprocess_env(), timeout_s=COMMAND_TIMEOUT_S * len(argvs)
+    )
     ran = []
-    for block in to_run:
-        for argv in commands(block):
-            proc = subprocess.run(
-                [*stepstream_command(), *argv[1:]],
-                cwd=tmp_path,
-                env=env,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                text=True,
-                timeout=COMMAND_TIMEOUT_S,
-                check=False,
-            )
-            assert proc.returncode == 0, f"README command failed: {shlex.join(argv)}\n{tail(proc.stdout)}"
-            assert "Traceback" not in proc.stdout, f"{shlex.join(argv)}\n{tail(proc.stdout)}"
-            ran.append(shlex.join(argv))
+    for argv, proc in zip(argvs, results, strict=True):
+        assert proc.returncode == 0, f"README command failed: {shlex.join(argv)}\n{tail(proc.stdout)}"
+        assert "Traceback" not in proc.stdout, f"{shlex.join(argv)}\n{tail(proc.stdout)}"
+        assert proc.seconds < COMMAND_TIMEOUT_S, f"{shlex.join(argv)} took {proc.seconds:.0f} s"
+        ran.append(shlex.join(argv))
     assert len(ran) >= 5, ran
 
     # The README says scripts written for ML-Agents' event files read ours: its CartPole run's events.
