@@ -1,4 +1,4 @@
-"""``stepstream train --resume`` on damaged checkpoints, through the real console script in subprocesses.
+"""``stepstream train --resume`` on damaged checkpoints, through the console script's entry point (``cli.main.main``).
 
 The session's short PPO run of the 1-D task (``conftest.simple_ppo_run``, ``tests.integration.simple_run``)
 leaves three checkpoints; each case damages a copy of its folder as a crash or a disk would, then resumes it:
@@ -13,16 +13,15 @@ leaves three checkpoints; each case damages a copy of its folder as a crash or a
 * a checkpoint at int64's highest policy version (a trainer that followed a hostile publisher): the
   resumed run refuses the next version with one error line, exit 2 (offline BC, no env needed).
 
-The module resumes every case once (``resumed``): the first by the real console script in a subprocess, the
-others one after another in a single interpreter through the same entry point (``tests.cli_batch``), so
-TensorFlow loads twice for the module rather than once per case.
+The module resumes every case once (``resumed``), one after another in a single interpreter through the console
+script's entry point (``tests.cli_batch``), so TensorFlow loads once for the module rather than once per case; the
+console script itself trains the shared run, and resumes a run in a subprocess in ``test_cli.py``.
 """
 
 from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,12 +41,10 @@ from tests.integration.simple_run import (
     train_args,
     write_config,
 )
-from tests.integration.test_cli import run_cli, subprocess_env, tail
+from tests.integration.test_cli import subprocess_env, tail
 
 INT64_MAX = 2**63 - 1
 RESUMED_MAX_STEPS = MAX_STEPS + CHECKPOINT_INTERVAL
-BY_CONSOLE_SCRIPT = "cut-data-file"
-"""The case resumed by the real console script (the others run in one interpreter, ``tests.cli_batch``)."""
 
 
 def read_status(run_dir: Path) -> dict[str, Any]:
@@ -135,7 +132,7 @@ class Resumed:
 
     run_dir: Path
     original_steps: list[int]
-    proc: CommandResult | subprocess.CompletedProcess[str]
+    proc: CommandResult
 
 
 @pytest.fixture(scope="module")
@@ -153,16 +150,12 @@ def resumed(simple_ppo_run: Path, tmp_path_factory: pytest.TempPathFactory) -> d
     (root / "highest-version").mkdir()
     commands["highest-version"] = checkpoint_at_the_highest_version(root / "highest-version")
     run_dirs["highest-version"] = root / "highest-version" / "results" / RUN_ID
-    batched = [case for case in commands if case != BY_CONSOLE_SCRIPT]
-    procs: dict[str, CommandResult | subprocess.CompletedProcess[str]] = dict(
-        zip(batched, run_batch([commands[c] for c in batched], env=subprocess_env()), strict=True)
-    )
-    procs[BY_CONSOLE_SCRIPT] = run_cli(commands[BY_CONSOLE_SCRIPT])
+    procs = dict(zip(commands, run_batch(list(commands.values()), env=subprocess_env()), strict=True))
     original = checkpoint_steps(simple_ppo_run)
     return {case: Resumed(run_dirs[case], original, procs[case]) for case in commands}
 
 
-def assert_resumed_from(proc: CommandResult | subprocess.CompletedProcess[str], run_dir: Path, step: int) -> None:
+def assert_resumed_from(proc: CommandResult, run_dir: Path, step: int) -> None:
     assert proc.returncode == 0, tail(proc.stdout)
     assert "Traceback" not in proc.stdout, tail(proc.stdout)
     assert f"restored {checkpoints_dir(run_dir)}/ckpt-{step} (step {step}," in proc.stdout, tail(proc.stdout)

@@ -35,6 +35,7 @@ import pytest
 import yaml
 
 from common.config import parse_config
+from tests.cli_batch import CommandResult, run_batch
 from tests.integration.test_stack import _free_port
 from tests.scrape import Scrapes
 
@@ -216,9 +217,17 @@ def test_top_level_help_lists_every_subcommand() -> None:
         assert mention in proc.stdout, f"`stepstream --help` does not mention {mention!r}:\n{proc.stdout}"
 
 
+@pytest.fixture(scope="module")
+def subcommand_helps() -> dict[str, CommandResult]:
+    """``stepstream SUBCOMMAND --help`` of each subcommand, in one interpreter (``tests.cli_batch``; the top-level
+    ``--help`` above is the console script's), with TensorFlow's import blocked: no help needs it."""
+    results = run_batch([[subcommand, "--help"] for subcommand in SUBCOMMANDS], env=subprocess_env(), block_tensorflow=True)
+    return dict(zip(SUBCOMMANDS, results, strict=True))
+
+
 @pytest.mark.parametrize("subcommand", SUBCOMMANDS)
-def test_subcommand_help_lists_every_flag(subcommand: str) -> None:
-    proc = run_cli([subcommand, "--help"])
+def test_subcommand_help_lists_every_flag(subcommand_helps: dict[str, CommandResult], subcommand: str) -> None:
+    proc = subcommand_helps[subcommand]
     assert proc.returncode == 0, tail(proc.stdout)
     for mention in expected_mentions(subcommand_parsers()[subcommand]):
         assert mention in proc.stdout, f"`stepstream {subcommand} --help` does not mention {mention!r}:\n{proc.stdout}"
