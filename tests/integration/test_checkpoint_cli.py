@@ -43,6 +43,9 @@ from tests.integration.simple_run import (
 )
 from tests.integration.test_cli import subprocess_env, tail
 
+pytestmark = pytest.mark.timeout(600)
+"""The first test's setup resumes every case (``resumed``): 166-173 s at load 15 on 2 cores, near the 300 s default."""
+
 INT64_MAX = 2**63 - 1
 RESUMED_MAX_STEPS = MAX_STEPS + CHECKPOINT_INTERVAL
 
