@@ -148,16 +148,18 @@ def test_the_grpc_topics_override_hosts_the_topics_in_the_processor() -> None:
 # -- the stack's config ---------------------------------------------------------------------------
 
 
-def test_the_stack_config_is_the_cartpole_example_with_a_policy_lag_for_several_clients() -> None:
+def test_the_stack_config_is_the_cartpole_example_sized_for_several_clients() -> None:
     mounted = Path(_host_argv(SERVICES["processor"])[1])
     stack = load_config(mounted)
     example = load_config(REPO / "configs" / "cartpole_ppo.yaml")
-    assert stack.env_settings == example.env_settings
+    assert vars(stack.env_settings) == {**vars(example.env_settings), "num_envs": stack.env_settings.num_envs}
     settings = stack.behaviors["CartPole"]
     assert settings == example.behaviors["CartPole"].__class__(
         **{**vars(example.behaviors["CartPole"]), "max_policy_lag": settings.max_policy_lag}
-    ), f"{mounted.name} must differ from cartpole_ppo.yaml in max_policy_lag alone"
-    # The lag the stack's clients build up (the config's header): 1 + clients x num_envs x time_horizon / buffer_size.
+    ), f"{mounted.name} must differ from cartpole_ppo.yaml in num_envs and max_policy_lag alone"
+    # `--scale env=4` steps the example's agents (the config's header).
+    assert 4 * stack.env_settings.num_envs == example.env_settings.num_envs
+    # The lag the stack's clients build up: 1 + clients x num_envs x time_horizon / buffer_size.
     per_client = stack.env_settings.num_envs * settings.time_horizon / settings.hyperparameters.buffer_size
     assert settings.effective_max_policy_lag is not None
     assert settings.effective_max_policy_lag >= 1 + SCALE["env"] * per_client
