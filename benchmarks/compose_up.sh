@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
-# A real stack run (issue 14): build the image, `up --scale env=2`, train CartPole to the threshold, end by itself,
-# `down -v`. A benchmark, not CI: it needs a container engine and takes tens of minutes (an image with TensorFlow,
-# then 100k agent steps on the CPU).
+# A real stack run (issues 14 and 16): build the image, bring the stack up, train CartPole to the threshold, end by
+# itself, `down -v`. A benchmark, not CI: it needs a container engine and takes tens of minutes (an image with
+# TensorFlow, then 100k agent steps on the CPU).
 #
-#   benchmarks/compose_up.sh [--threshold 475] [--timeout-s 5400] [--scale 2] [--project stepstream-bench]
+#   benchmarks/compose_up.sh [--topics nats|grpc] [--processors N] [--scale N] [--threshold 475] [--timeout-s 5400]
+#                            [--project stepstream-bench]
 #
+# * --topics nats (default, issue 16): docker-compose.yml as it is: the NATS broker, --processors processors
+#   (default 2) and --scale env clients (default 4) spread over them, the trainer on the broker's topics.
+#   --topics grpc (issue 14): with docker-compose.grpc-topics.yml, one processor hosting the topics itself,
+#   --scale env clients (default 2).
 # * Where Docker is missing it installs Debian's packages (docker.io, docker-compose; root needed) and starts
 #   dockerd. It uses `docker compose` (v2) when the plugin is there, else `docker-compose` (v1, 1.29 on Debian 12).
 # * Docker Hub is not reachable on some machines: when `docker pull python:3.11-slim` fails, it builds a stand-in
@@ -14,14 +19,19 @@
 #   `pip install` in the build passes an egress proxy that re-signs TLS, as the host's own pip does.
 # * "trained": the run's mean reward (run_logs/training_status.json, last 100 episodes) reached --threshold;
 #   "ended": `up` returned by itself, exit 0, before --timeout-s (the trainer at max_steps, then the env clients,
-#   then the processor with --exit-when-finished). `down -v` always runs at the end.
+#   then the processors with --exit-when-finished, then the broker once idle). `down -v` always runs at the end.
+#   Also from the services' logs: the trainer's stale and fresh trajectories ("stale_trajectories",
+#   "trajectories"), the processors' stale drops before publishing are on their metrics only; and the count of
+#   log lines with a Python traceback, a CancelledError or LiteRT's XNNPACK notice ("tracebacks", "xnnpack_lines").
 # * Where no engine can run at all, it says so on stderr, prints the JSON line with "error", and exits 2: never a
 #   silent skip. The JSON line is the last line of stdout; everything else goes to stderr or the log folder.
 set -euo pipefail
 
 THRESHOLD=475
 TIMEOUT_S=5400
-SCALE=2
+TOPICS=nats
+PROCESSORS=2
+SCALE=
 PROJECT=stepstream-bench
 BASE_IMAGE=python:3.11-slim
 HOST_CA_BUNDLE=/etc/ssl/certs/ca-certificates.crt
@@ -29,12 +39,19 @@ while [[ $# -gt 0 ]]; do
   case "$1" in
     --threshold) THRESHOLD=$2; shift 2 ;;
     --timeout-s) TIMEOUT_S=$2; shift 2 ;;
+    --topics) TOPICS=$2; shift 2 ;;
+    --processors) PROCESSORS=$2; shift 2 ;;
     --scale) SCALE=$2; shift 2 ;;
     --project) PROJECT=$2; shift 2 ;;
-    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,29p' "$0"; exit 0 ;;
     *) echo "compose_up.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
+case "$TOPICS" in
+  nats) FILES=(-f docker-compose.yml); SCALE=${SCALE:-4} ;;
+  grpc) FILES=(-f docker-compose.yml -f docker-compose.grpc-topics.yml); SCALE=${SCALE:-2}; PROCESSORS=1 ;;
+  *) echo "compose_up.sh: --topics is nats or grpc, not $TOPICS" >&2; exit 2 ;;
+esac
 
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 LOG_DIR=$(mktemp -d /tmp/compose_up.XXXXXX)
@@ -48,11 +65,22 @@ elapsed() { python3 -c "import time; print(round(time.time() - $STARTED, 1))"; }
 
 # The one JSON line: result "trained" "ended" [error].
 report() {
-  python3 - "$1" "$2" "$(elapsed)" "${3:-}" "${COMPOSE[*]:-none}" "$BASE_SOURCE" "$LOG_DIR" "${MEAN_REWARD:-}" <<'EOF'
-import json, sys
-trained, ended, seconds, error, compose, base, logs, mean = sys.argv[1:9]
+  python3 - "$1" "$2" "$(elapsed)" "${3:-}" "${COMPOSE[*]:-none}" "$BASE_SOURCE" "$LOG_DIR" "${MEAN_REWARD:-}" \
+    "$TOPICS" "$PROCESSORS" "$SCALE" <<'EOF'
+import json, re, sys
+from pathlib import Path
+trained, ended, seconds, error, compose, base, logs, mean, topics, processors, scale = sys.argv[1:12]
 out = {"workload": "compose_up", "trained": trained == "true", "ended": ended == "true", "seconds": float(seconds),
+       "topics": topics, "processors": int(processors), "env_clients": int(scale),
        "mean_reward": float(mean) if mean else None, "compose": compose, "base_image": base, "logs": logs}
+up = Path(logs, "up.log")
+if up.is_file():
+    text = up.read_text(errors="replace")
+    stopped = re.findall(r"trainer stopped \(\w+\) at step (\d+).*?(\d+) stale and (\d+) duplicate", text)
+    if stopped:
+        out["trainer_steps"], out["stale_trajectories"], out["duplicate_trajectories"] = map(int, stopped[-1])
+    out["tracebacks"] = len(re.findall(r"Traceback \(most recent call last\)|CancelledError", text))
+    out["xnnpack_lines"] = text.count("XNNPACK")
 if error:
     out["error"] = error
 print(json.dumps(out))
@@ -110,17 +138,17 @@ fi
 
 # -- the run ----------------------------------------------------------------------------------------------------
 cd "$REPO"
-compose() { "${COMPOSE[@]}" -p "$PROJECT" -f docker-compose.yml "$@"; }
+compose() { "${COMPOSE[@]}" -p "$PROJECT" "${FILES[@]}" "$@"; }
 cleanup() { compose down -v >"$LOG_DIR/down.log" 2>&1 || log "down -v failed (see $LOG_DIR/down.log)"; }
 trap cleanup EXIT
 
 log "building the image (log: $LOG_DIR/build.log)"
 compose build >"$LOG_DIR/build.log" 2>&1 || { log "build failed"; report false false "image build failed (see $LOG_DIR/build.log)"; exit 1; }
 
-log "up --scale env=$SCALE (log: $LOG_DIR/up.log; bound ${TIMEOUT_S} s)"
+log "topics $TOPICS: up --scale processor=$PROCESSORS --scale env=$SCALE (log: $LOG_DIR/up.log; bound ${TIMEOUT_S} s)"
 UP_RC=0
-timeout "$TIMEOUT_S" "${COMPOSE[@]}" -p "$PROJECT" -f docker-compose.yml up --no-build --scale "env=$SCALE" \
-  >"$LOG_DIR/up.log" 2>&1 || UP_RC=$?
+timeout "$TIMEOUT_S" "${COMPOSE[@]}" -p "$PROJECT" "${FILES[@]}" up --no-build --scale "processor=$PROCESSORS" \
+  --scale "env=$SCALE" >"$LOG_DIR/up.log" 2>&1 || UP_RC=$?
 ENDED=false
 [[ $UP_RC -eq 0 ]] && ENDED=true
 [[ $UP_RC -eq 124 ]] && log "up did not return within ${TIMEOUT_S} s"

@@ -255,11 +255,13 @@ def _build_parser() -> argparse.ArgumentParser:
 
 
 def _run_processor(args: argparse.Namespace) -> int:
+    from cli.console import route_native_stderr
     from common.config import load_config
     from common.topics import FullPolicy
     from processor.behaviors import ProcessorSettings
     from processor.server import ProcessorServer, ServerOptions
 
+    route_native_stderr()  # LiteRT's "Created TensorFlow Lite XNNPACK delegate" at the first policy: noise, dropped
     full_policy = FullPolicy(args.full_policy)
     if args.config:
         settings = ProcessorSettings.from_run_options(load_config(args.config), full_policy=full_policy)

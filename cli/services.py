@@ -35,6 +35,7 @@ from typing import Any
 from cli.console import load_tensorflow
 from cli.flags import MetricsEndpoint, client_security_from_args, metrics_from_args
 from cli.ports import check_port_free
+from cli.processor_replicas import replica_security, replica_targets
 from cli.results import has_checkpoint, prepare_behavior_dir, process_start_time, removed_if_unstarted
 from cli.run_config import (
     EnvFlags,
@@ -220,28 +221,58 @@ class TrainerService:
         return 130 if stopped_by == INTERRUPTED else 0
 
     def _report_finished(self, publisher: Any) -> None:
-        """Tell the processor the behavior's training is over, so it ends the env clients (``FinishTraining``)."""
+        """Tell the processor the behavior's training is over, so it ends the env clients (``FinishTraining``);
+        with the topics on a broker, every processor replica behind ``--processor`` (``cli.processor_replicas``)."""
         steps, version = self.last_result.steps, self.last_result.policy_version
-        try:
-            publisher.finish(steps, version)
-        except StepstreamError as err:  # the run is done either way; the env clients then end with the processor
-            log.warning("%s: could not tell the processor that training finished: %s", self.name, err)
-            return
-        log.info("training of %s finished at step %d (policy version %d); env clients told to end", self.name, steps, version)
+        told = 0
+        for target, each in self._replica_publishers(publisher):
+            try:
+                each.finish(steps, version)
+                told += 1
+            except StepstreamError as err:  # the run is done either way; the env clients then end with the processor
+                log.warning("%s: could not tell the processor at %s that training finished: %s", self.name, target, err)
+            finally:
+                if each is not publisher:
+                    each.close()
+        if told:
+            log.info(
+                "training of %s finished at step %d (policy version %d); env clients of %d processor(s) told to end",
+                self.name, steps, version, told,
+            )  # fmt: skip
+
+    def _replica_publishers(self, publisher: Any) -> list[tuple[str, Any]]:
+        """``(target, publisher)`` per processor: ``publisher`` alone, unless the topics are on a broker and
+        ``--processor`` resolves to several replicas (a new publisher each; the caller closes them)."""
+        from common.topics.grpc_transport import GrpcPolicyPublisher
+
+        targets = replica_targets(self.options.processor) if self.options.topics else []
+        if len(targets) <= 1:
+            return [(self.options.processor, publisher)]
+        security = replica_security(self.options.security, self.options.processor)
+        return [(target, GrpcPolicyPublisher(target, self.name, security=security)) for target in targets]
 
     def _wait_for_brain_parameters(self, publisher: Any, stop: threading.Event) -> BrainParameters | None:
         """The behavior's BrainParameters once an env client declared them; None if stopped first."""
         started = last_log = time.monotonic()
         log.info("%s: waiting for an env client to declare the behavior at %s", self.name, self.options.processor)
         while not stop.is_set():
+            # Any replica will do (the one `publisher` reached may have no env client yet); asked in turn.
+            replicas = self._replica_publishers(publisher)
             try:
-                params: BrainParameters = publisher.wait_for_brain_parameters(self.name, timeout_s=WAIT_POLL_S)
-                return params
-            except DeadlineExceededError:
-                now = time.monotonic()
-                if now - last_log >= WAIT_LOG_INTERVAL_S:
-                    last_log = now
-                    log.info("%s: still waiting for an env client to declare it (%.0f s)", self.name, now - started)
+                for _, source in replicas:
+                    try:
+                        params: BrainParameters = source.wait_for_brain_parameters(self.name, timeout_s=WAIT_POLL_S)
+                        return params
+                    except DeadlineExceededError:
+                        pass
+            finally:
+                for _, source in replicas:
+                    if source is not publisher:
+                        source.close()
+            now = time.monotonic()
+            if now - last_log >= WAIT_LOG_INTERVAL_S:
+                last_log = now
+                log.info("%s: still waiting for an env client to declare it (%.0f s)", self.name, now - started)
         return None
 
     def _train(self, learner: Any, publisher: Any, resume: bool, stop: threading.Event) -> tuple[str, bool]:

@@ -212,6 +212,11 @@ def test_stack_learns_survives_a_processor_restart_and_stops_cleanly(tmp_path: P
         # 3. clean stop
         for name in ("env0", "env1", "trainer", "processor"):
             assert stack.stop(name) == 0, f"{name} did not exit cleanly:\n{stack.log_tails()}"
+        # A clean stop logs no traceback (issue 14: CancelledError at stop), and LiteRT's XNNPACK notice, which
+        # the processor's first policy writes to native stderr, is dropped as noise (cli.console.NATIVE_NOISE).
+        processor_log = (tmp_path / "processor.log").read_text(encoding="utf-8", errors="replace")
+        for unwanted in ("Traceback", "CancelledError", "XNNPACK"):
+            assert unwanted not in processor_log, f"processor log has {unwanted!r}:\n{stack.log_tails()}"
     status = json.loads((results / RUN_ID / "run_logs" / "training_status.json").read_text(encoding="utf-8"))[BEHAVIOR]
     assert status["steps"] >= rows[-1][0] and status["checkpoints"], status
     assert status["policy_version"] > version_before

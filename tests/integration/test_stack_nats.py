@@ -16,9 +16,12 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.integration.test_stack import (
     CONFIG,
+    LIVENESS_TIMEOUT_S,
+    POLL_S,
     WINDOW,
     Stack,
     _free_port,
@@ -75,5 +78,48 @@ def test_stack_learns_through_jetstream_and_survives_a_broker_sigkill(tmp_path: 
             logger.info("recovered from the broker SIGKILL in %.1f s", time.monotonic() - started - learned_s)
             for name in ("env0", "env1", "trainer", "processor"):
                 assert stack.stop(name) == 0, f"{name} did not exit cleanly:\n{stack.log_tails()}"
+    finally:
+        broker.stop()
+
+
+FINISH_STEPS = 1500
+"""max_steps of the finished-run test: a few updates of the 1-D task, then the end."""
+
+
+def test_a_finished_run_ends_every_service_through_jetstream(tmp_path: Path) -> None:
+    """The compose stack's end (``docker compose up`` returns) as local processes on the broker: the trainer
+    reaches max_steps and exits 0; the env clients, blocked on the full ``block`` stream as the trainer stops
+    taking trajectories, are woken (the finished behavior's durable consumer is removed, the broker frees its
+    messages), told to end and exit 0; the processor, with ``--exit-when-finished``, exits 0 once no session is
+    open. No process is signalled; no traceback is logged."""
+    config = tmp_path / "simple_ppo.yaml"
+    settings = yaml.safe_load(CONFIG.read_text(encoding="utf-8"))
+    settings["behaviors"][BEHAVIOR].update(max_steps=FINISH_STEPS, summary_freq=500, checkpoint_interval=FINISH_STEPS)
+    config.write_text(yaml.safe_dump(settings, sort_keys=False), encoding="utf-8")
+    broker = NatsServer(tmp_path / "nats").start()
+    port = _free_port()
+    address = f"127.0.0.1:{port}"
+    topics = ("--topics", broker.url)
+    try:
+        with Stack(tmp_path) as stack:
+            stack.start("processor", "processor", str(config), "--port", str(port), *topics, "--exit-when-finished")
+            stack.wait_until(lambda: serving(address), "processor SERVING")
+            stack.start(
+                *("trainer", "trainer", str(config), "--behavior", BEHAVIOR, "--processor", address, *topics),
+                *("--results-dir", str(tmp_path / "results"), "--run-id", RUN_ID, "--seed", "0"),
+            )
+            for i in range(2):
+                stack.start(f"env{i}", "env", str(config), "--processor", address, "--client-id", f"env-{i}", "--seed", "0")
+            deadline = time.monotonic() + LIVENESS_TIMEOUT_S
+            while any(p.poll() is None for p in stack.processes.values()):
+                running = sorted(name for name, p in stack.processes.items() if p.poll() is None)
+                bound = f"still running after {LIVENESS_TIMEOUT_S:.0f} s: {running}"
+                assert time.monotonic() < deadline, f"{bound}\n{stack.log_tails()}"
+                time.sleep(POLL_S)
+            codes = {name: p.returncode for name, p in stack.processes.items()}
+            assert codes == dict.fromkeys(codes, 0), f"exit codes {codes}:\n{stack.log_tails()}"
+            for name in codes:
+                log_text = (tmp_path / f"{name}.log").read_text(encoding="utf-8", errors="replace")
+                assert "Traceback" not in log_text, f"{name} logged a traceback:\n{stack.log_tails()}"
     finally:
         broker.stop()

@@ -309,6 +309,36 @@ class JetStreamTrajectoryTopic:
         self.declare(subscriber_name, max_size, full_policy)
         return JetStreamSubscription(self._conn, self.stream_name, self.name, subscriber_name, lambda: self._stream_settings)
 
+    def remove(self, subscriber_name: str) -> int:
+        """Delete the subscriber's durable consumer: a subscriber gone for good (its behavior finished training).
+
+        With Interest retention the broker then drops what only that consumer held, so publishers
+        blocked on a full ``block`` stream get room, in this process and in every other processor
+        publishing into the stream (``processor.behaviors.BehaviorTable.finish``). A consumer already
+        deleted, by another processor, is not an error.
+
+        Returns:
+            The messages it had not yet acknowledged (pending and in flight); 0 if there was no such consumer.
+
+        Raises:
+            TopicClosedError: the topic is closed.
+            StepstreamError: the broker refused (``DeadlineExceededError`` when unreachable).
+        """
+        self._check_open()
+        return self._call(self._remove(subscriber_name))
+
+    async def _remove(self, subscriber_name: str) -> int:
+        consumer = subject_token(subscriber_name)
+        self._consumers.discard(consumer)
+        try:
+            info = await self._conn.js.consumer_info(self.stream_name, consumer)
+            await self._conn.js.delete_consumer(self.stream_name, consumer)
+        except nats.js.errors.NotFoundError:
+            return 0
+        discarded = int(info.num_pending or 0) + int(info.num_ack_pending or 0)
+        logger.info("topic %r: durable consumer %r removed (%d unacknowledged)", self.name, subscriber_name, discarded)
+        return discarded
+
     def _call(self, coro: Awaitable[T]) -> T:
         try:
             return self._conn.run(coro)
