@@ -72,6 +72,13 @@ def _add_processor(sub: argparse._SubParsersAction) -> None:
         "durable) instead of in this process [env STEPSTREAM_TOPICS]",
     )
     parser.add_argument(
+        "--processor-id",
+        metavar="ID",
+        default=os.environ.get("STEPSTREAM_PROCESSOR_ID") or None,
+        help="this processor's identity in every session and trajectory id (default <hostname>-<pid>); processors "
+        "sharing one --topics broker need distinct ones [env STEPSTREAM_PROCESSOR_ID]",
+    )
+    parser.add_argument(
         "--exit-when-finished",
         action="store_true",
         help="exit 0 once the trainer of every configured behavior reported max_steps and no env client is connected "
@@ -259,6 +266,7 @@ def _run_processor(args: argparse.Namespace) -> int:
     from common.topics import FullPolicy
     from processor.behaviors import ProcessorSettings
     from processor.server import ProcessorServer, ServerOptions
+    from processor.sessions import default_processor_id
 
     full_policy = FullPolicy(args.full_policy)
     if args.config:
@@ -269,13 +277,18 @@ def _run_processor(args: argparse.Namespace) -> int:
     check_port_free(args.host, args.port, "--port")
     check_port_free(args.metrics_host, args.metrics_port, "--metrics-port")
     options = ServerOptions(
-        host=args.host, port=args.port, security=security, metrics_host=args.metrics_host, metrics_port=args.metrics_port
+        host=args.host,
+        port=args.port,
+        security=security,
+        metrics_host=args.metrics_host,
+        metrics_port=args.metrics_port,
+        processor_id=args.processor_id,
     )
     topics = None
     if args.topics:
         from common.topics.jetstream import open_topics
 
-        topics = open_topics(args.topics, name="processor")
+        topics = open_topics(args.topics, name=f"processor/{args.processor_id or default_processor_id()}")
     server = ProcessorServer(settings, options, topics)  # type: ignore[arg-type]  # the same surface as TopicRegistry
     asyncio.run(server.serve(grace_s=args.grace_s, exit_when_finished=args.exit_when_finished))
     return 0
