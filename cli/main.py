@@ -185,7 +185,8 @@ def _add_env(sub: argparse._SubParsersAction) -> None:
         "--processor",
         metavar="ADDR",
         default=os.environ.get("STEPSTREAM_PROCESSOR", f"127.0.0.1:{DEFAULT_PORT}"),
-        help="host:port of the processor (default 127.0.0.1:50051) [env STEPSTREAM_PROCESSOR]",
+        help="host:port of the processor (default 127.0.0.1:50051); several: IP:PORT,IP:PORT or one DNS name resolving "
+        "to all (dns:///processor:50051), balanced by gRPC's round_robin [env STEPSTREAM_PROCESSOR]",
     )
     parser.add_argument("--behavior", metavar="NAME", help="host only this behavior's env_path entry (default: every entry)")
     parser.add_argument(

@@ -181,7 +181,7 @@ class Fleet:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) if path.exists() else ""
 
     def stop(self) -> None:
-        for i, process in enumerate(self.processes):
+        for process in self.processes:
             if process is not None and process.poll() is None:
                 process.terminate()
         for i, process in enumerate(self.processes):
