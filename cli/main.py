@@ -16,9 +16,11 @@ import sys
 from collections.abc import Sequence
 
 from cli.flags import (
+    add_broker_security_flags,
     add_client_security_flags,
     add_metrics_flags,
     add_server_security_flags,
+    broker_security_from_args,
     client_security_from_args,
     server_security_from_args,
 )
@@ -85,6 +87,7 @@ def _add_processor(sub: argparse._SubParsersAction) -> None:
         "(the compose stack's end); without it the processor serves inference on with the last policies",
     )
     add_server_security_flags(parser)
+    add_broker_security_flags(parser)
     add_metrics_flags(parser)
     parser.set_defaults(func=_run_processor)
 
@@ -167,6 +170,7 @@ def _add_trainer(sub: argparse._SubParsersAction) -> None:
         "durable) instead of the processor's over gRPC (BrainParameters still come from --processor) [env STEPSTREAM_TOPICS]",
     )
     add_client_security_flags(parser)
+    add_broker_security_flags(parser)
     add_metrics_flags(parser)
     parser.set_defaults(func=_run_trainer)
 
@@ -289,7 +293,8 @@ def _run_processor(args: argparse.Namespace) -> int:
     if args.topics:
         from common.topics.jetstream import open_topics
 
-        topics = open_topics(args.topics, name=f"processor/{args.processor_id or default_processor_id()}")
+        name = f"processor/{args.processor_id or default_processor_id()}"
+        topics = open_topics(args.topics, name=name, security=broker_security_from_args(args))
     server = ProcessorServer(settings, options, topics)  # type: ignore[arg-type]  # the same surface as TopicRegistry
     asyncio.run(server.serve(grace_s=args.grace_s, exit_when_finished=args.exit_when_finished))
     return 0

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from cli.console import load_tensorflow
-from cli.flags import MetricsEndpoint, client_security_from_args, metrics_from_args
+from cli.flags import MetricsEndpoint, broker_security_from_args, client_security_from_args, metrics_from_args
 from cli.ports import check_port_free
 from cli.results import has_checkpoint, prepare_behavior_dir, process_start_time, removed_if_unstarted
 from cli.run_config import (
@@ -50,7 +50,7 @@ from common.config import BehaviorSettings, TrainerType
 from common.errors import ConfigError, DeadlineExceededError, StepstreamError, TopicClosedError
 from common.logs import log_context
 from common.metrics import serve_metrics
-from common.security import PLAINTEXT, ClientSecurity
+from common.security import BROKER_PLAINTEXT, PLAINTEXT, BrokerSecurity, ClientSecurity
 from common.specs import BrainParameters
 from envclient.envs import open_vector_envs
 from envclient.reconnect import ReconnectingEnvClient
@@ -86,6 +86,8 @@ class TrainerOptions:
     """The Prometheus endpoint (``trainer.metrics``); no port serves none."""
     topics: str | None = None
     """``nats://`` URL of the broker holding the topics; None: the processor's, over gRPC."""
+    topics_security: BrokerSecurity = BROKER_PLAINTEXT
+    """NATS's TLS and token towards the ``topics`` broker."""
 
 
 def trainer_options_from_args(args: Any) -> TrainerOptions:
@@ -101,6 +103,7 @@ def trainer_options_from_args(args: Any) -> TrainerOptions:
         security=client_security_from_args(args),
         metrics=metrics_from_args(args),
         topics=args.topics,
+        topics_security=broker_security_from_args(args),
     )
 
 
@@ -254,7 +257,9 @@ class TrainerService:
         if self.options.topics:  # trajectories and policies through the broker; BrainParameters still from the processor
             from common.topics.jetstream import open_topics
 
-            broker = open_topics(self.options.topics, name=f"trainer/{self.name}", follow_policies=False)
+            broker = open_topics(
+                self.options.topics, name=f"trainer/{self.name}", follow_policies=False, security=self.options.topics_security
+            )
             subscription: Any = broker.trajectories(self.name).subscribe(TRAINER_SUBSCRIBER)
             publisher = broker.policies(self.name)
         else:

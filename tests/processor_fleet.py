@@ -283,6 +283,8 @@ class Ledger:
     ids: Counter[str] = field(default_factory=Counter)
     version_spans: list[int] = field(default_factory=list)
     """Per trajectory taken in: its newest less its oldest policy version."""
+    lost_trainer_kill: int = 0
+    """Experiences a SIGKILLed lifetime had acked but not yet "trained" on (part of what was taken in)."""
 
     def take(self, trajectory_id: str, session_id: str, length: int, span: int) -> None:
         self.ids[trajectory_id] += 1
@@ -298,14 +300,40 @@ class Ledger:
     def experiences(self) -> int:
         return sum(self.experiences_by_session.values())
 
-    def read(self, path: Path) -> Ledger:
-        """Add every complete line of a ``CountingTrainer`` ledger file."""
-        if path.exists():
-            for line in path.read_text().splitlines():
-                if line.endswith("}"):
-                    row = json.loads(line)
-                    self.take(row["id"], row["session"], row["length"], row["span"])
-        return self
+    @classmethod
+    def of_lifetimes(cls, lifetimes: Iterable[tuple[Path, bool]]) -> Ledger:
+        """The ledger of ``CountingTrainer`` processes' files, in order, each with whether it was SIGKILLed.
+
+        A lifetime's last batch may lack its ``acked`` line (killed between the ack and that line): it counts
+        as taken in by that lifetime exactly when no later lifetime was delivered it again (the broker
+        had the ack), so the broker, not a guess, decides.
+        """
+        ledger = cls()
+        unsure: list[tuple[dict[str, object], bool]] = []
+        for path, killed in lifetimes:
+            pending: list[dict[str, object]] = []
+            untrained = 0
+            for line in path.read_text().splitlines() if path.exists() else []:
+                if not line.endswith("}"):
+                    continue  # torn by the kill
+                row = json.loads(line)
+                if "id" in row:
+                    pending.append(row)
+                elif "acked" in row:
+                    for taken in pending:
+                        ledger.take(str(taken["id"]), str(taken["session"]), int(taken["length"]), int(taken["span"]))  # type: ignore[call-overload]
+                        untrained += int(taken["length"])  # type: ignore[call-overload]
+                    pending = []
+                elif "trained" in row:
+                    untrained = 0
+            if killed:
+                ledger.lost_trainer_kill += untrained
+            unsure.extend((row, killed) for row in pending)
+        for row, killed in unsure:
+            if str(row["id"]) not in ledger.ids:
+                ledger.take(str(row["id"]), str(row["session"]), int(row["length"]), int(row["span"]))  # type: ignore[call-overload]
+                ledger.lost_trainer_kill += int(row["length"]) if killed else 0  # type: ignore[call-overload]
+        return ledger
 
 
 def _span(trajectory: Trajectory) -> int:
@@ -317,11 +345,22 @@ class CountingTrainer:
     """The trainer's subscription with a counter in place of the learner (module docstring).
 
     It acks a trajectory only after recording it (in ``ledger``, and as a flushed line of
-    ``ledger_file`` when given), as the trainer acks only once a trajectory is in its buffer. It never
-    drops a redelivery of an id it took in: those are what ``Ledger.duplicates`` counts.
+    ``ledger_file`` when given, then an ``acked`` line once the acks are sent), as the trainer acks
+    only once a trajectory is in its buffer. Every ``buffer_experiences`` experiences it writes a
+    ``trained`` line, as a learner empties its buffer into an update: what a SIGKILL finds acked since
+    the last one is what a killed trainer loses. Like the trainer (its Deduplicator) it drops a
+    redelivery of an id this lifetime took in; one that a later lifetime takes in again is what
+    ``Ledger.duplicates`` counts.
     """
 
-    def __init__(self, url: str, behavior: str = BEHAVIOR, ledger_file: TextIO | None = None) -> None:
+    def __init__(
+        self, url: str, behavior: str = BEHAVIOR, ledger_file: TextIO | None = None, buffer_experiences: int = 1024
+    ) -> None:
+        self.buffer_experiences = buffer_experiences
+        self._buffered = 0
+        self._seen: set[str] = set()
+        """Ids this lifetime took in (the trainer's Deduplicator; a new lifetime starts empty)."""
+        self.redelivered_dropped = 0
         self.topics = JetStreamTopics(url, name="counting-trainer", follow_policies=False)
         self.subscription = self.topics.trajectories(behavior).subscribe(TRAINER_SUBSCRIBER)
         self.policies = self.topics.policies(behavior)
@@ -337,6 +376,10 @@ class CountingTrainer:
             deliveries = self.subscription.get(64, timeout_s=0.5)
             for delivery in deliveries:
                 item = delivery.item
+                if str(item.id) in self._seen:  # redelivered after a lost ack: dropped, as TrainerLoop's Deduplicator does
+                    self.redelivered_dropped += 1
+                    continue
+                self._seen.add(str(item.id))
                 self.ledger.take(str(item.id), item.id.session_id, item.length, _span(item))
                 if self.ledger_file is not None:
                     row = {"id": str(item.id), "session": item.id.session_id, "length": item.length, "span": _span(item)}
@@ -344,6 +387,13 @@ class CountingTrainer:
             if self.ledger_file is not None and deliveries:
                 self.ledger_file.flush()  # in the kernel before the ack: a SIGKILL after it keeps the line
             self.subscription.ack(d.tag for d in deliveries)
+            if self.ledger_file is not None and deliveries:
+                self._buffered += sum(d.item.length for d in deliveries)
+                self.ledger_file.write(json.dumps({"acked": len(deliveries)}) + "\n")
+                if self._buffered >= self.buffer_experiences:
+                    self.ledger_file.write(json.dumps({"trained": self._buffered}) + "\n")
+                    self._buffered = 0
+                self.ledger_file.flush()
 
     def start(self) -> CountingTrainer:
         self._thread = threading.Thread(target=self.run, name="counting-trainer", daemon=True)
