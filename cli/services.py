@@ -189,11 +189,26 @@ class TrainerService:
 
     def _run(self, stop: threading.Event) -> int:
         """Wait for the behavior's BrainParameters, build the learner, train; see ``run_trainer``."""
+        target: Any = self.options.processor
+        if self.options.topics:
+            # Through a broker any processor of the behavior knows its BrainParameters: --processor may name several
+            # (as an env client's does), and each query goes to the next one, balanced by gRPC's round_robin.
+            from envclient.reconnect import processor_channel
+
+            target = processor_channel(self.options.processor, self.options.security)
+        try:
+            return self._run_with(target, stop)
+        finally:
+            if not isinstance(target, str):
+                target.close()
+
+    def _run_with(self, target: Any, stop: threading.Event) -> int:
+        """``_run`` with the processor's address or channel ``target``."""
         from common.topics.grpc_transport import GrpcPolicyPublisher
         from trainer.loop import INTERRUPTED, MAX_STEPS
         from trainer.registry import make_learner
 
-        with GrpcPolicyPublisher(self.options.processor, self.name, security=self.options.security) as publisher:
+        with GrpcPolicyPublisher(target, self.name, security=self.options.security) as publisher:
             params = self._wait_for_brain_parameters(publisher, stop)
             if params is None:
                 return 0

@@ -96,6 +96,14 @@ def _write_after_end(err: StepRejectedError) -> bool:
     return err.code == _CODE.INTERNAL and err.details == WRITE_AFTER_END_DETAILS
 
 
+def processor_channel(address: str, security: ClientSecurity = PLAINTEXT) -> grpc.Channel:
+    """A synchronous channel to every processor ``address`` names (``processor_target``), balanced by ``round_robin``:
+    a trainer's queries through a broker go to any processor of the behavior."""
+    from common.topics.grpc_transport import MESSAGE_SIZE_OPTIONS
+
+    return security.channel(processor_target(address), [*MESSAGE_SIZE_OPTIONS, *KEEPALIVE_OPTIONS, *LOAD_BALANCING_OPTIONS])
+
+
 @dataclass
 class SessionRecord:
     """One session a ``ReconnectingEnvClient`` opened: its id (the processor's identity first) and what it sent."""

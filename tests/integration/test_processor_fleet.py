@@ -16,6 +16,8 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+from common.topics.grpc_transport import GrpcPolicyPublisher
+from envclient.reconnect import processor_channel
 from envclient.simple_env import simple_brain_parameters
 from tests.integration.helpers import policy_update, wait_until
 from tests.processor_fleet import BEHAVIOR, CountingTrainer, Fleet, FleetClients, fleet_config
@@ -57,6 +59,9 @@ async def test_two_processors_share_the_broker_and_conserve_experiences_across_a
         await asyncio.to_thread(trainer.policies.publish, policy_update(params, 2, seed=2), 2)
         await wait_until(lambda: all_act_with(2), "p1 swapped version 2 in", LIVENESS_S)
         await clients.finish()
+        # The trainer's query through the broker (``stepstream trainer --topics --processor P0,P1``) finds a live one.
+        with processor_channel(fleet.target) as channel, GrpcPolicyPublisher(channel, BEHAVIOR) as status:
+            assert await asyncio.to_thread(status.wait_for_brain_parameters, timeout_s=LIVENESS_S) == params
 
         sent = clients.sent_by_session()
         on = {p: {s for s in sent if s.startswith(f"{p}:")} for p in ("p0", "p1")}
