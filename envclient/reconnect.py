@@ -171,7 +171,7 @@ class ReconnectingEnvClient:
         channel_options: ChannelOptions = (),
     ) -> None:
         self.address = address
-        self._channel_options = (*KEEPALIVE_OPTIONS, *LOAD_BALANCING_OPTIONS, *channel_options)
+        self._channel_options: list[tuple[str, int | str]] = [*KEEPALIVE_OPTIONS, *LOAD_BALANCING_OPTIONS, *channel_options]
         self.target = processor_target(address)
         self.client_id = client_id
         self.behavior_name = behavior_name
