@@ -14,11 +14,17 @@ trajectory (float32 observations, 64 steps); publish-to-learner latency of JetSt
 one trajectory in flight at a time (16 KB); and policy propagation: from a trainer's KV publish of a
 1 MB policy to each of ``--processors`` policy followers (separate connections) seeing that
 version, p99 over every (version, follower). Throughput runs publish ``--count`` trajectories each.
+Then aggregate agent-steps/s of ``--fleet-clients`` env clients (1-D task, a real exported MLP
+acting) over 1 and over 2 real ``stepstream processor --topics`` processes on one broker
+(``tests.processor_fleet``), each measured for ``--fleet-seconds``, with the busiest processor's
+CPU per agent-step: on 2 cores a second processor cannot add throughput, so the figure to read is
+that it costs none.
 
 Prints one JSON line last. On a shared 2-core machine the figures are noisy: compare the two
 transports within one run, not across runs.
 
 usage: broker.py [--count 2000] [--publishers 8] [--latency-count 200] [--policies 30] [--processors 4]
+                 [--fleet-clients 4] [--fleet-agents 16] [--fleet-seconds 10]
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ import functools
 import json
 import logging
 import os
+import resource
 import sys
 import tempfile
 import threading
@@ -229,6 +236,59 @@ async def measure_policy_propagation(url: str, args: argparse.Namespace) -> dict
     return {"policy_propagation_p50_ms": percentile(samples, 50), "policy_propagation_p99_ms": percentile(samples, 99)}
 
 
+def _cpu_s(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` so far (``/proc/PID/stat``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def measure_fleet(args: argparse.Namespace, processors: int) -> dict[str, float]:
+    """Agent-steps/s of ``--fleet-clients`` env clients over ``processors`` real processor processes on one broker.
+
+    The fleet of ``tests.processor_fleet`` (a real exported MLP acting, a counting trainer taking in
+    and acking); measured over ``--fleet-seconds`` after the clients are placed. Also each
+    processor's CPU per agent-step, and this process's (the clients and the trainer).
+    """
+    from envclient.simple_env import simple_brain_parameters
+    from tests.integration.helpers import policy_update  # TensorFlow: a real exported policy
+    from tests.processor_fleet import BEHAVIOR as FLEET_BEHAVIOR
+    from tests.processor_fleet import CountingTrainer, Fleet, FleetClients, fleet_config
+
+    params = simple_brain_parameters(FLEET_BEHAVIOR, continuous=False)
+    with tempfile.TemporaryDirectory(prefix="stepstream-fleet-") as tmp:
+        root = Path(tmp)
+        fleet = Fleet(root, fleet_config(root / "fleet.yaml", max_policy_lag=1000, time_horizon=64), processors)
+        await asyncio.to_thread(fleet.start)
+        trainer = None
+        try:
+            trainer = (await asyncio.to_thread(CountingTrainer, fleet.broker.url)).start()
+            await asyncio.to_thread(trainer.policies.publish, policy_update(params, 0), 0)
+            clients = FleetClients(fleet.target, args.fleet_clients, args.fleet_agents)
+            await clients.place(fleet)
+            await asyncio.sleep(1.0)  # every session past its first steps
+
+            def sample() -> tuple[float, int, list[float], float]:
+                pids = [p.pid for p in fleet.processes if p is not None]
+                usage = resource.getrusage(resource.RUSAGE_SELF)
+                experiences = sum(clients.sent_by_session().values())
+                return time.monotonic(), experiences, [_cpu_s(pid) for pid in pids], usage.ru_utime + usage.ru_stime
+
+            t0, x0, cpu0, own0 = sample()
+            await asyncio.sleep(args.fleet_seconds)
+            t1, x1, cpu1, own1 = sample()
+            await clients.finish()
+        finally:
+            if trainer is not None:
+                await asyncio.to_thread(trainer.close)
+            await asyncio.to_thread(fleet.stop)
+    steps = max(1, x1 - x0)
+    return {
+        "agent_steps_per_s": steps / (t1 - t0),
+        "processor_cpu_us_per_agent_step": max((b - a) for a, b in zip(cpu0, cpu1, strict=True)) * 1e6 / steps,
+        "clients_and_trainer_cpu_us_per_agent_step": (own1 - own0) * 1e6 / steps,
+    }
+
+
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     batches = {}
     sizes = {}
@@ -263,6 +323,13 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "policy_propagation_p99_ms",
     ):
         out[key] = round(figures[key], 2)
+    for processors, label in ((1, "1_processor"), (2, "2_processors")):
+        fleet = await measure_fleet(args, processors)
+        out[f"agent_steps_per_s_{label}"] = round(fleet["agent_steps_per_s"], 1)
+        out[f"processor_cpu_us_per_agent_step_{label}"] = round(fleet["processor_cpu_us_per_agent_step"], 1)
+        out[f"clients_and_trainer_cpu_us_per_agent_step_{label}"] = round(
+            fleet["clients_and_trainer_cpu_us_per_agent_step"], 1
+        )
     out.update(publishers=args.publishers, count_16k=len(batches["16k"]), count_256k=len(batches["256k"]))
     out["cpu_count"] = os.cpu_count()
     return out
@@ -275,6 +342,9 @@ def main() -> None:
     parser.add_argument("--latency-count", type=positive_int, default=200, help="trajectories timed one at a time")
     parser.add_argument("--policies", type=positive_int, default=30, help="1 MB policy versions for propagation")
     parser.add_argument("--processors", type=positive_int, default=4, help="policy followers")
+    parser.add_argument("--fleet-clients", type=positive_int, default=4, help="env clients of the 1- and 2-processor runs")
+    parser.add_argument("--fleet-agents", type=positive_int, default=16, help="agents per env client")
+    parser.add_argument("--fleet-seconds", type=float, default=10.0, help="measured seconds of each fleet run")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     print(json.dumps(asyncio.run(run(args))))

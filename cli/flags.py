@@ -15,6 +15,10 @@ client ``--tls-cert/--tls-key``     ``STEPSTREAM_TLS_CERT/_KEY``    this client'
 client ``--tls-server-name``        ``STEPSTREAM_TLS_SERVER_NAME``  name to check the server certificate against
 ``--token`` / ``--token-file``      ``STEPSTREAM_TOKEN[_FILE]``     the shared token (every service)
 ``--metrics-host/--metrics-port``   ``STEPSTREAM_METRICS_HOST/PORT``  the Prometheus endpoint (off without a port)
+``--topics-tls-ca``                 ``STEPSTREAM_TOPICS_TLS_CA``    TLS to the NATS broker, trusting this CA
+``--topics-tls-cert/--topics-tls-key``  ``STEPSTREAM_TOPICS_TLS_CERT/_KEY``  a client certificate for the broker
+``--topics-tls-server-name``        ``STEPSTREAM_TOPICS_TLS_SERVER_NAME``  name to check the broker's certificate against
+``--topics-token[-file]``           ``STEPSTREAM_TOPICS_TOKEN[_FILE]``  the broker's ``authorization { token }``
 ==================================  =============================  ==========================================
 
 The server's certificate variables are named apart from the clients' because ``stepstream health``
@@ -30,7 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from common.metrics import DEFAULT_METRICS_HOST
-from common.security import ClientSecurity, ServerSecurity
+from common.security import BrokerSecurity, ClientSecurity, ServerSecurity
 
 _TRUE = {"1", "true", "yes", "on"}
 
@@ -115,6 +119,68 @@ def add_client_security_flags(parser: argparse.ArgumentParser) -> None:
         help="check the processor's certificate against NAME instead of the address's host [env STEPSTREAM_TLS_SERVER_NAME]",
     )
     _add_token(parser)
+
+
+def add_broker_security_flags(parser: argparse.ArgumentParser) -> None:
+    """``--topics-tls[-ca|-cert|-key|-server-name]`` and ``--topics-token[-file]``: NATS's own TLS and token
+    towards the ``--topics`` broker (``common.security.BrokerSecurity``)."""
+    parser.add_argument(
+        "--topics-tls",
+        action="store_true",
+        default=(os.environ.get("STEPSTREAM_TOPICS_TLS", "").lower() in _TRUE),
+        help="TLS to the --topics broker, trusting the system's root CAs (implied by --topics-tls-ca) "
+        "[env STEPSTREAM_TOPICS_TLS=1]",
+    )
+    parser.add_argument(
+        "--topics-tls-ca",
+        metavar="PEM",
+        default=_env("STEPSTREAM_TOPICS_TLS_CA"),
+        help="TLS to the --topics broker, trusting this CA for its certificate [env STEPSTREAM_TOPICS_TLS_CA]",
+    )
+    parser.add_argument(
+        "--topics-tls-cert",
+        metavar="PEM",
+        default=_env("STEPSTREAM_TOPICS_TLS_CERT"),
+        help="a client certificate for a broker that verifies them (with --topics-tls-key) [env STEPSTREAM_TOPICS_TLS_CERT]",
+    )
+    parser.add_argument(
+        "--topics-tls-key",
+        metavar="PEM",
+        default=_env("STEPSTREAM_TOPICS_TLS_KEY"),
+        help="its key [env STEPSTREAM_TOPICS_TLS_KEY]",
+    )
+    parser.add_argument(
+        "--topics-tls-server-name",
+        metavar="NAME",
+        default=_env("STEPSTREAM_TOPICS_TLS_SERVER_NAME"),
+        help="check the broker's certificate against NAME instead of the URL's host [env STEPSTREAM_TOPICS_TLS_SERVER_NAME]",
+    )
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument(
+        "--topics-token",
+        default=_env("STEPSTREAM_TOPICS_TOKEN"),
+        help="the --topics broker's authorization token (visible in ps: prefer the environment or --topics-token-file) "
+        "[env STEPSTREAM_TOPICS_TOKEN]",
+    )
+    group.add_argument(
+        "--topics-token-file",
+        metavar="PATH",
+        default=_env("STEPSTREAM_TOPICS_TOKEN_FILE"),
+        help="read the broker's token from this file, e.g. a Docker secret [env STEPSTREAM_TOPICS_TOKEN_FILE]",
+    )
+
+
+def broker_security_from_args(args: Any) -> BrokerSecurity:
+    """The ``BrokerSecurity`` of ``add_broker_security_flags``; raises ``ConfigError`` for an unreadable file."""
+    return BrokerSecurity.from_paths(
+        args.topics_tls_ca,
+        args.topics_tls_cert,
+        args.topics_tls_key,
+        tls=args.topics_tls,
+        server_name=args.topics_tls_server_name,
+        token=args.topics_token,
+        token_file=args.topics_token_file,
+    )
 
 
 def add_metrics_flags(parser: argparse.ArgumentParser) -> None:

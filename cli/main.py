@@ -16,9 +16,11 @@ import sys
 from collections.abc import Sequence
 
 from cli.flags import (
+    add_broker_security_flags,
     add_client_security_flags,
     add_metrics_flags,
     add_server_security_flags,
+    broker_security_from_args,
     client_security_from_args,
     server_security_from_args,
 )
@@ -72,12 +74,20 @@ def _add_processor(sub: argparse._SubParsersAction) -> None:
         "durable) instead of in this process [env STEPSTREAM_TOPICS]",
     )
     parser.add_argument(
+        "--processor-id",
+        metavar="ID",
+        default=os.environ.get("STEPSTREAM_PROCESSOR_ID") or None,
+        help="this processor's identity in every session and trajectory id (default <hostname>-<pid>); processors "
+        "sharing one --topics broker need distinct ones [env STEPSTREAM_PROCESSOR_ID]",
+    )
+    parser.add_argument(
         "--exit-when-finished",
         action="store_true",
         help="exit 0 once the trainer of every configured behavior reported max_steps and no env client is connected "
         "(the compose stack's end); without it the processor serves inference on with the last policies",
     )
     add_server_security_flags(parser)
+    add_broker_security_flags(parser)
     add_metrics_flags(parser)
     parser.set_defaults(func=_run_processor)
 
@@ -160,6 +170,7 @@ def _add_trainer(sub: argparse._SubParsersAction) -> None:
         "durable) instead of the processor's over gRPC (BrainParameters still come from --processor) [env STEPSTREAM_TOPICS]",
     )
     add_client_security_flags(parser)
+    add_broker_security_flags(parser)
     add_metrics_flags(parser)
     parser.set_defaults(func=_run_trainer)
 
@@ -178,7 +189,8 @@ def _add_env(sub: argparse._SubParsersAction) -> None:
         "--processor",
         metavar="ADDR",
         default=os.environ.get("STEPSTREAM_PROCESSOR", f"127.0.0.1:{DEFAULT_PORT}"),
-        help="host:port of the processor (default 127.0.0.1:50051) [env STEPSTREAM_PROCESSOR]",
+        help="host:port of the processor (default 127.0.0.1:50051); several: IP:PORT,IP:PORT or one DNS name resolving "
+        "to all (dns:///processor:50051), balanced by gRPC's round_robin [env STEPSTREAM_PROCESSOR]",
     )
     parser.add_argument("--behavior", metavar="NAME", help="host only this behavior's env_path entry (default: every entry)")
     parser.add_argument(
@@ -260,6 +272,7 @@ def _run_processor(args: argparse.Namespace) -> int:
     from common.topics import FullPolicy
     from processor.behaviors import ProcessorSettings
     from processor.server import ProcessorServer, ServerOptions
+    from processor.sessions import default_processor_id
 
     route_native_stderr()  # LiteRT's "Created TensorFlow Lite XNNPACK delegate" at the first policy: noise, dropped
     full_policy = FullPolicy(args.full_policy)
@@ -271,13 +284,19 @@ def _run_processor(args: argparse.Namespace) -> int:
     check_port_free(args.host, args.port, "--port")
     check_port_free(args.metrics_host, args.metrics_port, "--metrics-port")
     options = ServerOptions(
-        host=args.host, port=args.port, security=security, metrics_host=args.metrics_host, metrics_port=args.metrics_port
+        host=args.host,
+        port=args.port,
+        security=security,
+        metrics_host=args.metrics_host,
+        metrics_port=args.metrics_port,
+        processor_id=args.processor_id,
     )
     topics = None
     if args.topics:
         from common.topics.jetstream import open_topics
 
-        topics = open_topics(args.topics, name="processor")
+        name = f"processor/{args.processor_id or default_processor_id()}"
+        topics = open_topics(args.topics, name=name, security=broker_security_from_args(args))
     server = ProcessorServer(settings, options, topics)  # type: ignore[arg-type]  # the same surface as TopicRegistry
     asyncio.run(server.serve(grace_s=args.grace_s, exit_when_finished=args.exit_when_finished))
     return 0

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from cli.console import load_tensorflow
-from cli.flags import MetricsEndpoint, client_security_from_args, metrics_from_args
+from cli.flags import MetricsEndpoint, broker_security_from_args, client_security_from_args, metrics_from_args
 from cli.ports import check_port_free
 from cli.processor_replicas import replica_security, replica_targets
 from cli.results import has_checkpoint, prepare_behavior_dir, process_start_time, removed_if_unstarted
@@ -51,7 +51,7 @@ from common.config import BehaviorSettings, TrainerType
 from common.errors import ConfigError, DeadlineExceededError, StepstreamError, TopicClosedError
 from common.logs import log_context
 from common.metrics import serve_metrics
-from common.security import PLAINTEXT, ClientSecurity
+from common.security import BROKER_PLAINTEXT, PLAINTEXT, BrokerSecurity, ClientSecurity
 from common.specs import BrainParameters
 from envclient.envs import open_vector_envs
 from envclient.reconnect import ReconnectingEnvClient
@@ -87,6 +87,8 @@ class TrainerOptions:
     """The Prometheus endpoint (``trainer.metrics``); no port serves none."""
     topics: str | None = None
     """``nats://`` URL of the broker holding the topics; None: the processor's, over gRPC."""
+    topics_security: BrokerSecurity = BROKER_PLAINTEXT
+    """NATS's TLS and token towards the ``topics`` broker."""
 
 
 def trainer_options_from_args(args: Any) -> TrainerOptions:
@@ -102,6 +104,7 @@ def trainer_options_from_args(args: Any) -> TrainerOptions:
         security=client_security_from_args(args),
         metrics=metrics_from_args(args),
         topics=args.topics,
+        topics_security=broker_security_from_args(args),
     )
 
 
@@ -187,11 +190,26 @@ class TrainerService:
 
     def _run(self, stop: threading.Event) -> int:
         """Wait for the behavior's BrainParameters, build the learner, train; see ``run_trainer``."""
+        target: Any = self.options.processor
+        if self.options.topics:
+            # Through a broker any processor of the behavior knows its BrainParameters: --processor may name several
+            # (as an env client's does), and each query goes to the next one, balanced by gRPC's round_robin.
+            from envclient.reconnect import processor_channel
+
+            target = processor_channel(self.options.processor, self.options.security)
+        try:
+            return self._run_with(target, stop)
+        finally:
+            if not isinstance(target, str):
+                target.close()
+
+    def _run_with(self, target: Any, stop: threading.Event) -> int:
+        """``_run`` with the processor's address or channel ``target``."""
         from common.topics.grpc_transport import GrpcPolicyPublisher
         from trainer.loop import INTERRUPTED, MAX_STEPS
         from trainer.registry import make_learner
 
-        with GrpcPolicyPublisher(self.options.processor, self.name, security=self.options.security) as publisher:
+        with GrpcPolicyPublisher(target, self.name, security=self.options.security) as publisher:
             params = self._wait_for_brain_parameters(publisher, stop)
             if params is None:
                 return 0
@@ -285,7 +303,9 @@ class TrainerService:
         if self.options.topics:  # trajectories and policies through the broker; BrainParameters still from the processor
             from common.topics.jetstream import open_topics
 
-            broker = open_topics(self.options.topics, name=f"trainer/{self.name}", follow_policies=False)
+            broker = open_topics(
+                self.options.topics, name=f"trainer/{self.name}", follow_policies=False, security=self.options.topics_security
+            )
             subscription: Any = broker.trajectories(self.name).subscribe(TRAINER_SUBSCRIBER)
             publisher = broker.policies(self.name)
         else:

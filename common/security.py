@@ -13,6 +13,12 @@ sessions, trainer subscriptions and publishers, ``stepstream health``) cannot di
   with UNAUTHENTICATED before any handler runs. Without TLS the token crosses the network in clear
   text: use both beyond loopback.
 
+* **The broker** (``--topics nats://...``): NATS has its own TLS and auth, and ``BrokerSecurity``
+  feeds them to nats-py: an ``ssl.SSLContext`` that trusts the broker's CA (and presents a client
+  certificate when the broker verifies them), and the broker's ``authorization { token }``. The
+  broker's side is nats-server's configuration (``tls { cert_file, key_file }`` and
+  ``authorization { token }``), not stepstream's.
+
 Everything here is read once, when a service starts (``from_paths``), so a missing or unreadable
 file is a ``ConfigError`` naming its flag, not a handshake failure later.
 """
@@ -20,6 +26,7 @@ file is a ``ConfigError`` naming its flag, not a handshake failure later.
 from __future__ import annotations
 
 import hmac
+import ssl
 import string
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -254,6 +261,101 @@ class ClientSecurity:
             return grpc.aio.insecure_channel(target, options=all_options)
         return grpc.aio.secure_channel(target, credentials, options=all_options)
 
+
+@dataclass(frozen=True)
+class BrokerSecurity:
+    """How a service reaches the NATS broker: NATS's own TLS (optionally with a client certificate) and token.
+
+    Attributes:
+        tls: use TLS; implied by ``ca`` or ``cert``. With no ``ca`` the system's roots verify the broker.
+        ca: PEM of the CA that signed the broker's certificate.
+        cert: path of this client's certificate chain (PEM), for a broker that verifies clients; the
+            file is read when the context is made, as ``ssl`` reads only files.
+        key: path of its key; given exactly when ``cert`` is.
+        server_name: the name to check the broker's certificate against instead of the URL's host.
+        token: the broker's ``authorization { token }``.
+    """
+
+    tls: bool = False
+    ca: bytes | None = None
+    cert: str | None = None
+    key: str | None = None
+    server_name: str | None = None
+    token: str | None = None
+
+    def __post_init__(self) -> None:
+        if (self.cert is None) != (self.key is None):
+            raise ConfigError(
+                "--topics-tls-cert and --topics-tls-key: give both (the client certificate and its key) or neither"
+            )
+        if not self.tls and (self.ca or self.cert or self.server_name):
+            object.__setattr__(self, "tls", True)
+        object.__setattr__(self, "token", check_token(self.token, "--topics-token"))
+
+    @classmethod
+    def from_paths(
+        cls,
+        ca: Path | str | None = None,
+        cert: Path | str | None = None,
+        key: Path | str | None = None,
+        *,
+        tls: bool = False,
+        server_name: str | None = None,
+        token: str | None = None,
+        token_file: Path | str | None = None,
+    ) -> BrokerSecurity:
+        """Read the CA and the token, and check the certificate files (``--topics-tls-*``, ``--topics-token[-file]``).
+
+        Raises:
+            ConfigError: a file cannot be read, or the combination is incomplete.
+        """
+        _read(cert, "--topics-tls-cert")
+        _read(key, "--topics-tls-key")
+        if token:
+            token = check_token(token, "--topics-token")
+        else:
+            data = _read(token_file, "--topics-token-file")
+            token = (
+                None
+                if data is None
+                else check_token(data.decode("ascii", errors="replace"), f"--topics-token-file {token_file}")
+            )
+        return cls(
+            tls,
+            _read(ca, "--topics-tls-ca"),
+            str(cert) if cert else None,
+            str(key) if key else None,
+            server_name or None,
+            token,
+        )
+
+    def ssl_context(self) -> ssl.SSLContext | None:
+        """The client context nats-py's ``tls=`` takes; None for a plaintext broker.
+
+        Raises:
+            ConfigError: the CA, certificate or key does not load (names the flag).
+        """
+        if not self.tls:
+            return None
+        try:
+            context = ssl.create_default_context(cadata=None if self.ca is None else self.ca.decode("ascii"))
+        except (ssl.SSLError, ValueError) as err:
+            raise ConfigError(f"--topics-tls-ca: not a PEM CA certificate ({err})") from None
+        if self.cert is not None:
+            try:
+                context.load_cert_chain(self.cert, self.key)
+            except (ssl.SSLError, OSError) as err:
+                raise ConfigError(f"--topics-tls-cert {self.cert} / --topics-tls-key {self.key}: {err}") from None
+        return context
+
+    def describe(self) -> str:
+        """One phrase for a log line (never the secrets)."""
+        transport = "TLS with a client certificate" if self.cert else "TLS" if self.tls else "plaintext"
+        return f"{transport}, {'token' if self.token else 'no token'}"
+
+
+BROKER_PLAINTEXT = BrokerSecurity()
+"""No TLS, no token towards the broker: the default."""
 
 PLAINTEXT = ClientSecurity()
 """No TLS, no token: the default of every client, as of every server."""

@@ -119,11 +119,19 @@ class RunStats:
     The three lists keep at most the newest ``HISTORY`` entries (trimmed in amortised O(1)), so an
     env client that runs for days holds bounded memory."""
     wall_seconds: float = 0.0
+    unanswered_experiences: int = 0
+    """Experiences the rows of a BrainInfo sent but never answered imply (the session ended during that
+    step: the processor may or may not have taken them in); 0 after every answered step."""
 
     @property
     def experiences(self) -> int:
         """Agent experiences the rows imply: ``rows - first_sightings``."""
         return self.rows - self.first_sightings
+
+    @property
+    def sent_experiences(self) -> int:
+        """``experiences`` plus the unanswered ones: everything the rows this run sent imply."""
+        return self.experiences + self.unanswered_experiences
 
     @property
     def agent_steps_per_s(self) -> float:
@@ -167,6 +175,7 @@ async def run_env(
     *,
     max_env_steps: int | None = None,
     stop: asyncio.Event | None = None,
+    stats: RunStats | None = None,
 ) -> RunStats:
     """Step ``env`` through an open ``session`` until ``max_env_steps`` BrainInfos were sent or ``stop`` is set.
 
@@ -181,6 +190,8 @@ async def run_env(
         behavior_name: the behavior the env's agents act for.
         max_env_steps: BrainInfos to send at most; None: until ``stop``.
         stop: checked before each step; the step in flight is finished first.
+        stats: the ``RunStats`` to count into (a fresh one if None): the caller keeps what a run that
+            raised had sent.
 
     Returns:
         The counts of what was sent and the episodes that ended.
@@ -191,7 +202,7 @@ async def run_env(
     """
     if max_env_steps is None and stop is None:
         raise ValueError("give max_env_steps or stop, or the run never ends")
-    stats = RunStats()
+    stats = RunStats() if stats is None else stats
     n = env.num_agents
     agent_ids = np.arange(n, dtype=np.int64)
     tracker = _EpisodeTracker(n, stats)
@@ -202,7 +213,9 @@ async def run_env(
     started = time.monotonic()
     try:
         while (max_env_steps is None or stats.env_steps < max_env_steps) and not (stop is not None and stop.is_set()):
+            stats.unanswered_experiences = n - int(tracker.first.sum())
             result = await session.step(behavior_name, agent_ids, obs, rewards, done, max_reached)
+            stats.unanswered_experiences = 0
             stats.env_steps += 1
             tracker.record(rewards, done, max_reached)
             stats.policy_versions.append(int(result.policy_version))

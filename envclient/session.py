@@ -104,7 +104,7 @@ class EnvSession:
         client_id: str,
         brain_parameters: Sequence[BrainParameters],
         *,
-        channel_options: Sequence[tuple[str, int]] = (),
+        channel_options: Sequence[tuple[str, int | str]] = (),
         protocol_version: int = PROTOCOL_VERSION,
         security: ClientSecurity = PLAINTEXT,
     ) -> None:

@@ -159,6 +159,9 @@ class ServerOptions:
     use needs sessions + subscribers + probes, tens to a few hundred, so 1024 leaves room, and a deployment of
     more env clients raises it. Env clients retry RESOURCE_EXHAUSTED (``envclient.reconnect``), so a flood delays
     a new session rather than ending it, and a session already open is never displaced."""
+    processor_id: str | None = None
+    """This processor's identity in every session and trajectory id it makes (``processor.sessions``);
+    None: ``<hostname>-<pid>``. Processors publishing into one broker need distinct ones."""
     deliver_timeout_s: float = 5.0
     """At ``stop``, after the sessions are flushed: how long attached subscribers get, at most, to take and ack
     every queued trajectory before their streams end; the wait ends sooner once they pause for
@@ -200,7 +203,7 @@ class ProcessorServer:
         self.options = options or ServerOptions()
         self.topics = topics if topics is not None else TopicRegistry()
         self.behaviors = BehaviorTable(self.settings, self.topics)
-        self.sessions = SessionTable()
+        self.sessions = SessionTable(self.options.processor_id)
         self.servicer = AgentProcessorServicer(self.behaviors, self.sessions, self.options.max_message_bytes)
         broker_limit = getattr(self.topics, "max_payload_bytes", None)  # a broker's (JetStream) bounds a trajectory too
         if broker_limit is not None:

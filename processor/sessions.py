@@ -4,16 +4,21 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import socket
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 
-from common.errors import UnknownBehaviorError
+from common.errors import ConfigError, UnknownBehaviorError
 from common.trajectory import Trajectory
 from processor.assembly import FLUSH_BATCH_AGENTS, AgentBudget, TrajectoryAssembler
 from processor.behaviors import Behavior
 
 log = logging.getLogger(__name__)
+
+_PROCESSOR_ID_CHARACTERS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.")
+"""A processor id travels inside every trajectory id (and its ``Nats-Msg-Id`` header): no separators, no spaces."""
 
 
 @dataclass
@@ -64,10 +69,28 @@ class Session:
                 await asyncio.sleep(0)
 
 
-class SessionTable:
-    """Live sessions by client id; a new Hello with a live client id replaces that session."""
+def default_processor_id() -> str:
+    """``<hostname>-<pid>``: distinct for every processor of a deployment (each replica has its own hostname)."""
+    return f"{socket.gethostname()}-{os.getpid()}"
 
-    def __init__(self) -> None:
+
+class SessionTable:
+    """Live sessions by client id; a new Hello with a live client id replaces that session.
+
+    Args:
+        processor_id: this processor's identity, the prefix of every session id it makes
+            (``<processor_id>:<client_id>-<12 hex>``), so trajectory and session ids stay unique
+            across the processors that publish into one broker; None: ``default_processor_id()``.
+
+    Raises:
+        ConfigError: ``processor_id`` holds a character outside letters, digits and ``-_.``.
+    """
+
+    def __init__(self, processor_id: str | None = None) -> None:
+        self.processor_id = processor_id or default_processor_id()
+        bad = sorted(set(self.processor_id) - _PROCESSOR_ID_CHARACTERS)
+        if bad:
+            raise ConfigError(f"--processor-id {self.processor_id!r}: letters, digits and '-_.' only (found {bad!r})")
         self._by_client: dict[str, Session] = {}
         self.opened = 0
         self.replaced = 0
@@ -91,7 +114,7 @@ class SessionTable:
         stream handler ends with ABORTED when that stream next speaks. Its task is not cancelled:
         a cancel that lands inside grpc.aio's own read or write ends the stream with INTERNAL.
         """
-        session_id = f"{client_id}-{uuid.uuid4().hex[:12]}"
+        session_id = f"{self.processor_id}:{client_id}-{uuid.uuid4().hex[:12]}"
         budget = None if max_agents is None else AgentBudget(max_agents)
         session = Session(
             client_id=client_id,

@@ -58,15 +58,18 @@ class NatsServer:
         store_dir: the JetStream store (``-sd``); it survives ``kill`` and ``start``.
         port: the client port; None picks a free one (kept across restarts).
         max_payload: the broker's ``max_payload`` (nats-server.conf syntax, e.g. ``"1MB"``).
+        extra_config: more nats-server.conf, e.g. ``tls { ... }`` and ``authorization { token: ... }``.
     """
 
-    def __init__(self, store_dir: Path, port: int | None = None, max_payload: str = MAX_PAYLOAD) -> None:
+    def __init__(
+        self, store_dir: Path, port: int | None = None, max_payload: str = MAX_PAYLOAD, extra_config: str = ""
+    ) -> None:
         self.store_dir = store_dir
         store_dir.mkdir(parents=True, exist_ok=True)
         self.port = port or free_port()
         self.process: subprocess.Popen[bytes] | None = None
         self._config = store_dir / "nats-server.conf"
-        self._config.write_text(f"max_payload: {max_payload}\n")
+        self._config.write_text(f"max_payload: {max_payload}\n{extra_config}\n")
         self._log = store_dir / "nats-server.log"
 
     @property

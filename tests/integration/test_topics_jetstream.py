@@ -23,10 +23,11 @@ from common.specs import ActionSpec, BrainParameters, ObservationSpec
 from common.topics import TRAINER_SUBSCRIBER, Deduplicator
 from common.topics.jetstream import JetStreamSubscription, JetStreamTopics, subject_token
 from common.trajectory import Trajectory, TrajectoryId
-from processor.behaviors import ProcessorSettings
+from processor.behaviors import BehaviorRuntime, ProcessorSettings
 from processor.server import ProcessorServer, ServerOptions
 from processor.wire import TrajectorySize
 from protos import pb
+from protos import stepstream_pb2_grpc as pb_grpc
 from tests.integration.test_hardening import hello, raw_step
 from tests.integration.test_topics_grpc import BEHAVIOR, LIVENESS_S, auntil, make_trajectory, sequences, take
 from tests.nats_server import NatsServer, nats_server
@@ -262,3 +263,24 @@ async def test_a_full_block_stream_refuses_a_thread_publisher_after_timeout_s(na
         await asyncio.to_thread(topic.publish_blocking, make_trajectory(2), LIVENESS_S)  # the ack made room
         assert sequences(await take(subscription, 1)) == [2]
     await asyncio.to_thread(processor.close)
+
+
+async def test_the_processors_subscribe_rpc_names_the_broker_when_its_topics_are_there(nats_server: NatsServer) -> None:
+    """A trainer without ``--topics`` that subscribes over gRPC to a processor on the broker is told where to go."""
+    topics = JetStreamTopics(nats_server.url, name="processor")
+    settings = ProcessorSettings(behaviors={BEHAVIOR: BehaviorRuntime(time_horizon=8)})
+    server = ProcessorServer(settings, ServerOptions(host="127.0.0.1", port=0), topics)  # type: ignore[arg-type]
+    port = await server.start()
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            call = pb_grpc.AgentProcessorStub(channel).Subscribe()
+            open_message = pb.SubscriberMessage(
+                open=pb.SubscribeOpen(behavior_name=BEHAVIOR, subscriber_name=TRAINER_SUBSCRIBER)
+            )
+            await call.write(open_message)
+            await call.done_writing()
+            assert await call.code() == grpc.StatusCode.FAILED_PRECONDITION
+            details = await call.details()
+            assert nats_server.url in details and "--topics" in details, details
+    finally:
+        await server.stop(1.0)

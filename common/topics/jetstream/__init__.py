@@ -59,7 +59,13 @@ thread or loop crosses to the connection's loop and back (two wake-ups): with fe
 flight that hop, not the broker, bounds the throughput (``benchmarks/broker.py``).
 
 Choose it with ``--topics nats://HOST:4222`` on ``stepstream processor`` and ``stepstream trainer``
-(``open_topics``); the trainer still asks the processor for the BrainParameters.
+(``open_topics``, with ``common.security.BrokerSecurity`` for NATS's TLS and token); the trainer
+still asks a processor for the BrainParameters. The processor's ``Subscribe`` RPC does not relay the
+broker's stream: it refuses (FAILED_PRECONDITION) naming the broker to subscribe at.
+
+Many processors may publish into one stream and follow one bucket; each gives its sessions (and so
+its trajectory ids) its own ``--processor-id`` prefix (``processor.sessions``), so ``Nats-Msg-Id``
+never merges two processors' trajectories.
 """
 
 from common.topics.jetstream.connection import (

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
+import ssl
 import threading
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -15,7 +16,7 @@ import nats.js.errors
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 
-from common.errors import DeadlineExceededError, ProtocolError, StepstreamError, TopicClosedError
+from common.errors import ConfigError, DeadlineExceededError, ProtocolError, StepstreamError, TopicClosedError
 from common.topics.waiting import deadline_after, expired, remaining_s
 
 logger = logging.getLogger(__name__)
@@ -80,6 +81,7 @@ class JetStreamConnection:
         name: the client name the broker shows.
         token: the broker's auth token, if it requires one.
         tls: a client ``ssl.SSLContext`` for a TLS broker.
+        tls_hostname: the name to check the broker's certificate against (default: the URL's host).
         connect_timeout_s: how long the first connect keeps trying.
 
     Raises:
@@ -93,9 +95,11 @@ class JetStreamConnection:
         name: str = "stepstream",
         token: str | None = None,
         tls: Any = None,
+        tls_hostname: str | None = None,
         connect_timeout_s: float = CONNECT_TIMEOUT_S,
     ) -> None:
         self.url = url
+        self._tls_hostname = tls_hostname
         self.disconnects = 0
         self.reconnects = 0
         self._reconnect_hooks: list[Callable[[], Awaitable[None]]] = []
@@ -104,6 +108,7 @@ class JetStreamConnection:
         self._thread.start()
         self._closed = False
         self._closing = False
+        self._refusal: BaseException | None = None
         try:
             self.nc: Client = self.run(self._connect(url.split(","), name, token, tls, connect_timeout_s))
         except BaseException:
@@ -112,14 +117,21 @@ class JetStreamConnection:
         self.js: JetStreamContext = self.nc.jetstream(timeout=REQUEST_TIMEOUT_S)
 
     async def _connect(self, servers: list[str], name: str, token: str | None, tls: Any, timeout_s: float) -> Client:
+        """Connect, retrying an absent broker until ``timeout_s``; a refusal retrying cannot fix ends it at once.
+
+        nats-py's ``connect`` with unbounded reconnects retries every failure of the first connect
+        too, a refused token or certificate among them, reporting each to ``error_cb``: the first
+        such refusal seen there ends the attempt.
+        """
         deadline = deadline_after(timeout_s)
         while True:
-            try:
-                return await nats.connect(
+            attempt = asyncio.ensure_future(
+                nats.connect(
                     servers=servers,
                     name=name,
                     token=token,
                     tls=tls,
+                    tls_hostname=self._tls_hostname,
                     allow_reconnect=True,
                     max_reconnect_attempts=-1,
                     reconnect_time_wait=RECONNECT_WAIT_S,  # type: ignore[arg-type]
@@ -131,10 +143,26 @@ class JetStreamConnection:
                     reconnected_cb=self._reconnected,
                     error_cb=self._error,
                 )
+            )
+            try:
+                while not attempt.done():
+                    await asyncio.wait({attempt}, timeout=0.05)
+                    if self._refusal is not None:
+                        raise ConfigError(
+                            f"the NATS broker at {self.url} refused the connection: {self._refusal!r} "
+                            "(check --topics-token[-file] and --topics-tls-*)"
+                        ) from self._refusal
+                    if expired(remaining_s(deadline)):
+                        raise DeadlineExceededError(f"no NATS broker answered at {self.url} within {timeout_s} s")
+                return attempt.result()
             except (nats.errors.NoServersError, OSError, asyncio.TimeoutError) as err:
                 if expired(remaining_s(deadline)):
                     raise DeadlineExceededError(f"no NATS broker answered at {self.url} within {timeout_s} s: {err}") from err
                 await asyncio.sleep(RECONNECT_WAIT_S)
+            finally:
+                if not attempt.done():
+                    attempt.cancel()
+                    await asyncio.gather(attempt, return_exceptions=True)
 
     async def _disconnected(self) -> None:
         self.disconnects += 1
@@ -151,6 +179,10 @@ class JetStreamConnection:
                 logger.exception("after reconnecting to %s", self.url)
 
     async def _error(self, err: Exception) -> None:
+        if isinstance(err, (nats.errors.AuthorizationError, ssl.SSLError)) or "authorization violation" in str(err).lower():
+            self._refusal = err  # the first connect gives up on it (``_connect``); later, nats-py keeps retrying
+            logger.error("NATS broker %s refused this client: %r", self.url, err)
+            return
         logger.debug("NATS client error: %r", err)
 
     def on_reconnect(self, hook: Callable[[], Awaitable[None]]) -> None:

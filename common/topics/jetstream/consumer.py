@@ -194,6 +194,9 @@ class JetStreamSubscription:
     def ack(self, delivery_tags: Iterable[int]) -> int:
         """Acknowledge taken deliveries on the broker (they then leave the stream once every subscriber acked).
 
+        Returns once the broker has received the acks (one round trip), unless the connection is down:
+        then they are lost, and the broker delivers those trajectories again after ``ack_wait``.
+
         Returns:
             How many of the tags were taken and not yet acked; unknown or repeated tags, and every
             tag once detached, are ignored.
@@ -214,6 +217,12 @@ class JetStreamSubscription:
                     await (msg.nak() if nak else msg.ack())
                 except nats.errors.Error as err:  # lost with the connection: the broker redelivers it
                     logger.debug("%s: %s failed: %r", self._where, "nak" if nak else "ack", err)
+            try:
+                # A ping behind the acks: once it is answered the broker has them, so an ack that returned
+                # is not lost with this process (a killed trainer's acked trajectories never come again).
+                await self._conn.nc.flush(timeout=REQUEST_TIMEOUT_S)  # type: ignore[arg-type]
+            except (nats.errors.Error, asyncio.TimeoutError) as err:
+                logger.debug("%s: flushing %d settlements failed: %r", self._where, len(msgs), err)
 
         if threading.current_thread() is self._conn._thread:
             self._conn.loop.create_task(settle())

@@ -11,7 +11,7 @@ import nats.errors
 import nats.js.errors
 from nats.js import api
 
-from common.errors import DeadlineExceededError, TopicClosedError, TopicFullError
+from common.errors import DeadlineExceededError, ProtocolError, TopicClosedError, TopicFullError
 from common.topics.base import FullPolicy, TopicStats
 from common.topics.jetstream.connection import (
     HEADER_ROOM_BYTES,
@@ -296,16 +296,32 @@ class JetStreamTrajectoryTopic:
     # -- subscribing -----------------------------------------------------------------------------
 
     def subscribe(
-        self, subscriber_name: str, max_size: int | None = None, full_policy: FullPolicy | None = None
+        self,
+        subscriber_name: str,
+        max_size: int | None = None,
+        full_policy: FullPolicy | None = None,
+        *,
+        declared_only: bool = False,
     ) -> JetStreamSubscription:
         """Bind to the subscriber's durable consumer, declaring it (and the stream) first if needed.
 
         Several subscriptions of one name share its deliveries (the broker does not refuse a
         second one, unlike the in-process topic).
 
+        Args:
+            declared_only: set by the processor's ``Subscribe`` RPC, which does not relay a broker's
+                stream: refused, naming the broker to subscribe at instead.
+
         Raises:
+            ProtocolError: (precondition) ``declared_only``.
             as ``declare``.
         """
+        if declared_only:
+            raise ProtocolError(
+                f"topic {self.name!r} is on the NATS broker {self._conn.url}: subscribe there "
+                "(stepstream trainer --topics URL), not over this processor's Subscribe",
+                precondition=True,
+            )
         self.declare(subscriber_name, max_size, full_policy)
         return JetStreamSubscription(self._conn, self.stream_name, self.name, subscriber_name, lambda: self._stream_settings)
 

@@ -6,6 +6,7 @@ import threading
 from typing import Any
 
 from common.errors import ConfigError
+from common.security import BROKER_PLAINTEXT, BrokerSecurity
 from common.topics.jetstream.connection import CONNECT_TIMEOUT_S, HEADER_ROOM_BYTES, JetStreamConnection, subject_token
 from common.topics.jetstream.policy_bucket import JetStreamPolicyTopic
 from common.topics.jetstream.stream import ACK_WAIT_S, DEFAULT_MAX_BYTES, JetStreamTrajectoryTopic
@@ -20,7 +21,7 @@ class JetStreamTopics:
         ack_wait_s: ``ack_wait`` of every durable consumer this declares.
         follow_policies: whether ``policies()`` follows the bucket (readers: the processor); a
             trainer that only publishes passes False.
-        name, token, tls, connect_timeout_s: as in ``JetStreamConnection``.
+        name, token, tls, tls_hostname, connect_timeout_s: as in ``JetStreamConnection``.
     """
 
     def __init__(
@@ -33,9 +34,12 @@ class JetStreamTopics:
         name: str = "stepstream",
         token: str | None = None,
         tls: Any = None,
+        tls_hostname: str | None = None,
         connect_timeout_s: float = CONNECT_TIMEOUT_S,
     ) -> None:
-        self.connection = JetStreamConnection(url, name=name, token=token, tls=tls, connect_timeout_s=connect_timeout_s)
+        self.connection = JetStreamConnection(
+            url, name=name, token=token, tls=tls, tls_hostname=tls_hostname, connect_timeout_s=connect_timeout_s
+        )
         self._max_bytes = max_bytes
         self._ack_wait_s = ack_wait_s
         self._follow_policies = follow_policies
@@ -112,13 +116,23 @@ class JetStreamTopics:
         self.close()
 
 
-def open_topics(url: str, *, name: str, follow_policies: bool = True) -> JetStreamTopics:
-    """The topics on the broker at ``url`` (``--topics nats://host:4222``), connected.
+def open_topics(
+    url: str, *, name: str, follow_policies: bool = True, security: BrokerSecurity = BROKER_PLAINTEXT
+) -> JetStreamTopics:
+    """The topics on the broker at ``url`` (``--topics nats://host:4222``), connected with ``security``'s TLS and token.
 
     Raises:
-        ConfigError: ``url`` is not a ``nats://`` (or ``tls://``) address.
+        ConfigError: ``url`` is not a ``nats://`` (or ``tls://``) address, the TLS files do not load, or
+            the broker refused the token or the TLS handshake.
         DeadlineExceededError: no broker answered within ``CONNECT_TIMEOUT_S``.
     """
     if not all(part.strip().startswith(("nats://", "tls://")) for part in url.split(",")):
         raise ConfigError(f"--topics {url!r}: expected nats://HOST:PORT (or several, comma-separated)")
-    return JetStreamTopics(url, name=name, follow_policies=follow_policies)
+    return JetStreamTopics(
+        url,
+        name=name,
+        follow_policies=follow_policies,
+        token=security.token,
+        tls=security.ssl_context(),
+        tls_hostname=security.server_name,
+    )
