@@ -19,8 +19,13 @@ episode), a ``done`` agent is a terminal row (no action goes back for it), ``max
 stepstream's mask (True = allowed). Refused, naming the behavior and the agent: non-finite
 observations or rewards, a compression type other than none, a mask whose width is not the sum of
 the branches, observations that differ from the declared ones, and group ids or group rewards
-(multi-agent groups are not supported yet). A behavior whose declaration has a PNG (camera) or any
-non-vector observation is refused once, naming the observation (images are not supported yet).
+(multi-agent groups are not supported yet). Cameras pass through as images ``[H, W, C]``: a PNG one
+(Unity's usual form, several PNGs for more than 3 channels, with its ``compressed_channel_mapping``)
+as a uint8 image whose PNGs the processor decodes, once; an uncompressed rank-3 one as a float32
+image. Unity >= 2.0 declares images channels first ``[C, H, W]`` (older packages ``[H, W, C]``):
+the PNG's own height and width (or, uncompressed, ``dimension_properties``) tell which, as the
+``.demo`` reader decides (``common.demo_images``). Any other observation rank is refused once,
+naming the observation.
 
 Shapes: ``N`` agents of one behavior in one step, ``C`` continuous actions, ``B`` branches,
 ``M = sum(branches)``.
@@ -35,8 +40,10 @@ from typing import NamedTuple
 import numpy as np
 
 from common.demo import spec_from_protos
+from common.demo_images import DemoFormatError, png_header, split_pngs
 from common.errors import NotSupportedYetError, ProtocolError, StepstreamError
-from common.specs import BrainParameters
+from common.specs import BrainParameters, ObservationSpec
+from common.tensors import to_png_tensor
 from envclient.session import ActionResult, brain_info_message
 from envclient.unity.side_channels import UnitySettings, reset_side_channel
 from protos import mlagents_demo_pb2 as demo_pb
@@ -63,8 +70,8 @@ class StepRows(NamedTuple):
 
     agent_ids: np.ndarray
     """int64 [N], Unity's ids."""
-    observations: list[np.ndarray]
-    """One float32 [N, *shape] per declared observation."""
+    observations: list[np.ndarray | pb.Tensor]
+    """One float32 [N, *shape] per declared observation; a PNG camera's is a ``Tensor`` of its PNGs."""
     rewards: np.ndarray
     """float32 [N]."""
     done: np.ndarray
@@ -131,26 +138,97 @@ def _obs_label(k: int, obs: demo_pb.ObservationProto) -> str:
     return f"observation {k}" + (f" ({obs.name!r})" if obs.name else "") + f" of shape {list(obs.shape)}"
 
 
+_TRANSLATIONAL = 2
+"""``DimensionPropertyProto.TRANSLATIONAL_EQUIVARIANCE``: a spatial axis (height or width) of an image."""
+
+
+def _channels_first(obs: demo_pb.ObservationProto, where: str) -> bool:
+    """Whether a rank-3 observation is declared ``[C, H, W]`` (Unity >= 2.0) rather than ``[H, W, C]``.
+
+    Raises:
+        UnityInputError: a PNG whose size fits neither layout of the declared shape.
+    """
+    shape = tuple(int(d) for d in obs.shape)
+    if obs.compression_type == demo_pb.PNG:
+        try:
+            height, width, _ = png_header(split_pngs(obs.compressed_data, where)[0], where)
+        except DemoFormatError as err:
+            raise UnityInputError(str(err)) from None
+        if shape[1:] == (height, width):  # checked first, as ML-Agents' reader does
+            return True
+        if shape[:2] == (height, width):
+            return False
+        raise UnityInputError(
+            f"{where}: declared shape {list(shape)} fits neither [C, H, W] nor [H, W, C] of its {height}x{width} PNG"
+        )
+    spatial = [p == _TRANSLATIONAL for p in obs.dimension_properties]
+    return spatial == [False, True, True]
+
+
+def _image_spec(obs: demo_pb.ObservationProto, where: str) -> ObservationSpec:
+    """The ``[H, W, C]`` spec of a camera observation: uint8 when PNG-compressed, else float32."""
+    shape = tuple(int(d) for d in obs.shape)
+    hwc = (shape[1], shape[2], shape[0]) if _channels_first(obs, where) else shape
+    dtype = np.uint8 if obs.compression_type == demo_pb.PNG else np.float32
+    return ObservationSpec(hwc, np.dtype(dtype), obs.name)
+
+
 def behavior_spec(brain: demo_pb.BrainParametersProto, first: demo_pb.AgentInfoProto) -> BrainParameters:
     """A behavior's spec: actions from its brain parameters, observation shapes from its first agent info.
 
     Raises:
-        NotSupportedYetError: a PNG (camera) or non-vector observation, naming it.
+        NotSupportedYetError: an observation neither a vector nor a rank-3 image, naming it.
+        UnityInputError: a PNG that fits neither image layout of its declared shape.
         ProtocolError: a spec the processor would refuse (no observations, no actions, ...).
     """
     name = brain.brain_name
     for k, obs in enumerate(first.observations):
-        if obs.compression_type == demo_pb.PNG:
+        if len(obs.shape) not in (1, 3):
             raise NotSupportedYetError(
-                f"behavior {name!r}: {_obs_label(k, obs)} is a PNG-compressed camera image; "
-                "image observations are not supported yet"
-            )
-        if len(obs.shape) != 1:
-            raise NotSupportedYetError(
-                f"behavior {name!r}: {_obs_label(k, obs)} is not a vector; only vector observations are supported yet"
+                f"behavior {name!r}: {_obs_label(k, obs)} is neither a vector nor an image [C, H, W]; not supported yet"
             )
     spec = spec_from_protos(brain, first)  # the .demo reader's rule: the same messages, the same spec
+    observations = tuple(
+        _image_spec(obs, f"behavior {name!r}, {_obs_label(k, obs)}") if len(obs.shape) == 3 else declared
+        for k, (obs, declared) in enumerate(zip(first.observations, spec.observation_specs, strict=True))
+    )
+    spec = BrainParameters(spec.behavior_name, observations, spec.action_spec)
     return BrainParameters.from_proto(spec.to_proto())  # the processor's own checks, with its messages
+
+
+def _camera_rows(spec: BrainParameters, infos: Sequence[demo_pb.AgentInfoProto], k: int, name: str) -> pb.Tensor | np.ndarray:
+    """Observation ``k`` (an image) of every agent: its PNGs as a ``Tensor`` the processor decodes, or float32
+    ``[N, H, W, C]`` from uncompressed data (transposed from ``[C, H, W]`` where Unity declares that)."""
+    image = spec.observation_specs[k]
+    height, width, channels = image.shape
+    chw, hwc = (channels, height, width), (height, width, channels)
+    pngs: list[bytes] = []
+    values = np.empty((len(infos), *hwc), np.float32)
+    mapping: list[int] | None = None
+    for i, info in enumerate(infos):
+        obs, where = info.observations[k], f"behavior {name!r}, agent {info.id}"
+        shape = tuple(obs.shape)
+        if shape not in (chw, hwc):
+            raise UnityInputError(f"{where}: {_obs_label(k, obs)} differs from the declared image {list(hwc)}")
+        if image.dtype == np.uint8:
+            if obs.compression_type != demo_pb.PNG:
+                raise UnityInputError(f"{where}: {_obs_label(k, obs)} is not PNG-compressed like the behavior's first")
+            if mapping is None:
+                mapping = list(obs.compressed_channel_mapping)
+            elif list(obs.compressed_channel_mapping) != mapping:
+                raise UnityInputError(f"{where}: {_obs_label(k, obs)} has another compressed_channel_mapping")
+            pngs.append(obs.compressed_data)
+            continue
+        if obs.compression_type != demo_pb.NONE:
+            raise UnityInputError(f"{where}: {_obs_label(k, obs)} is compressed, the behavior's first was not")
+        data = np.asarray(obs.float_data.data, dtype=np.float32)
+        if data.size != values[i].size:
+            raise UnityInputError(f"{where}: {_obs_label(k, obs)} carries {data.size} values")
+        first_chw = shape == chw and (shape != hwc or _channels_first(obs, where))
+        values[i] = np.moveaxis(data.reshape(chw), 0, 2) if first_chw else data.reshape(hwc)
+    if image.dtype == np.uint8:
+        return to_png_tensor(pngs, (len(infos), *hwc), np.uint8, mapping or ())
+    return values
 
 
 def _agent_observation(spec: BrainParameters, info: demo_pb.AgentInfoProto, k: int, where: str) -> list[float]:
@@ -177,7 +255,7 @@ def behavior_step(spec: BrainParameters, infos: Sequence[demo_pb.AgentInfoProto]
     name = spec.behavior_name
     n = len(infos)
     width = spec.action_spec.mask_width
-    observations = [np.empty((n, *o.shape), dtype=np.float32) for o in spec.observation_specs]
+    vectors = {k: np.empty((n, *o.shape), np.float32) for k, o in enumerate(spec.observation_specs) if not o.is_image}
     mask = np.ones((n, width), dtype=bool)
     any_mask = False
     for i, info in enumerate(infos):
@@ -189,10 +267,8 @@ def behavior_step(spec: BrainParameters, infos: Sequence[demo_pb.AgentInfoProto]
             )
         if len(info.observations) != len(spec.observation_specs):
             raise UnityInputError(f"{where}: {len(info.observations)} observations, {len(spec.observation_specs)} declared")
-        for k in range(len(spec.observation_specs)):
-            observations[k][i] = np.asarray(_agent_observation(spec, info, k, where), dtype=np.float32).reshape(
-                spec.observation_specs[k].shape
-            )
+        for k, values in vectors.items():
+            values[i] = np.asarray(_agent_observation(spec, info, k, where), dtype=np.float32).reshape(values.shape[1:])
         if len(info.action_mask):
             if len(info.action_mask) != width:
                 raise UnityInputError(
@@ -204,8 +280,12 @@ def behavior_step(spec: BrainParameters, infos: Sequence[demo_pb.AgentInfoProto]
     agent_ids = np.array([info.id for info in infos], dtype=np.int64)
     rewards = np.array([info.reward for info in infos], dtype=np.float32)
     _check_finite(name, agent_ids, rewards, "reward")
-    for k, values in enumerate(observations):
-        _check_finite(name, agent_ids, values, f"observation {k}")
+    observations = [
+        vectors[k] if k in vectors else _camera_rows(spec, infos, k, name) for k in range(len(spec.observation_specs))
+    ]
+    for k, obs in enumerate(observations):
+        if isinstance(obs, np.ndarray):  # PNGs are checked where they are decoded
+            _check_finite(name, agent_ids, obs, f"observation {k}")
     done = np.array([info.done for info in infos], dtype=bool)
     max_reached = done & np.array([info.max_step_reached for info in infos], dtype=bool)
     return StepRows(agent_ids, observations, rewards, done, max_reached, mask if any_mask else None)

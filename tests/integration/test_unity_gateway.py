@@ -331,7 +331,42 @@ async def test_bad_input_refuses_that_behavior_by_name_and_agent_while_others_go
     await stack.unity.stop()
 
 
-async def test_a_camera_observation_is_refused_once_naming_it(stack: Stack) -> None:
+@pytest.mark.parametrize(
+    ("demo", "camera"),
+    [("testhybridvis.demo", ((84, 84, 3), np.uint8)), ("ExpertGridWorld.demo", ((64, 84, 3), np.float32))],
+    ids=["png_channels_first", "uncompressed"],
+)
+async def test_a_camera_passes_through_as_an_image(stack: Stack, demo: str, camera: tuple[tuple[int, ...], type]) -> None:
+    """A PNG camera (declared [C, H, W], Unity >= 2.0) reaches the processor as PNGs it decodes once, to uint8
+    [H, W, C]; an uncompressed one as float32. Either way the pixels are the .demo reader's."""
+    path = DEMO_DIR / demo
+    brain, infos = demo_transcript(path, TRANSCRIPT_RECORDS)
+    name = brain.brain_name
+    spec = stack.declare(brain, infos[0])
+    shape, dtype = camera
+    assert (spec.observation_specs[0].shape, spec.observation_specs[0].dtype) == (shape, dtype)
+    _, rows = demo_to_buffer(path, action_timing="same")
+    await stack.unity.start()
+    for info in infos:
+        assert len(_actions(await stack.unity.step({name: [info]}), name)) == (0 if info.done else 1)
+    await stack.unity.stop()
+
+    n = len(infos) - 1
+    keep = ~np.array([info.done for info in infos])[:n]
+    got = await stack.trajectories(name, int(keep.sum()))
+    images = np.concatenate([t.obs[0] for t in got])
+    pixels = rows[tr.obs_key(0)][:n][keep]  # the reader's float32 in [0, 1], in the declared layout
+    if dtype == np.uint8:
+        want = np.rint(np.moveaxis(pixels, 1, -1) * 255).astype(np.uint8)  # [C, H, W] -> [H, W, C]
+        np.testing.assert_array_equal(images, want, strict=True)
+    else:
+        np.testing.assert_array_equal(images, pixels.astype(np.float32), strict=True)
+    for k in range(1, len(spec.observation_specs)):
+        np.testing.assert_array_equal(np.concatenate([t.obs[k] for t in got]), rows[tr.obs_key(k)][:n][keep])
+
+
+async def test_an_observation_the_processor_refuses_is_refused_once_naming_it(stack: Stack) -> None:
+    """testdcvis.demo's second observation is an empty vector [0], which no spec may declare."""
     brain, infos = demo_transcript(DEMO_DIR / "testdcvis.demo", 3)
     stack.unity.brains[brain.brain_name] = brain
     stack.declare(WALKER, _walker(1, 0))
@@ -340,7 +375,7 @@ async def test_a_camera_observation_is_refused_once_naming_it(stack: Stack) -> N
         reply = await stack.unity.step({brain.brain_name: [info], "Walker": [_walker(1, t)]})
         assert len(_actions(reply, "Walker")) == 1 and _actions(reply, brain.brain_name) == []
     reason = stack.gateway.gateway.failures[brain.brain_name]
-    assert f"behavior {brain.brain_name!r}: observation 0" in reason and "PNG" in reason
+    assert f"behavior {brain.brain_name!r}: observation_specs[1].shape [0]" in reason
     assert stack.gateway.gateway.stats.failed_behaviors == 1  # once, not per step
     await stack.unity.stop()
 
