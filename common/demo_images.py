@@ -219,8 +219,11 @@ def decode_image(
 # -- images on the wire (BrainInfo) ---------------------------------------------------------------
 
 
-def decode_hwc(data: bytes, shape: tuple[int, int, int], mapping: list[int], where: str, max_decoded_bytes: int) -> np.ndarray:
-    """One agent's PNG-compressed image observation of a BrainInfo, as float32 in [0, 1] ``[H, W, C]``.
+def decode_hwc(
+    data: bytes, shape: tuple[int, int, int], mapping: list[int], where: str, max_decoded_bytes: int, *, as_uint8: bool = False
+) -> np.ndarray:
+    """One agent's PNG-compressed image observation of a BrainInfo, as float32 in [0, 1] ``[H, W, C]`` (or, with
+    ``as_uint8``, its pixels: uint8, channels averaged by a mapping rounded to the nearest).
 
     The wire's images are channels last, so unlike ``decode_image`` there is no layout to guess.
     Before anything is decoded, from the PNG headers: each must give the spec's height and width;
@@ -262,11 +265,30 @@ def decode_hwc(data: bytes, shape: tuple[int, int, int], mapping: list[int], whe
         raise DemoFormatError(
             f"{where}: its {len(pngs)} PNGs decode to {decoded:,} channel values, over the {max_decoded_bytes:,} allowed"
         )
+    if as_uint8 and not mapping and (channels > 1 or decoded_channels == 1):
+        # The common case, the pixels themselves: no float round trip (3x faster at 84x84x3).
+        pixels = np.concatenate([_decode_png_uint8(png, where) for png in pngs], axis=2)[:, :, :channels]
+        if pixels.shape != shape:
+            raise DemoFormatError(f"{where}: the PNG data decodes to {list(pixels.shape)}, the spec declares {list(shape)}")
+        return pixels
     hwc = np.concatenate([_decode_png(png, where) for png in pngs], axis=2)
     image = np.moveaxis(_channels_first(np.moveaxis(hwc, 2, 0), mapping, channels, where), 0, 2)
     if image.shape != shape:
         raise DemoFormatError(f"{where}: the PNG data decodes to {list(image.shape)}, the spec declares {list(shape)}")
-    return image
+    return np.rint(image * 255.0).astype(np.uint8) if as_uint8 else image
+
+
+def _decode_png_uint8(png: bytes, where: str) -> np.ndarray:
+    """``_decode_png`` without the scaling: uint8 ``[H, W, K]``."""
+    from PIL import Image
+
+    try:
+        with Image.open(io.BytesIO(png)) as opened:
+            image = opened if opened.mode in ("L", "RGB", "RGBA") else opened.convert("RGB")
+            pixels = np.asarray(image, dtype=np.uint8)
+    except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as err:
+        raise DemoFormatError(f"{where}: PNG does not decode: {err}") from err
+    return pixels[:, :, np.newaxis] if pixels.ndim == 2 else pixels
 
 
 def encode_pngs(image: np.ndarray) -> bytes:

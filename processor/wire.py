@@ -324,12 +324,12 @@ def _png_observation(tensor: pb.Tensor, spec: ObservationSpec, ids: np.ndarray, 
         try:
             # Bounded before decoding, whatever the PNG headers claim: 4 x MAX_FRAME_BYTES channel values
             # (16 MiB of float32 for a moment) leave room for padding and mapped channels.
-            image = decode_hwc(png, spec.shape, mapping, agent, 4 * MAX_FRAME_BYTES)  # type: ignore[arg-type]
+            image = decode_hwc(png, spec.shape, mapping, agent, 4 * MAX_FRAME_BYTES, as_uint8=spec.dtype == np.uint8)  # type: ignore[arg-type]
         except DemoFormatError as err:
             raise ProtocolError(f"{where}: {err}") from None
         except Exception as err:  # untrusted bytes into Pillow: any failure is the peer's bad PNG
             raise ProtocolError(f"{where}: {agent}: PNG does not decode: {type(err).__name__}: {err}") from None
-        out[row] = image if spec.dtype == np.float32 else np.rint(image * 255.0)
+        out[row] = image
     return out
 
 
