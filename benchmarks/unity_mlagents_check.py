@@ -265,6 +265,124 @@ def check_transcripts(mla_python: Path) -> dict[str, Any]:
     return {"transcripts": len(cases), "transcripts_matching_mlagents": matching}
 
 
+# -- ONNX contract against ML-Agents' exporter ---------------------------------------------------------
+
+ONNX_CASES: dict[str, tuple[tuple[int, ...], int, tuple[int, ...]]] = {
+    "continuous": ((8,), 2, ()),
+    "masked_discrete": ((6, 3), 0, (3, 2)),
+    "hybrid": ((5,), 2, (3,)),
+}
+"""Case -> (observation sizes, continuous actions, branches)."""
+
+MLA_EXPORT = r"""
+import json, sys, torch
+from mlagents.trainers.settings import NetworkSettings
+from mlagents.trainers.policy.torch_policy import TorchPolicy
+from mlagents.trainers.torch_entities.networks import SimpleActor
+from mlagents.trainers.torch_entities.model_serialization import ModelSerializer
+from mlagents_envs.base_env import ActionSpec, BehaviorSpec, DimensionProperty, ObservationSpec, ObservationType
+
+# The side environment's onnx does not import beside its protobuf 3.20; torch's TorchScript exporter needs
+# onnx only to add onnxscript functions, which ML-Agents' model has none of. torch >= 2.9 defaults to the
+# dynamo exporter; ML-Agents 1.1.0 was written for the TorchScript one.
+from torch.onnx._internal.torchscript_exporter import onnx_proto_utils
+onnx_proto_utils._add_onnxscript_fn = lambda model_bytes, custom_opsets: model_bytes
+_export = torch.onnx.export
+def export(*args, **kwargs):
+    kwargs.setdefault("dynamo", False)
+    return _export(*args, **kwargs)
+torch.onnx.export = export
+
+for name, (sizes, continuous, branches), out in json.loads(sys.argv[1]):
+    obs = [ObservationSpec((s,), (DimensionProperty.NONE,), ObservationType.DEFAULT, f"obs{i}") for i, s in enumerate(sizes)]
+    spec = BehaviorSpec(obs, ActionSpec(continuous, tuple(branches)))
+    policy = TorchPolicy(0, spec, NetworkSettings(), SimpleActor, {"conditional_sigma": False, "tanh_squash": False})
+    ModelSerializer(policy).export_policy_model(out[: -len(".onnx")])
+"""
+
+
+def _our_onnx(sizes: tuple[int, ...], continuous: int, branches: tuple[int, ...], path: Path) -> None:
+    """Our exporter's model of that spec (a PPO policy network as ``trainer.ppo`` builds it)."""
+    from trainer.export import TFLiteExporter, make_policy_update
+    from trainer.networks import PolicyNetwork
+    from trainer.onnx_export import write_onnx
+
+    action_spec = ActionSpec(continuous, branches)
+    network = PolicyNetwork(list(sizes), action_spec, hidden_units=128, num_layers=2)
+    model = TFLiteExporter(network, [(s,) for s in sizes]).export()
+    write_onnx(make_policy_update("Behavior", 1, 0, model, action_spec.to_proto()), path)
+
+
+def _contract(path: Path, sizes: tuple[int, ...], branches: tuple[int, ...]) -> dict[str, Any]:
+    """Input and output names, dtypes, fixed dimensions (a symbolic one as ``"N"``) and constant outputs."""
+    import onnx
+    import onnxruntime as ort
+
+    model = onnx.load(str(path))
+
+    def described(values: Any) -> dict[str, Any]:
+        out = {}
+        for value in values:
+            tensor = value.type.tensor_type
+            dims = [d.dim_value if d.HasField("dim_value") else "N" for d in tensor.shape.dim]
+            out[value.name] = {"dtype": onnx.TensorProto.DataType.Name(tensor.elem_type), "shape": dims}
+        return out
+
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    feeds = {f"obs_{i}": np.zeros((3, s), np.float32) for i, s in enumerate(sizes)}
+    if branches:
+        feeds["action_masks"] = np.ones((3, sum(branches)), np.float32)
+    wanted = [i.name for i in session.get_inputs()]
+    names = [o.name for o in session.get_outputs()]
+    results = dict(zip(names, session.run(names, {k: v for k, v in feeds.items() if k in wanted}), strict=True))
+    constants = {n: results[n].tolist() for n in names if n in ("version_number", "memory_size") or n.endswith("_output_shape")}
+    initializers = {i.name for i in model.graph.initializer}
+    inputs = [i for i in model.graph.input if i.name not in initializers]
+    return {"inputs": described(inputs), "outputs": described(model.graph.output), "constants": constants}
+
+
+def _same_contract(ours: dict[str, Any], theirs: dict[str, Any]) -> list[str]:
+    problems = []
+    for side in ("inputs", "outputs"):
+        if set(ours[side]) != set(theirs[side]):
+            problems.append(f"{side}: ours {sorted(ours[side])} != ML-Agents' {sorted(theirs[side])}")
+            continue
+        for name, mine in ours[side].items():
+            if mine != theirs[side][name]:
+                problems.append(f"{side} {name}: ours {mine} != ML-Agents' {theirs[side][name]}")
+    if ours["constants"] != theirs["constants"]:
+        problems.append(f"constant outputs: ours {ours['constants']} != ML-Agents' {theirs['constants']}")
+    return problems
+
+
+def check_onnx(mla_python: Path) -> dict[str, Any]:
+    import onnx
+
+    with tempfile.TemporaryDirectory() as tmp:
+        jobs = [(name, case, str(Path(tmp) / f"mla_{name}.onnx")) for name, case in ONNX_CASES.items()]
+        done = subprocess.run(
+            [str(mla_python), "-c", MLA_EXPORT, json.dumps(jobs)], capture_output=True, text=True, timeout=600, check=False
+        )
+        if done.returncode != 0:
+            log.error("ML-Agents' exporter did not run: %s", done.stderr[-2000:])
+            return {"onnx_contract_matches_mlagents": None}
+        all_match = True
+        opsets: dict[str, Any] = {}
+        for name, (sizes, continuous, branches), theirs_path in jobs:
+            ours_path = Path(tmp) / f"ours_{name}.onnx"
+            _our_onnx(sizes, continuous, branches, ours_path)
+            problems = _same_contract(_contract(ours_path, sizes, branches), _contract(Path(theirs_path), sizes, branches))
+            for problem in problems:
+                log.error("onnx %s: %s", name, problem)
+            all_match &= not problems
+            opsets[name] = [
+                max(o.version for o in onnx.load(str(p)).opset_import if o.domain in ("", "ai.onnx"))
+                for p in (ours_path, theirs_path)
+            ]
+            log.info("onnx %s: %s", name, "the contract matches ML-Agents'" if not problems else f"{len(problems)} differences")
+    return {"onnx_contract_matches_mlagents": all_match, "onnx_opsets_ours_mlagents": opsets}
+
+
 # -- latency -----------------------------------------------------------------------------------------
 
 
@@ -454,6 +572,8 @@ def main() -> None:
     result: dict[str, Any] = {"workload": "unity_check"}
     if not args.skip_transcripts:
         result.update(check_transcripts(args.mla_python))
+    if not args.skip_onnx:
+        result.update(check_onnx(args.mla_python))
     if not args.skip_latency:
         result.update(asyncio.run(_measure_latency(args)))
     print(json.dumps(result))
