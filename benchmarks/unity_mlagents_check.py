@@ -206,12 +206,17 @@ def _compare(brains: dict[str, Any], transcript: Transcript, theirs: Any, their_
                 expect[f"decision_obs{k}"] = obs[asking]
                 expect[f"terminal_obs{k}"] = obs[done]
             if spec.action_spec.discrete_branches and asking.any():  # no decision rows: ML-Agents' mask is None
-                allowed = np.ones((len(infos), spec.action_spec.mask_width), bool) if rows.action_mask is None else rows.action_mask
+                allowed = (
+                    np.ones((len(infos), spec.action_spec.mask_width), bool) if rows.action_mask is None else rows.action_mask
+                )
                 expect["decision_masked"] = ~allowed[asking]
             for field, value in expect.items():
                 got = theirs.get(key + field)
                 if got is None or got.shape != value.shape or not np.array_equal(got.astype(value.dtype), value):
-                    problems.append(f"step {i}, {name}, {field}: ours {value.tolist()} != ML-Agents' {None if got is None else got.tolist()}")
+                    problems.append(
+                        f"step {i}, {name}, {field}: ours {value.tolist()} != ML-Agents' "
+                        f"{None if got is None else got.tolist()}"
+                    )
     return problems
 
 
@@ -220,7 +225,13 @@ async def _check_transcript(mla_python: Path, label: str, brains: dict[str, Any]
     with tempfile.TemporaryDirectory() as tmp:
         out = str(Path(tmp) / "steps.npz")
         process = await asyncio.create_subprocess_exec(
-            str(mla_python), "-c", MLA_ENV, str(port), str(len(transcript)), out, stdout=asyncio.subprocess.PIPE,
+            str(mla_python),
+            "-c",
+            MLA_ENV,
+            str(port),
+            str(len(transcript)),
+            out,
+            stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,
         )
         ready = asyncio.ensure_future(_wait_for_listener(port, process))
@@ -261,7 +272,9 @@ def check_transcripts(mla_python: Path) -> dict[str, Any]:
         for problem in problems[:5]:
             log.error("%s", problem)
         matching += not problems
-        log.info("%s: %d steps, %s", label, len(transcript), "matches ML-Agents" if not problems else f"{len(problems)} differences")
+        log.info(
+            "%s: %d steps, %s", label, len(transcript), "matches ML-Agents" if not problems else f"{len(problems)} differences"
+        )
     return {"transcripts": len(cases), "transcripts_matching_mlagents": matching}
 
 
@@ -335,7 +348,9 @@ def _contract(path: Path, sizes: tuple[int, ...], branches: tuple[int, ...]) -> 
     wanted = [i.name for i in session.get_inputs()]
     names = [o.name for o in session.get_outputs()]
     results = dict(zip(names, session.run(names, {k: v for k, v in feeds.items() if k in wanted}), strict=True))
-    constants = {n: results[n].tolist() for n in names if n in ("version_number", "memory_size") or n.endswith("_output_shape")}
+    constants = {
+        n: results[n].tolist() for n in names if n in ("version_number", "memory_size") or n.endswith("_output_shape")
+    }
     initializers = {i.name for i in model.graph.initializer}
     inputs = [i for i in model.graph.input if i.name not in initializers]
     return {"inputs": described(inputs), "outputs": described(model.graph.output), "constants": constants}
@@ -379,7 +394,9 @@ def check_onnx(mla_python: Path) -> dict[str, Any]:
                 max(o.version for o in onnx.load(str(p)).opset_import if o.domain in ("", "ai.onnx"))
                 for p in (ours_path, theirs_path)
             ]
-            log.info("onnx %s: %s", name, "the contract matches ML-Agents'" if not problems else f"{len(problems)} differences")
+            log.info(
+                "onnx %s: %s", name, "the contract matches ML-Agents'" if not problems else f"{len(problems)} differences"
+            )
     return {"onnx_contract_matches_mlagents": all_match, "onnx_opsets_ours_mlagents": opsets}
 
 
