@@ -108,6 +108,33 @@ def unity_settings_from_yaml(path: str | Path | None, seed: int = -1, num_areas:
     )
 
 
+_LAUNCH_TYPES: dict[str, type] = {
+    "base_port": int,
+    "max_lifetime_restarts": int,
+    "restarts_rate_limit_n": int,
+    "restarts_rate_limit_period_s": float,
+}
+
+
+def launch_keys_from_yaml(path: str | Path) -> dict[str, Any]:
+    """``env_settings``' Unity launching keys of the YAML at ``path`` (ML-Agents' names; only those set).
+
+    Raises:
+        ConfigError: a value of the wrong type, naming its dotted key.
+    """
+    mapping = read_yaml(path) or {}
+    section = mapping.get("env_settings") if isinstance(mapping, Mapping) else None
+    out: dict[str, Any] = {}
+    for key, want in _LAUNCH_TYPES.items():
+        if not isinstance(section, Mapping) or section.get(key) is None:
+            continue
+        value = section[key]
+        if isinstance(value, bool) or not isinstance(value, (int, float) if want is float else int):
+            raise ConfigError(f"env_settings.{key}: expected {want.__name__}, got {type(value).__name__} {value!r}")
+        out[key] = want(value)
+    return out
+
+
 def add_unity_parser(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser(
         "unity",

@@ -101,6 +101,7 @@ class BuildFleet:
         self.builds = [UnityBuild(dataclasses.replace(launch, worker_id=i)) for i in range(num_envs)]
         self.quotas = [RestartQuota(restarts) for _ in range(num_envs)]
         self.ports: list[int] = []
+        self._stopping = False
 
     async def start(self) -> list[int]:
         """Listen on every copy's port (``base_port`` 0: any free ones); returns the ports."""
@@ -116,6 +117,8 @@ class BuildFleet:
         while True:
             await build.start(self.ports[i])
             code = await build.wait()
+            if self._stopping:  # ended by stop(): not a crash
+                return
             if code == 0:
                 log.info("Unity build copy %d (port %d) exited", i, self.ports[i])
                 return
@@ -136,6 +139,7 @@ class BuildFleet:
             )
 
     async def stop(self) -> None:
+        self._stopping = True
         await asyncio.gather(*(build.stop() for build in self.builds))
         await asyncio.gather(*(gateway.stop() for gateway in self.gateways))
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import grpc
@@ -71,6 +72,9 @@ class GatewaySettings:
     reconnect_timeout_s: float = RECONNECT_TIMEOUT_S
     """How long one step may wait for the processor to come back (seconds)."""
     backoff_initial_s: float = 0.5
+    on_declare: Callable[[BrainParameters], None] | None = None
+    """Called on the event loop with each behavior's spec as it is declared, before its first step (``stepstream
+    train`` starts the behavior's trainer there); a ``StepstreamError`` from it refuses the behavior."""
 
 
 class BehaviorLink:
@@ -202,6 +206,8 @@ class UnityGateway(unity_grpc.UnityToExternalProtoServicer):
                 continue
             try:
                 spec = translate.behavior_spec(brain, infos[0])
+                if self.settings.on_declare is not None:
+                    self.settings.on_declare(spec)
             except StepstreamError as err:
                 self._fail(name, str(err))
                 continue

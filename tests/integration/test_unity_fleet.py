@@ -149,3 +149,110 @@ async def test_without_a_build_it_waits_for_the_editor_with_mlagents_learns_hint
     finally:
         proc.terminate()
         assert await asyncio.wait_for(proc.wait(), 30.0) == 0
+
+
+TRAINING_BUILD = """#!{python}
+import asyncio, json, os, signal, sys
+sys.path.insert(0, {repo!r})
+import numpy as np
+from tests.unity_fake import FakeUnity, agent_info, brain_proto
+
+argv = sys.argv[1:]
+port = int(argv[argv.index("--mlagents-port") + 1])
+crash = not os.path.exists({crash!r})
+with open({record!r}, "a") as f:
+    f.write(json.dumps({{"port": port, "crash": crash, "argv": argv}}) + "\\n")
+if crash:
+    open({crash!r}, "w").close()
+
+
+async def main():
+    rng = np.random.default_rng(port)
+    unity = FakeUnity(f"127.0.0.1:{{port}}")
+    unity.brains["Walker"] = brain_proto("Walker", continuous=2)
+    await unity.start()
+    ids, t = list(range(4)), 0
+    while True:
+        t += 1
+        done = t % 10 == 0
+        obs = rng.standard_normal((4, 3)).tolist()
+        infos = [agent_info(port * 1000 + i, [obs[k]], float(rng.standard_normal()), done) for k, i in enumerate(ids)]
+        reply = await unity.step({{"Walker": infos}})
+        if reply.header.status != 200:
+            return
+        if done:
+            ids = [i + 4 for i in ids]
+        if crash and t == 25:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+asyncio.run(main())
+"""
+
+TRAIN_CONFIG = """
+behaviors:
+  Walker:
+    trainer_type: ppo
+    hyperparameters: {batch_size: 32, buffer_size: 128}
+    network_settings: {hidden_units: 16, num_layers: 1}
+    time_horizon: 16
+    max_steps: 600
+    summary_freq: 300
+    checkpoint_interval: 600
+env_settings:
+  base_port: 0
+  max_lifetime_restarts: 1
+engine_settings: {time_scale: 20}
+"""
+
+
+def test_train_launches_two_copies_of_a_build_restarts_a_crashed_one_and_trains(tmp_path: Path) -> None:
+    import subprocess
+
+    record = tmp_path / "launches.jsonl"
+    build = tmp_path / "Game.x86_64"
+    build.write_text(
+        TRAINING_BUILD.format(python=sys.executable, repo=str(REPO), record=str(record), crash=str(tmp_path / "c"))
+    )
+    build.chmod(0o755)
+    config = tmp_path / "walker.yaml"
+    config.write_text(TRAIN_CONFIG)
+    done = subprocess.run(
+        [*stepstream_command(), "train", str(config), "--env", str(tmp_path / "Game"), "--num-envs", "2",
+         "--results-dir", str(tmp_path / "results"), "--run-id", "unity", "--no-progress"],
+        cwd=REPO, env=subprocess_env(), capture_output=True, text=True, timeout=240, check=False,
+    )  # fmt: skip
+    text = done.stdout + done.stderr
+    assert done.returncode == 0, text
+    launches = [json.loads(line) for line in record.read_text().splitlines()]
+    assert len({launch["port"] for launch in launches}) == 2, launches
+    assert sum(launch["crash"] for launch in launches) == 1 and len(launches) == 3, launches  # the crashed copy, again
+    assert "restarting it (restart 1)" in text, text
+    assert (launches[0]["argv"][-2] == "-logFile" and launches[0]["argv"][-1].endswith("Player-0.log")) or any(
+        a["argv"][-1].endswith(("Player-0.log", "Player-1.log")) for a in launches
+    )
+    assert (tmp_path / "results" / "unity" / "Walker.onnx").exists(), text  # the trainer started on declare and finished
+
+
+def test_train_with_an_online_behavior_and_no_env_waits_for_the_editor(tmp_path: Path) -> None:
+    import subprocess
+
+    config = tmp_path / "walker.yaml"
+    config.write_text(TRAIN_CONFIG.replace("  base_port: 0\n", ""))
+    proc = subprocess.Popen(
+        [*stepstream_command(), "train", str(config), "--results-dir", str(tmp_path / "results"), "--no-progress"],
+        cwd=REPO, env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    try:
+        lines = []
+        for line in proc.stdout:
+            lines.append(line)
+            if "Listening on port" in line:
+                assert "Listening on port 5004. Start training by pressing the Play button in the Unity Editor." in line
+                break
+        else:
+            raise AssertionError("".join(lines))
+    finally:
+        proc.terminate()
+        proc.wait(60)
