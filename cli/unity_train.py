@@ -12,7 +12,9 @@ mlagents-learn's ways of starting a Unity run (``cli.train`` hands them here):
 
 A behavior's trainer starts when Unity declares it (the gateway's ``on_declare``), since its spec
 is known only then. The run ends as every started trainer reaches ``max_steps``, on Ctrl-C, when
-every build copy exited with 0, or fails when a copy is past its restarts. The YAML's
+every build copy exited with 0, or fails when a copy is past its restarts. Values on Unity's stats
+side channel go to the summaries (TensorBoard, tagged with Unity's key) of every trainer started so
+far, as mlagents-learn records an env's stats for each of its behaviors. The YAML's
 ``engine_settings`` and constant ``environment_parameters`` go to Unity as with ``stepstream unity``.
 """
 
@@ -31,6 +33,7 @@ from common.specs import BrainParameters
 from envclient.unity.fleet import BuildFleet, RestartPolicy
 from envclient.unity.gateway import DEFAULT_UNITY_PORT, GatewayServer, GatewaySettings
 from envclient.unity.launcher import DEFAULT_BUILD_PORT, LaunchSettings
+from envclient.unity.side_channels import StatsValue
 
 log = logging.getLogger(__name__)
 
@@ -64,11 +67,17 @@ class UnitySource:
         self.fleet: BuildFleet | None = None
         self.editor: GatewayServer | None = None
 
-    async def start(self, processor: str, seed: int, on_declare: Callable[[BrainParameters], None]) -> asyncio.Future[Any]:
+    async def start(
+        self,
+        processor: str,
+        seed: int,
+        on_declare: Callable[[BrainParameters], None],
+        on_stat: Callable[[StatsValue], None] | None = None,
+    ) -> asyncio.Future[Any]:
         from cli.unity import EDITOR_HINT
 
         self.unity = dataclasses.replace(self.unity, seed=seed)
-        settings = GatewaySettings(processor=processor, unity=self.unity, on_declare=on_declare)
+        settings = GatewaySettings(processor=processor, unity=self.unity, on_declare=on_declare, on_stat=on_stat)
         if self.launch.env_path is None:
             self.editor = GatewayServer(settings, port=DEFAULT_UNITY_PORT)
             port = await self.editor.start()

@@ -75,6 +75,9 @@ class GatewaySettings:
     on_declare: Callable[[BrainParameters], None] | None = None
     """Called on the event loop with each behavior's spec as it is declared, before its first step (``stepstream
     train`` starts the behavior's trainer there); a ``StepstreamError`` from it refuses the behavior."""
+    on_stat: Callable[[sc.StatsValue], None] | None = None
+    """Called on the event loop with each stats-channel value, after ``UnityStats`` counted it (``stepstream train``
+    hands them to its trainers' summaries, for TensorBoard)."""
 
 
 class BehaviorLink:
@@ -260,6 +263,8 @@ class UnityGateway(unity_grpc.UnityToExternalProtoServicer):
                 if channel == sc.STATS:
                     value = sc.parse_stats(payload)
                     self.stats.record(value)
+                    if self.settings.on_stat is not None:
+                        self.settings.on_stat(value)
                     log.debug("Unity stat %s = %g (%s)", value.key, value.value, value.aggregation)
                 else:
                     log.debug("ignoring a %d-byte message on side channel %s", len(payload), channel)
