@@ -19,7 +19,7 @@ Three checks, in one run:
   latency is p50 (p99) of the gateway's round trips minus p50 (p99) of the direct ones.
 
     .venv/bin/python benchmarks/unity_mlagents_check.py [--mla-python PATH] [--steps 2000] [--agents 12]
-        [--skip-transcripts] [--skip-onnx] [--skip-latency] [--profile-gateway FILE.html]
+        [--skip-transcripts] [--skip-onnx] [--skip-latency] [--gateway-tree CHECKOUT] [--profile-gateway FILE.prof]
 
 One JSON line last: ``{"workload": "unity_check", "transcripts", "transcripts_matching_mlagents",
 "onnx_contract_matches_mlagents", "gateway_added_p50_ms", "gateway_added_p99_ms", ...}``.
@@ -498,8 +498,9 @@ async def _measure_latency(args: argparse.Namespace) -> dict[str, Any]:
         command += ["-m", "cProfile", "-o", str(args.profile_gateway)]
     command += ["-m", "cli.main", "--log-level", "WARNING", "unity", "--port", str(gateway_port)]
     command += ["--processor", f"127.0.0.1:{port}"]
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    gateway = subprocess.Popen(command, env=env, cwd=REPO)
+    tree = args.gateway_tree or REPO
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    gateway = subprocess.Popen(command, env=env, cwd=tree)
     try:
         await _wait_for_port(gateway_port, gateway)
         ctx = mp.get_context("spawn")
@@ -582,7 +583,10 @@ def main() -> None:
     parser.add_argument("--skip-transcripts", action="store_true")
     parser.add_argument("--skip-onnx", action="store_true")
     parser.add_argument("--skip-latency", action="store_true")
-    parser.add_argument("--profile-gateway", type=Path, help="run the gateway under pyinstrument; its HTML report here")
+    parser.add_argument(
+        "--gateway-tree", type=Path, help="run the gateway from this checkout (another version, for a before/after)"
+    )
+    parser.add_argument("--profile-gateway", type=Path, help="run the gateway under cProfile; its stats file here")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")

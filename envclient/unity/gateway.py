@@ -272,7 +272,9 @@ class UnityGateway(unity_grpc.UnityToExternalProtoServicer):
             log.warning("Unity's side-channel bytes are malformed (the rest of this step's are skipped): %s", err)
 
 
-async def _step_all(steps: list[tuple[BehaviorLink, np.ndarray, pb.BrainInfo]]) -> list[object]:
+async def _step_all(
+    steps: list[tuple[BehaviorLink, np.ndarray, pb.BrainInfo]],
+) -> list[ActionResult | BaseException]:
     """Every behavior's step, concurrently; each result is its ``ActionResult`` or its exception.
 
     One behavior (the usual case) is awaited in place: a task per step would cost an event-loop turn
