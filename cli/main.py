@@ -116,7 +116,9 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
     mode.add_argument("--resume", action="store_true", help="continue the run RUN_ID from its latest checkpoints")
     mode.add_argument("--force", action="store_true", help="overwrite the run RUN_ID if it exists")
     mode.add_argument("--inference", action="store_true", help="act with RUN_ID's latest checkpoints, without training")
-    parser.add_argument("--env", help="override env_settings.env_path (gym:<id>)")
+    parser.add_argument(
+        "--env", help="override env_settings.env_path (gym:<id>), or launch this Unity build (mlagents-learn's --env)"
+    )
     parser.add_argument("--num-envs", type=int, help="override env_settings.num_envs (copies per env)")
     parser.add_argument("--seed", type=int, help="override env_settings.seed")
     parser.add_argument(

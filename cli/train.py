@@ -42,8 +42,9 @@ from cli.run_config import (
     with_max_steps,
 )
 from cli.signals import StopSignals, set_soon
+from cli.unity_train import UnityLaunch, UnitySource, is_unity_build
 from common.config import BehaviorSettings, RunOptions, TrainerType
-from common.errors import ConfigError
+from common.errors import ConfigError, NotSupportedYetError
 from common.logs import log_context
 from common.specs import BrainParameters
 from common.topics import TRAINER_SUBSCRIBER, TopicRegistry
@@ -87,14 +88,25 @@ class TrainOptions:
 def run_train(options: TrainOptions) -> int:
     """Train (or, with --inference, act) until every trainer reaches max_steps or Ctrl-C."""
     started_at = process_start_time()
-    run_options = with_max_steps(load_run_options(options.config, options.env_flags), options.max_steps)
-    if not run_options.env_settings.env_paths and (options.inference or not offline_behaviors(run_options)):
+    flags, unity = options.env_flags, None
+    if is_unity_build(flags.env):  # a Unity build: launched with the gateway (cli.unity_train), not an env_path
+        unity = UnityLaunch(options.config, flags.env, flags.num_envs or 1)
+        flags = replace(flags, env=None, num_envs=None)
+    run_options = with_max_steps(load_run_options(options.config, flags), options.max_steps)
+    online = [n for n in run_options.behaviors if n not in offline_behaviors(run_options)]
+    if unity is None and not run_options.env_settings.env_paths and online and not options.inference:
+        unity = UnityLaunch(options.config)  # an online behavior and no env: wait for the Editor, as mlagents-learn
+    if unity is not None and options.inference:
+        raise NotSupportedYetError("--inference with a Unity build or the Editor is not supported yet")
+    if unity is None and not run_options.env_settings.env_paths and (options.inference or not offline_behaviors(run_options)):
         raise ConfigError(
             f"{options.config}: env_settings.env_path is required for `stepstream train` (or pass --env)"
             + ("" if options.inference else "; only a bc behavior with a demo_path trains without one")
         )
     # Everything that can be checked in seconds is, before TensorFlow's import and the results folder.
     trained = [*run_options.env_settings.behavior_names, *([] if options.inference else offline_behaviors(run_options))]
+    if unity is not None:
+        trained = [*online, *offline_behaviors(run_options)]
     check_inputs(options.config, run_options, trained)
     check_port_free(options.metrics.host, options.metrics.port, "--metrics-port")
     run_dir = prepare_run_dir(
@@ -106,16 +118,26 @@ def run_train(options: TrainOptions) -> int:
     )
     if options.resume or options.inference:
         check_resumable(run_dir, trained, inference=options.inference)
+    source = None if unity is None else UnitySource(unity, run_dir / "run_logs")
     with removed_if_unstarted(run_dir, fresh=not (options.resume or options.inference)):
         load_tensorflow()  # its native start-up noise filtered out of stderr
-        return asyncio.run(EmbeddedRun(options, run_options, run_dir, started_at).run())
+        return asyncio.run(EmbeddedRun(options, run_options, run_dir, started_at, source).run())
 
 
 class EmbeddedRun:
     """The processor, the env clients and one trainer thread per behavior, in this process."""
 
-    def __init__(self, options: TrainOptions, run_options: RunOptions, run_dir: Path, started_at: float) -> None:
+    def __init__(
+        self,
+        options: TrainOptions,
+        run_options: RunOptions,
+        run_dir: Path,
+        started_at: float,
+        unity: UnitySource | None = None,
+    ) -> None:
         self.options = options
+        self.unity = unity
+        """Unity builds or the Editor (``cli.unity_train``): trainers start as Unity declares behaviors."""
         self.run_options = run_options
         self.run_dir = run_dir
         self.started_at = started_at
@@ -225,7 +247,7 @@ class EmbeddedRun:
                 self._make_envs()
                 for name in self.offline:
                     self._start_offline(name)
-                if self.envs:  # else only offline BC: no processor
+                if self.envs or self.unity is not None:  # else only offline BC: no processor
                     server, clients = await self._start_online()
                 await self._wait(server, clients, interrupted)
             finally:
@@ -259,7 +281,28 @@ class EmbeddedRun:
         clients: list[asyncio.Future[Any]] = [
             asyncio.ensure_future(self._env_client(f"127.0.0.1:{port}", name, env)) for name, env in self.envs.items()
         ]
+        if self.unity is not None:
+            try:
+                declared = lambda spec: self._declared(spec, server)  # noqa: E731
+                clients.append(await self.unity.start(f"127.0.0.1:{port}", self.seed, declared, self._environment_stat))
+            except BaseException:
+                await self.unity.stop()
+                await server.stop(STOP_GRACE_S)
+                raise
         return server, clients
+
+    def _environment_stat(self, value: Any) -> None:
+        """A value of Unity's stats channel: into every online trainer's next summary (``TrainerLoop.environment_stats``)."""
+        for name, loop in self.loops.items():
+            if name not in self.offline:
+                loop.environment_stats.add(value.key, value.value, value.aggregation)
+
+    def _declared(self, params: BrainParameters, server: ProcessorServer) -> None:
+        """Unity declared a behavior: start its trainer, once (another copy, or Play again, declares it again)."""
+        name = params.behavior_name
+        if name not in self.loops:
+            self.run_options.settings_for(name)  # a behavior without settings is refused, naming it
+            self._start_trainer(name, params, server.topics)
 
     async def _env_client(self, address: str, name: str, env: VectorEnv) -> Any:
         async with EnvSession(address, f"embedded-{name}", [env.brain_parameters]) as session:
@@ -275,7 +318,7 @@ class EmbeddedRun:
         watched = list(self.threads.values()) if self.threads else clients
         progress = _Progress(self, server) if self.options.progress else None
         try:
-            while not interrupted.is_set() and not all(task.done() for task in watched):
+            while not interrupted.is_set() and not self._finished(watched, clients):
                 for task in clients:
                     if task.done() and task.exception() is not None:
                         raise task.exception()  # type: ignore[misc]
@@ -291,6 +334,13 @@ class EmbeddedRun:
             if task.done():
                 task.result()  # a trainer that failed fails the run
 
+    def _finished(self, watched: list[asyncio.Future[Any]], clients: list[asyncio.Future[Any]]) -> bool:
+        """Every watched task is done; with Unity, every trainer started so far (one online at least), or Unity's end."""
+        if self.unity is None:
+            return all(task.done() for task in watched)
+        online = [task for name, task in self.threads.items() if name not in self.offline]
+        return (bool(online) and all(task.done() for task in self.threads.values())) or all(c.done() for c in clients)
+
     async def _shutdown(self, server: ProcessorServer | None, clients: list[asyncio.Future[Any]]) -> None:
         """Stop the trainers (each saves a checkpoint), then the env clients, the server and the envs.
 
@@ -301,11 +351,13 @@ class EmbeddedRun:
         if server is not None:
             # No trainer acks any more: drop its queues, so no env client waits for room on a full topic, and
             # let the sessions' last flushes be dropped without a warning.
-            for name in self.envs:
+            for name in self.envs or [n for n in self.loops if n not in self.offline]:
                 topic = server.topics.trajectories(name)
                 topic.remove(TRAINER_SUBSCRIBER)  # logs how many it discards
                 topic.expect_no_subscribers()
         self.env_stop.set()
+        if self.unity is not None:
+            await self.unity.stop()  # the builds first (SIGTERM), then their gateways, which close their sessions
         _, pending = await asyncio.wait(clients, timeout=CLIENT_STOP_TIMEOUT_S) if clients else (set(), set())
         for task in pending:
             task.cancel()

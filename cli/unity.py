@@ -18,14 +18,24 @@ from typing import Any
 from cli.flags import add_client_security_flags, add_metrics_flags, client_security_from_args
 from cli.signals import StopSignals, set_soon
 from common.config import read_yaml
-from common.errors import ConfigError, NotSupportedYetError, StepstreamError
+from common.errors import ConfigError, NotSupportedYetError
 from common.metrics import serve_metrics
+from envclient.unity.fleet import (
+    DEFAULT_MAX_LIFETIME_RESTARTS,
+    DEFAULT_RESTARTS_RATE_LIMIT_N,
+    DEFAULT_RESTARTS_RATE_LIMIT_PERIOD_S,
+    BuildFleet,
+    RestartPolicy,
+)
 from envclient.unity.gateway import DEFAULT_UNITY_PORT, RECONNECT_TIMEOUT_S, GatewayServer, GatewaySettings
-from envclient.unity.launcher import DEFAULT_BUILD_PORT, LaunchSettings, UnityBuild
+from envclient.unity.launcher import DEFAULT_BUILD_PORT, LaunchSettings
 from envclient.unity.metrics import UnityCollector
 from envclient.unity.side_channels import EngineSettings, UnitySettings
 
 log = logging.getLogger(__name__)
+
+EDITOR_HINT = "Listening on port {port}. Start training by pressing the Play button in the Unity Editor."
+"""What mlagents-learn prints (``UnityEnvironment`` with no file name) while it waits for the Editor."""
 
 _ENGINE_TYPES: dict[str, type] = {
     "width": int,
@@ -98,6 +108,33 @@ def unity_settings_from_yaml(path: str | Path | None, seed: int = -1, num_areas:
     )
 
 
+_LAUNCH_TYPES: dict[str, type] = {
+    "base_port": int,
+    "max_lifetime_restarts": int,
+    "restarts_rate_limit_n": int,
+    "restarts_rate_limit_period_s": float,
+}
+
+
+def launch_keys_from_yaml(path: str | Path) -> dict[str, Any]:
+    """``env_settings``' Unity launching keys of the YAML at ``path`` (ML-Agents' names; only those set).
+
+    Raises:
+        ConfigError: a value of the wrong type, naming its dotted key.
+    """
+    mapping = read_yaml(path) or {}
+    section = mapping.get("env_settings") if isinstance(mapping, Mapping) else None
+    out: dict[str, Any] = {}
+    for key, want in _LAUNCH_TYPES.items():
+        if not isinstance(section, Mapping) or section.get(key) is None:
+            continue
+        value = section[key]
+        if isinstance(value, bool) or not isinstance(value, (int, float) if want is float else int):
+            raise ConfigError(f"env_settings.{key}: expected {want.__name__}, got {type(value).__name__} {value!r}")
+        out[key] = want(value)
+    return out
+
+
 def add_unity_parser(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser(
         "unity",
@@ -124,6 +161,31 @@ def add_unity_parser(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         default=None,
         help="start the build with -nographics -batchmode (default: engine_settings.no_graphics)",
+    )
+    parser.add_argument("--num-envs", type=int, default=1, help="with --env: copies of the build, on consecutive ports")
+    parser.add_argument(
+        "--base-port",
+        type=int,
+        help=f"with --env: copy i listens on BASE_PORT + i (default {DEFAULT_BUILD_PORT}; 0: free ports)",
+    )
+    parser.add_argument(
+        "--max-lifetime-restarts",
+        type=int,
+        default=DEFAULT_MAX_LIFETIME_RESTARTS,
+        help=f"restarts of a crashed copy over the run (default {DEFAULT_MAX_LIFETIME_RESTARTS}; -1: no limit)",
+    )
+    parser.add_argument(
+        "--restarts-rate-limit-n",
+        type=int,
+        default=DEFAULT_RESTARTS_RATE_LIMIT_N,
+        help=f"restarts of a copy within --restarts-rate-limit-period-s (default {DEFAULT_RESTARTS_RATE_LIMIT_N}; "
+        "-1: no limit)",
+    )
+    parser.add_argument(
+        "--restarts-rate-limit-period-s",
+        type=float,
+        default=DEFAULT_RESTARTS_RATE_LIMIT_PERIOD_S,
+        help=f"the rate limit's window (default {DEFAULT_RESTARTS_RATE_LIMIT_PERIOD_S:g} s)",
     )
     parser.add_argument("--log-dir", type=Path, help="the build writes -logFile LOG_DIR/Player-0.log")
     parser.add_argument(
@@ -162,43 +224,57 @@ def run_unity(args: argparse.Namespace) -> int:
         security=client_security_from_args(args),
         reconnect_timeout_s=args.reconnect_timeout_s,
     )
-    build = None
+    fleet = None
+    port = args.port if args.port is not None else DEFAULT_UNITY_PORT
     if args.env_path is not None:
         no_graphics = settings.unity.engine.no_graphics if args.no_graphics is None else args.no_graphics
-        build = UnityBuild(LaunchSettings(args.env_path, no_graphics, args.log_dir, tuple(args.env_args)))
-    port = args.port if args.port is not None else DEFAULT_BUILD_PORT if build is not None else DEFAULT_UNITY_PORT
-    return asyncio.run(_serve(settings, port, build, args.metrics_host, args.metrics_port))
+        base_port = next(p for p in (args.base_port, args.port, DEFAULT_BUILD_PORT) if p is not None)
+        fleet = BuildFleet(
+            settings,
+            LaunchSettings(args.env_path, no_graphics, args.log_dir, tuple(args.env_args)),
+            num_envs=args.num_envs,
+            base_port=base_port,
+            restarts=RestartPolicy(args.max_lifetime_restarts, args.restarts_rate_limit_n, args.restarts_rate_limit_period_s),
+        )
+    elif args.num_envs != 1:
+        raise ConfigError(f"--num-envs {args.num_envs}: copies need a build to launch (--env PATH)")
+    return asyncio.run(_serve(settings, port, fleet, args.metrics_host, args.metrics_port))
 
 
 async def _serve(
-    settings: GatewaySettings, port: int, build: UnityBuild | None, metrics_host: str, metrics_port: int | None
+    settings: GatewaySettings, port: int, fleet: BuildFleet | None, metrics_host: str, metrics_port: int | None
 ) -> int:
-    """Serve until SIGTERM/SIGINT or, with a build, until the build exits (an error unless it exits with 0)."""
-    server = GatewayServer(settings, port=port)
-    port = await server.start()
-    endpoint = serve_metrics(metrics_host, metrics_port, UnityCollector(server.gateway.stats))
+    """Serve until SIGTERM/SIGINT or, with builds, until every copy exited with 0 (one past its restarts: an error)."""
+    gateways = fleet.gateways if fleet is not None else [GatewayServer(settings, port=port)]
+    endpoint = None
     stop = asyncio.Event()
-    exited: asyncio.Task[int] | None = None
-    with StopSignals(set_soon(stop)):  # the CLI's one signal pattern (cli.signals)
+    ran: asyncio.Task[None] | None = None
+    with StopSignals(set_soon(stop)):  # the CLI's one signal pattern (cli.signals), before anything listens
         try:
-            waits: list[asyncio.Task[object]] = [asyncio.ensure_future(stop.wait())]
-            if build is not None:
-                await build.start(port)
-                exited = asyncio.ensure_future(build.wait())
-                waits.append(exited)  # type: ignore[arg-type]
+            if fleet is None:
+                port = await gateways[0].start()
+                log.info(EDITOR_HINT.format(port=port))
+            else:
+                await fleet.start()
+            endpoint = serve_metrics(metrics_host, metrics_port, UnityCollector(*(g.gateway.stats for g in gateways)))
+            waits: list[asyncio.Future[object]] = [asyncio.ensure_future(stop.wait())]
+            if fleet is not None:
+                ran = asyncio.ensure_future(fleet.run())
+                waits.append(ran)  # type: ignore[arg-type]
             await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
             for task in waits:
-                if task is not exited:
+                if task is not ran:
                     task.cancel()
+            if ran is not None and ran.done() and not stop.is_set():
+                ran.result()  # a copy past its restarts fails the command
+                log.info("the Unity build exited")
         finally:
-            if build is not None:
-                await build.stop()
-            await server.stop()
+            if ran is not None and not ran.done():
+                ran.cancel()
+            if fleet is not None:
+                await fleet.stop()
+            else:
+                await gateways[0].stop()
             if endpoint is not None:
                 endpoint.stop()
-    if exited is not None and exited.done() and not stop.is_set():
-        code = exited.result()
-        if code != 0:
-            raise StepstreamError(f"the Unity build {build.executable if build else ''} exited with code {code}")
-        log.info("the Unity build exited")
     return 0

@@ -72,6 +72,7 @@ from trainer.summaries import (
     POLICY_VERSION,
     STALE_TRAJECTORIES,
     UPDATE_SECONDS,
+    EnvironmentStats,
     EpisodeRecord,
     MetricsWriter,
     PeriodStats,
@@ -282,6 +283,8 @@ class TrainerLoop:
         self._version = -1
         self._last_policy: pb.PolicyUpdate | None = None
         self._period = PeriodStats(0)
+        self.environment_stats = EnvironmentStats()
+        """What the environment reports itself (Unity's stats channel, ``stepstream train``): into each summary."""
         self._next_summary = settings.summary_freq
         self._next_checkpoint = settings.checkpoint_interval
         self._checkpointed_step: int | None = None
@@ -492,6 +495,7 @@ class TrainerLoop:
     def _summarize(self) -> None:
         result = self.result
         metrics = self._period.summary(result.steps)
+        metrics.update(self.environment_stats.take())
         metrics[POLICY_VERSION] = float(self._version)
         metrics[STALE_TRAJECTORIES] = float(result.stale_trajectories)
         metrics[DUPLICATE_TRAJECTORIES] = float(result.duplicates)

@@ -25,6 +25,7 @@ import logging
 import math
 import os
 import tempfile
+import threading
 import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -284,6 +285,38 @@ class PeriodStats:
         seconds = time.monotonic() - self.started
         if seconds > 0:
             out[AGENT_STEPS_PER_S] = (step - self.start_step) / seconds
+        return out
+
+
+class EnvironmentStats:
+    """Values an environment reported itself (Unity's stats side channel) since the last summary, by key.
+
+    Thread-safe: the gateway adds on the event loop, the trainer takes in its thread at each summary.
+    A period's value per key follows its aggregation as ML-Agents' ``StatsAggregationMethod`` does:
+    ``average`` the mean, ``most_recent`` the last, ``sum`` the sum; ``histogram`` (a TensorBoard
+    histogram in ML-Agents) is written as the mean. The TensorBoard tag is the key as Unity sent it.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._values: dict[str, tuple[str, list[float]]] = {}
+
+    def add(self, key: str, value: float, aggregation: str) -> None:
+        with self._lock:
+            self._values.setdefault(key, (aggregation, []))[1].append(float(value))
+
+    def take(self) -> dict[str, float]:
+        """The period's value per key, and a fresh period."""
+        with self._lock:
+            values, self._values = self._values, {}
+        out = {}
+        for key, (aggregation, seen) in values.items():
+            if aggregation == "most_recent":
+                out[key] = seen[-1]
+            elif aggregation == "sum":
+                out[key] = math.fsum(seen)
+            else:
+                out[key] = math.fsum(seen) / len(seen)
         return out
 
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import grpc
@@ -71,6 +72,12 @@ class GatewaySettings:
     reconnect_timeout_s: float = RECONNECT_TIMEOUT_S
     """How long one step may wait for the processor to come back (seconds)."""
     backoff_initial_s: float = 0.5
+    on_declare: Callable[[BrainParameters], None] | None = None
+    """Called on the event loop with each behavior's spec as it is declared, before its first step (``stepstream
+    train`` starts the behavior's trainer there); a ``StepstreamError`` from it refuses the behavior."""
+    on_stat: Callable[[sc.StatsValue], None] | None = None
+    """Called on the event loop with each stats-channel value, after ``UnityStats`` counted it (``stepstream train``
+    hands them to its trainers' summaries, for TensorBoard)."""
 
 
 class BehaviorLink:
@@ -202,6 +209,8 @@ class UnityGateway(unity_grpc.UnityToExternalProtoServicer):
                 continue
             try:
                 spec = translate.behavior_spec(brain, infos[0])
+                if self.settings.on_declare is not None:
+                    self.settings.on_declare(spec)
             except StepstreamError as err:
                 self._fail(name, str(err))
                 continue
@@ -228,7 +237,7 @@ class UnityGateway(unity_grpc.UnityToExternalProtoServicer):
                 await self._drop(name)
                 continue
             steps.append((link, rows.done, rows.brain_info(name)))
-        results = await asyncio.gather(*(link.step(info) for link, _, info in steps), return_exceptions=True)
+        results = await _step_all(steps)
         rl_input = unity_pb.UnityRLInputProto(command=unity_pb.STEP)
         for (link, done, _), result in zip(steps, results, strict=True):
             name = link.spec.behavior_name
@@ -254,11 +263,30 @@ class UnityGateway(unity_grpc.UnityToExternalProtoServicer):
                 if channel == sc.STATS:
                     value = sc.parse_stats(payload)
                     self.stats.record(value)
+                    if self.settings.on_stat is not None:
+                        self.settings.on_stat(value)
                     log.debug("Unity stat %s = %g (%s)", value.key, value.value, value.aggregation)
                 else:
                     log.debug("ignoring a %d-byte message on side channel %s", len(payload), channel)
         except StepstreamError as err:
             log.warning("Unity's side-channel bytes are malformed (the rest of this step's are skipped): %s", err)
+
+
+async def _step_all(
+    steps: list[tuple[BehaviorLink, np.ndarray, pb.BrainInfo]],
+) -> list[ActionResult | BaseException]:
+    """Every behavior's step, concurrently; each result is its ``ActionResult`` or its exception.
+
+    One behavior (the usual case) is awaited in place: a task per step would cost an event-loop turn
+    and a task's set-up, a noticeable part of the gateway's added latency per Exchange.
+    """
+    if len(steps) == 1:
+        link, _, info = steps[0]
+        try:
+            return [await link.step(info)]
+        except Exception as err:
+            return [err]
+    return await asyncio.gather(*(link.step(info) for link, _, info in steps), return_exceptions=True)
 
 
 def _reply(unity_input: unity_pb.UnityInputProto | None = None) -> unity_pb.UnityMessageProto:

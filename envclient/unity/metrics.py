@@ -37,23 +37,34 @@ class UnityStats:
 
 
 class UnityCollector(Collector):
-    """Every ``stepstream_unity_*`` metric of one gateway."""
+    """Every ``stepstream_unity_*`` metric of one or more gateways (``--num-envs``: one per build copy), summed;
+    a stats key's latest value is the last copy's that has it."""
 
-    def __init__(self, stats: UnityStats) -> None:
+    def __init__(self, *stats: UnityStats) -> None:
         self._stats = stats
 
     def collect(self) -> Iterator[Metric]:
-        s = self._stats
-        yield CounterMetricFamily(U + "exchanges", "Exchange calls answered.", value=s.exchanges)
-        yield CounterMetricFamily(U + "sessions", "Unity sessions initialized (Play, a build started).", value=s.sessions)
+        every = self._stats
+        yield CounterMetricFamily(U + "exchanges", "Exchange calls answered.", value=sum(s.exchanges for s in every))
         yield CounterMetricFamily(
-            U + "failed_behaviors", "Behaviors refused for bad input from Unity.", value=s.failed_behaviors
+            U + "sessions", "Unity sessions initialized (Play, a build started).", value=sum(s.sessions for s in every)
         )
+        yield CounterMetricFamily(
+            U + "failed_behaviors",
+            "Behaviors refused for bad input from Unity.",
+            value=sum(s.failed_behaviors for s in every),
+        )
+        latest_values: dict[str, StatsValue] = {}
+        messages: dict[str, int] = {}
+        for s in every:
+            latest_values.update(s.stats)
+            for key, count in s.stat_messages.items():
+                messages[key] = messages.get(key, 0) + count
         latest = GaugeMetricFamily(
             U + "stat", "Latest value of a key on Unity's stats side channel.", labels=["key", "aggregation"]
         )
         counts = CounterMetricFamily(U + "stat_messages", "Values received per stats key.", labels=["key"])
-        for key, value in sorted(s.stats.items()):
+        for key, value in sorted(latest_values.items()):
             latest.add_metric([key, value.aggregation], value.value)
-            counts.add_metric([key], s.stat_messages[key])
+            counts.add_metric([key], messages[key])
         yield from (latest, counts)

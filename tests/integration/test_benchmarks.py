@@ -89,3 +89,12 @@ def test_soak_with_a_hostile_minority_conserves_the_good_clients_experiences() -
     assert out["good_agent_steps_per_s"] > 0 and out["good_experiences_implied"] > 0
     assert out["good_conserved"] is True and out["conserved"] is True
     assert out["rss_bound_mb"] > out["baseline_rss_mb"] > 0
+
+
+def test_unity_check_measures_the_gateways_added_latency() -> None:
+    # The ML-Agents side (transcripts, its exporter) needs ../shared/yardsticks' environment: not run here.
+    out = last_json_line("unity_mlagents_check.py", "--skip-transcripts", "--skip-onnx", "--steps", "50")
+    assert out["workload"] == "unity_check" and out["latency_steps"] == 50
+    assert 0 < out["gateway_p50_ms"] <= out["gateway_p99_ms"] and 0 < out["direct_p50_ms"] <= out["direct_p99_ms"]
+    assert out["gateway_added_p50_ms"] == out["gateway_p50_ms"] - out["direct_p50_ms"]
+    assert out["gateway_cpu_us_per_exchange"] >= 0

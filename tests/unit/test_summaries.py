@@ -205,3 +205,16 @@ def test_the_console_line_of_a_learner_without_acted_trajectories_has_no_lag(cap
         writer.write({POLICY_VERSION: 4.0}, 300)  # offline BC: versions, no trajectories, so no lag
     (line,) = [r.getMessage() for r in caplog.records]
     assert line.endswith("Policy version: 4.") and "nan" not in line
+
+
+def test_environment_stats_follow_their_aggregation_and_start_afresh_each_period() -> None:
+    from trainer.summaries import EnvironmentStats
+
+    stats = EnvironmentStats()
+    for value in (1.0, 2.0, 6.0):
+        stats.add("Env/Mean", value, "average")
+        stats.add("Env/Last", value, "most_recent")
+        stats.add("Env/Total", value, "sum")
+        stats.add("Env/Hist", value, "histogram")
+    assert stats.take() == {"Env/Mean": 3.0, "Env/Last": 6.0, "Env/Total": 9.0, "Env/Hist": 3.0}
+    assert stats.take() == {}
