@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+import threading
 from collections.abc import Callable
 from types import FrameType, TracebackType
 from typing import Any
@@ -59,7 +60,11 @@ class StopSignals:
                 raise KeyboardInterrupt
             return
         again = " (send it again to interrupt)" if self.interrupt_on_second else ""
-        log.info("%s received: %s%s", signal.Signals(signum).name, self.what, again)
+        # Not logged here: the handler runs on the main thread between its bytecodes, possibly in the
+        # middle of that thread's own write to stderr, and re-entering the stream raises "reentrant
+        # call" (seen as a hang at SIGTERM). A thread waits on the stream's lock instead.
+        name = signal.Signals(signum).name
+        threading.Thread(target=log.info, args=("%s received: %s%s", name, self.what, again), daemon=True).start()
         self.on_stop()
 
     def __enter__(self) -> StopSignals:

@@ -13,7 +13,6 @@ import asyncio
 import json
 import re
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -263,9 +262,6 @@ def test_train_with_an_online_behavior_and_no_env_waits_for_the_editor(tmp_path:
         else:
             raise AssertionError("".join(lines))
     finally:
-        # cli.signals logs from its signal handler: a SIGTERM that lands while the hint is still being written
-        # makes that a reentrant write of the same stream, so let the line finish first.
-        time.sleep(1.0)
         proc.terminate()
         rest, _ = proc.communicate(timeout=90)
     assert proc.returncode == 143, rest  # SIGTERM: checkpoints saved (none yet), 128 + 15 as a shell reports it
