@@ -70,7 +70,7 @@ class ScheduleType(str, Enum):
 
 
 class EncoderType(str, Enum):
-    """Visual encoder for image observations (ML-Agents' ``EncoderType``); only ``simple`` for now."""
+    """Visual encoder for image observations (ML-Agents' ``EncoderType``; layers in ``trainer.encoders``)."""
 
     SIMPLE = "simple"
     NATURE_CNN = "nature_cnn"
@@ -286,7 +286,8 @@ class NetworkSettings:
     num_layers: int = 2
     """Hidden layers; >= 1."""
     vis_encode_type: EncoderType = EncoderType.SIMPLE
-    """Encoder for image observations; only ``simple`` until images arrive."""
+    """Encoder for image observations (``trainer.encoders``); each has a minimum image side, checked against the
+    behavior's observation specs when its trainer is built (a smaller image is a ConfigKeyError on this key)."""
     memory: MemorySettings | None = None
     """Recurrent memory; must be None until memory arrives."""
     deterministic: bool = False
@@ -295,9 +296,6 @@ class NetworkSettings:
     def __post_init__(self) -> None:
         at_least(self.hidden_units, 1, "hidden_units")
         at_least(self.num_layers, 1, "num_layers")
-        if self.vis_encode_type is not EncoderType.SIMPLE:
-            detail = f"{self.vis_encode_type.value!r} is not supported yet (image observations arrive in the next wave)"
-            raise NotSupportedKeyError("vis_encode_type", detail)
         if self.memory is not None:
             raise NotSupportedKeyError("memory", "not supported yet (recurrent networks arrive in the next wave)")
         if self.deterministic:

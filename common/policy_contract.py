@@ -11,10 +11,16 @@ Shapes: ``N`` agent rows, ``C`` continuous action dimensions, ``M = sum(branches
 The model (``format`` ``TFLITE_FORMAT``):
 
 * one signature; its inputs are named ``input_name(i)`` (``obs_0``, ``obs_1``, ...), one per
-  observation, each float32 ``[N, *shape_i]`` with a dynamic ``N``. The inputs are *normalised*
-  observations: when the update carries normaliser state, the processor applies
-  ``clip((obs - mean) / sqrt(variance + NORMALIZATION_EPSILON), -NORMALIZATION_CLIP,
-  NORMALIZATION_CLIP)`` first, and the trainer trains the network on the same transform.
+  observation, each ``[N, *shape_i]`` with a dynamic ``N``: float32 for a vector ``[size]``, and
+  for an image ``[H, W, C]`` (``is_image_shape``, channels last) the observation's own dtype,
+  uint8 or float32. Vector inputs are *normalised* observations: when the update carries
+  normaliser state, the processor applies ``clip((obs - mean) / sqrt(variance +
+  NORMALIZATION_EPSILON), -NORMALIZATION_CLIP, NORMALIZATION_CLIP)`` first, and the trainer trains
+  the network on the same transform. ``InferenceArtifact.normalizers`` holds one state per
+  *vector* observation, in observation order: images are never normalised. A uint8 image enters
+  the model as it came off the wire and the model itself scales it by ``IMAGE_SCALE`` into [0, 1]
+  (ML-Agents scales pixels to [0, 1] before its encoders); a float32 image is taken as it is,
+  already in [0, 1]. The trainer's networks take the same raw images, so TF and the artifact agree.
 * its outputs, by name: ``MEAN`` and ``LOG_STD``, float32 ``[N, C]``, together or not at all
   (continuous actions, Gaussian ``N(mean, exp(log_std))``); ``LOGITS``, float32 ``[N, M]``
   (discrete actions, branches side by side, unmasked). The exporter writes no others, the processor
@@ -28,7 +34,9 @@ The arithmetic around the model, whose stored log-probs a trainer recomputes and
 
 The ONNX model Unity runs (``trainer.onnx_export`` writes it; ML-Agents 1.1.0's model contract,
 ``MODEL_API_VERSION`` 3, opset ``ONNX_OPSET``): inputs ``input_name(i)`` float32 ``[batch, *shape_i]``
-of *raw* observations (the normaliser is inside the graph) and, with discrete actions,
+of *raw* observations (the normaliser is inside the graph), an image as float32 ``[batch, C, H, W]``
+in [0, 1] (``onnx_input_shape``: ML-Agents' ``ModelSerializer`` exports images channels first, as
+Sentis feeds them, and its encoders skip their NHWC-to-NCHW permute while exporting) and, with discrete actions,
 ``ACTION_MASKS`` float32 ``[batch, M]`` (1 = allowed); outputs, in ``ONNX_OUTPUTS`` order, those of
 the action spec: the constants ``VERSION_NUMBER`` and ``MEMORY_SIZE`` float32 ``[1]``; continuous:
 ``CONTINUOUS_ACTIONS`` (sampled) and ``DETERMINISTIC_CONTINUOUS_ACTIONS`` float32 ``[batch, C]``,
@@ -92,6 +100,23 @@ MASKED_LOGIT = -1e9
 
 #: Added inside the log of the tanh correction, so a saturated tanh (``a^2`` rounds to 1) stays finite.
 TANH_LOG_EPSILON = 1e-6
+
+
+#: The factor a uint8 image is multiplied by, inside the network, to bring it into [0, 1].
+IMAGE_SCALE = 1.0 / 255.0
+
+
+def is_image_shape(shape: tuple[int, ...]) -> bool:
+    """Whether an observation of ``shape`` (no agent axis) is an image ``[H, W, C]`` (else a vector ``[size]``)."""
+    return len(shape) == 3
+
+
+def onnx_input_shape(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """An observation's shape at the ONNX model's boundary: images ``[H, W, C]`` become ``[C, H, W]``."""
+    if is_image_shape(shape):
+        height, width, channels = shape
+        return (channels, height, width)
+    return tuple(shape)
 
 
 def input_name(index: int) -> str:

@@ -13,7 +13,9 @@ What ``act`` computes, per row:
 The model's inputs and outputs, and the constants below, follow ``common.policy_contract``.
 
 * **Observation normalisation** (when the update carries ``normalizers``): ML-Agents' rule,
-  ``clip((obs - mean) / sqrt(variance + 1e-8), -5, 5)``, applied here before the forward pass.
+  ``clip((obs - mean) / sqrt(variance + 1e-8), -5, 5)``, applied here before the forward pass, to
+  vector observations only. Images (``[H, W, C]``) go to the model as they are, uint8 or float32:
+  the model scales a uint8 one itself (``common.policy_contract.IMAGE_SCALE``).
 * **Continuous** (Gaussian ``N(mean, exp(log_std))``): ``u = mean + exp(log_std) * eps``. Clip
   mode (PPO): the env gets ``clip(u, -clip, clip) / clip`` (in [-1, 1], as ML-Agents'
   ``clamp(u, -3, 3) / 3``; PPO exports clip 1), the trajectory stores ``u`` and its log-prob.
@@ -54,6 +56,7 @@ from common.policy_contract import (
     TANH_LOG_EPSILON,
     TFLITE_FORMAT,
     input_name,
+    is_image_shape,
 )
 from common.tensors import from_tensor
 from protos import pb
@@ -119,14 +122,17 @@ def _protocol_guard(what: str, fn: Any, *args: Any) -> Any:
         raise ProtocolError(f"{what}: {err}") from err
 
 
-def _load_normalizers(artifact: pb.InferenceArtifact, shapes: list[tuple[int, ...]]) -> list[_Normalizer] | None:
-    """Normaliser state per observation, or None when the artifact carries none."""
+def _load_normalizers(artifact: pb.InferenceArtifact, shapes: list[tuple[int, ...]]) -> list[_Normalizer | None] | None:
+    """Normaliser state per observation (None for an image: the artifact holds one per vector observation,
+    in order), or None when the artifact carries none."""
     if not artifact.normalizers:
         return None
-    if len(artifact.normalizers) != len(shapes):
-        raise ProtocolError(f"artifact.normalizers: {len(artifact.normalizers)} given for {len(shapes)} observations")
-    loaded = []
-    for i, (state, shape) in enumerate(zip(artifact.normalizers, shapes, strict=True)):
+    vectors = [i for i, shape in enumerate(shapes) if not is_image_shape(shape)]
+    if len(artifact.normalizers) != len(vectors):
+        raise ProtocolError(f"artifact.normalizers: {len(artifact.normalizers)} given for {len(vectors)} vector observations")
+    loaded: list[_Normalizer | None] = [None] * len(shapes)
+    for i, state in zip(vectors, artifact.normalizers, strict=True):
+        shape = shapes[i]
         mean = from_tensor(state.mean, f"artifact.normalizers[{i}].mean").astype(np.float32)
         variance = from_tensor(state.variance, f"artifact.normalizers[{i}].variance").astype(np.float32)
         if mean.shape != shape or variance.shape != shape:
@@ -136,7 +142,7 @@ def _load_normalizers(artifact: pb.InferenceArtifact, shapes: list[tuple[int, ..
             )
         if not (np.all(np.isfinite(mean)) and np.all(np.isfinite(variance)) and np.all(variance >= 0)):
             raise ProtocolError(f"artifact.normalizers[{i}]: mean and variance must be finite, variance >= 0")
-        loaded.append(_Normalizer(mean, (1.0 / np.sqrt(variance + NORMALIZATION_EPSILON)).astype(np.float32)))
+        loaded[i] = _Normalizer(mean, (1.0 / np.sqrt(variance + NORMALIZATION_EPSILON)).astype(np.float32))
     return loaded
 
 
@@ -173,7 +179,7 @@ class Policy:
         self.clip = np.float32(artifact.clip)
         _check_action_spec(self.action_spec, self.tanh_squash, float(artifact.clip))
         self._interpreter = interpreter
-        self._inputs, self.observation_shapes = self._read_inputs()
+        self._inputs, self.observation_shapes, self.observation_dtypes = self._read_inputs()
         self._outputs = self._read_outputs()
         self._normalizers = _load_normalizers(artifact, self.observation_shapes)
         self._branches = _BranchLayout.of(self.action_spec.discrete_branches)
@@ -210,26 +216,30 @@ class Policy:
             raise ProtocolError(f"artifact.model must have exactly one signature, found {sorted(signatures)}")
         return _protocol_guard("artifact.model signature", self._interpreter.get_signature_runner)
 
-    def _read_inputs(self) -> tuple[list[int], list[tuple[int, ...]]]:
-        """Tensor index and shape of each observation input (``input_name(i)``: ``obs_0``, ``obs_1``, ...)."""
+    def _read_inputs(self) -> tuple[list[int], list[tuple[int, ...]], list[np.dtype]]:
+        """Tensor index, shape and dtype of each observation input (``input_name(i)``: ``obs_0``, ``obs_1``, ...):
+        float32, or for an image ``[N, H, W, C]`` uint8 too."""
         details = self._signature().get_input_details()
         if not details:
             raise ProtocolError("artifact.model has no inputs")
         main_indices = {d["index"] for d in self._interpreter.get_input_details()}
-        indices, shapes = [], []
+        indices, shapes, dtypes = [], [], []
         for i in range(len(details)):
             d = details.get(input_name(i))
             if d is None:
                 names = f"{input_name(0)}..{input_name(len(details) - 1)}"
                 raise ProtocolError(f"artifact.model inputs must be named {names}, got {sorted(details)}")
             signature = [int(x) for x in d["shape_signature"]]
-            if d["dtype"] != np.float32 or len(signature) < 2 or signature[0] != -1 or d["index"] not in main_indices:
+            allowed = (np.float32, np.uint8) if len(signature) == 4 else (np.float32,)
+            if d["dtype"] not in allowed or len(signature) < 2 or signature[0] != -1 or d["index"] not in main_indices:
                 raise ProtocolError(
-                    f"artifact.model input {input_name(i)}: expected float32 [N, ...] with dynamic N, got {signature}"
+                    f"artifact.model input {input_name(i)}: expected float32 [N, ...] (or uint8 [N, H, W, C]) with "
+                    f"dynamic N, got {np.dtype(d['dtype']).name} {signature}"
                 )
             indices.append(int(d["index"]))
             shapes.append(tuple(signature[1:]))
-        return indices, shapes
+            dtypes.append(np.dtype(d["dtype"]))
+        return indices, shapes, dtypes
 
     def _read_outputs(self) -> dict[str, int]:
         """Tensor index of each output the action spec needs, checked against its width."""
@@ -279,7 +289,8 @@ class Policy:
         """One forward pass on (normalised) observations.
 
         Args:
-            observations: one array ``[N, *shape_i]`` per observation (any real dtype), N >= 1.
+            observations: one array ``[N, *shape_i]`` per observation (any real dtype; an image with
+                a uint8 input should be uint8 already, else it is cast), N >= 1.
 
         Returns:
             The raw outputs the action spec needs: ``"mean"``, ``"log_std"`` float32 [N, C];
@@ -291,13 +302,17 @@ class Policy:
             for index, shape in zip(self._inputs, self.observation_shapes, strict=True):
                 interp.resize_tensor_input(index, [n, *shape])
             interp.allocate_tensors()
-            self._in_buffers = [np.empty((n, *shape), np.float32) for shape in self.observation_shapes]
+            # Normalisation scratch, for vectors only: images go in as they are.
+            self._in_buffers = [
+                np.empty((n, *shape) if not is_image_shape(shape) else 0, np.float32) for shape in self.observation_shapes
+            ]
             self._batch = n
         for i, (index, obs) in enumerate(zip(self._inputs, observations, strict=True)):
-            if self._normalizers is None:
-                interp.set_tensor(index, np.ascontiguousarray(obs, np.float32))
+            norm = self._normalizers[i] if self._normalizers is not None else None
+            if norm is None:  # no normalisation, or an image: as it came, in the input's dtype
+                interp.set_tensor(index, np.ascontiguousarray(obs, self.observation_dtypes[i]))
                 continue
-            buf, norm = self._in_buffers[i], self._normalizers[i]
+            buf = self._in_buffers[i]
             np.subtract(obs, norm.mean, out=buf, casting="unsafe")
             np.multiply(buf, norm.inv_std, out=buf)
             np.clip(buf, -NORMALIZATION_CLIP, NORMALIZATION_CLIP, out=buf)

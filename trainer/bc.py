@@ -61,8 +61,9 @@ from common.specs import BrainParameters
 from common.trajectory import ACTION_MASK, CONTINUOUS_ACTIONS, DISCRETE_ACTIONS, Trajectory, obs_key
 from protos import pb
 from trainer.bc_metrics import BC_METRICS_FILE, HOLDOUT_FRACTION, HOLDOUT_SEED, branch_accuracy, r_squared, split_rows
+from trainer.encoders import as_observation_dtype, image_observation_dtypes, observation_encoder
 from trainer.export import TFLiteExporter, make_policy_update, normalizer_state
-from trainer.networks import Normalizer, PolicyNetwork, masked_log_softmax
+from trainer.networks import Normalizer, PolicyNetwork, masked_log_softmax, normalized_observations, observation_normalizers
 from trainer.optimizer import adam
 from trainer.schedules import MIN_LEARNING_RATE, decayed_value
 from trainer.seeding import seeded_initializers
@@ -135,7 +136,8 @@ def demo_rows(buffer: AgentBuffer, brain_parameters: BrainParameters) -> dict[st
     """The demonstration rows of ``buffer`` (K rows) as the cloning steps read them.
 
     Returns:
-        ``obs_<i>`` float32 [K, *shape_i], ``continuous_actions`` float32 [K, C] (env actions),
+        ``obs_<i>`` [K, *shape_i] (float32; an image in its spec's dtype, ``trainer.encoders.as_observation_dtype``:
+        a uint8 camera's demonstrated frames back in uint8), ``continuous_actions`` float32 [K, C] (env actions),
         ``discrete_actions`` int32 [K, nB], and with branches ``action_mask`` float32 [K, M] (all
         ones where the buffer has none).
 
@@ -146,7 +148,7 @@ def demo_rows(buffer: AgentBuffer, brain_parameters: BrainParameters) -> dict[st
     k = buffer.num_experiences
     rows: dict[str, np.ndarray] = {}
     for i, obs_spec in enumerate(brain_parameters.observation_specs):
-        rows[obs_key(i)] = _field(buffer, obs_key(i), (k, *obs_spec.shape), np.float32)
+        rows[obs_key(i)] = as_observation_dtype(_field(buffer, obs_key(i), (k, *obs_spec.shape), None), obs_spec)
     rows[CONTINUOUS_ACTIONS] = _field(buffer, CONTINUOUS_ACTIONS, (k, spec.continuous_size), np.float32)
     rows[DISCRETE_ACTIONS] = _field(buffer, DISCRETE_ACTIONS, (k, spec.num_branches), np.int32)
     if spec.num_branches:
@@ -157,7 +159,7 @@ def demo_rows(buffer: AgentBuffer, brain_parameters: BrainParameters) -> dict[st
     return rows
 
 
-def _field(buffer: AgentBuffer, key: str, shape: tuple[int, ...], dtype: type) -> np.ndarray:
+def _field(buffer: AgentBuffer, key: str, shape: tuple[int, ...], dtype: type | None) -> np.ndarray:
     width = shape[1] if len(shape) > 1 else 0
     if key not in buffer:
         if width == 0:  # an action kind this behavior does not have
@@ -172,7 +174,7 @@ def _field(buffer: AgentBuffer, key: str, shape: tuple[int, ...], dtype: type) -
 class _State(tf.Module):
     """Checkpointed counters and normalisers."""
 
-    def __init__(self, normalizers: list[Normalizer]) -> None:
+    def __init__(self, normalizers: list[Normalizer | None]) -> None:
         super().__init__(name="bc_state")
         self.normalizers = normalizers
         self.env_steps = tf.Variable(0, dtype=tf.int64, trainable=False, name="env_steps")
@@ -202,13 +204,15 @@ class BCLearner:
         network = settings.network_settings
         spec = brain_parameters.action_spec
         self._branches = tuple(spec.discrete_branches)
-        sizes = [int(np.prod(s.shape)) for s in brain_parameters.observation_specs]
+        specs = brain_parameters.observation_specs
+        sizes = [int(np.prod(s.shape)) for s in specs]
+        dtypes = image_observation_dtypes(specs)
         with seeded_initializers(seed):
-            self.policy = PolicyNetwork(sizes, spec, network.hidden_units, network.num_layers)
+            name = brain_parameters.behavior_name
+            encoder = observation_encoder(specs, network.vis_encode_type, network.hidden_units, name, "policy_encoder")
+            self.policy = PolicyNetwork(sizes, spec, network.hidden_units, network.num_layers, encoder=encoder)
         self.normalize = network.normalize
-        self.state = _State(
-            [Normalizer(size, name=f"normalizer_{i}") for i, size in enumerate(sizes)] if self.normalize else []
-        )
+        self.state = _State(observation_normalizers(specs) if self.normalize else [])  # vectors only: None for an image
         self.demonstrations = AgentBuffer()
         self._keys = [obs_key(i) for i in range(len(sizes))]
         self._rng = np.random.default_rng(seed)
@@ -225,13 +229,13 @@ class BCLearner:
         self.optimizer = adam(self.hyperparameters.learning_rate, self._variables)  # built: one trace
         # A fixed signature with a dynamic batch axis: one trace for the learner's life.
         signature = [
-            [tf.TensorSpec([None, *s.shape], tf.float32) for s in brain_parameters.observation_specs],
+            [tf.TensorSpec([None, *s.shape], d) for s, d in zip(specs, dtypes, strict=True)],
             tf.TensorSpec([None, spec.continuous_size], tf.float32),
             tf.TensorSpec([None, spec.num_branches], tf.int32),
             tf.TensorSpec([None, spec.mask_width], tf.float32),
         ]
         self._train_step = tf.function(self._train_step_eager, input_signature=signature, autograph=False)
-        self._exporter = TFLiteExporter(self._acting_forward, [s.shape for s in brain_parameters.observation_specs])
+        self._exporter = TFLiteExporter(self._acting_forward, [s.shape for s in specs], observation_dtypes=dtypes)
 
     # -- data --------------------------------------------------------------------------------
 
@@ -274,7 +278,8 @@ class BCLearner:
         k = len(rows[CONTINUOUS_ACTIONS])
         self.demonstrations.extend_rows(rows)
         for i, normalizer in enumerate(self.state.normalizers):
-            normalizer.update(rows[obs_key(i)].reshape(k, -1))
+            if normalizer is not None:
+                normalizer.update(rows[obs_key(i)].reshape(k, -1))
         logger.info("BC: %d demonstration rows loaded (%d in all)", k, self.demonstrations.num_experiences)
         return k
 
@@ -308,7 +313,7 @@ class BCLearner:
     def _normalized(self, observations: Sequence[tf.Tensor]) -> list[tf.Tensor]:
         if not self.state.normalizers:
             return list(observations)
-        return [n.normalize(o) for n, o in zip(self.state.normalizers, observations, strict=True)]
+        return normalized_observations(self.state.normalizers, observations)
 
     def _train_step_eager(
         self, observations: list[tf.Tensor], continuous: tf.Tensor, discrete: tf.Tensor, mask: tf.Tensor
@@ -427,7 +432,7 @@ class BCLearner:
         return acting
 
     def export_policy(self, version: int, trainer_step: int) -> pb.PolicyUpdate:
-        normalizers = [normalizer_state(*n.state()) for n in self.state.normalizers]
+        normalizers = [normalizer_state(*n.state()) for n in self.state.normalizers if n is not None]
         return make_policy_update(
             self.brain_parameters.behavior_name,
             version,

@@ -118,7 +118,9 @@ class BCComponent:
         self._branches = tuple(brain_parameters.action_spec.discrete_branches)
         rows = demo_rows(expert_rows(settings.demo_path, brain_parameters, settings.demo_action_timing), brain_parameters)
         k, width = len(rows[tr.CONTINUOUS_ACTIONS]), brain_parameters.action_spec.mask_width
-        self._obs = [rows[tr.obs_key(i)].reshape(k, -1) for i in range(len(brain_parameters.observation_specs))]
+        # Vectors flat [K, size_i]; images [K, H, W, C] in their spec's dtype (the policy's encoder reads them).
+        observations = [rows[tr.obs_key(i)] for i in range(len(brain_parameters.observation_specs))]
+        self._obs = [o if o.ndim == 4 else o.reshape(k, -1) for o in observations]
         self._continuous, self._discrete = rows[tr.CONTINUOUS_ACTIONS], rows[tr.DISCRETE_ACTIONS]
         self._mask = rows.get(tr.ACTION_MASK, np.ones((k, width), np.float32))
         # The policy's log_std (PPO's variable, SAC's head) gets no cloning gradient: only means and logits train.
@@ -128,7 +130,7 @@ class BCComponent:
         self._rng = np.random.default_rng(seed)
         spec = brain_parameters.action_spec
         signature = [
-            [tf.TensorSpec([None, o.shape[1]], tf.float32) for o in self._obs],
+            [tf.TensorSpec([None, *o.shape[1:]], o.dtype) for o in self._obs],
             tf.TensorSpec([None, spec.continuous_size], tf.float32),
             tf.TensorSpec([None, spec.num_branches], tf.int32),
             tf.TensorSpec([None, width], tf.float32),

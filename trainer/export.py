@@ -6,7 +6,8 @@ flatbuffer, chosen by ``benchmarks/inference_formats.py`` (a ``tf.function`` cal
 hundred microseconds, the TFLite interpreter a few to a few tens).
 
 The flatbuffer follows ``common.policy_contract``, which ``processor.inference`` reads it by: one
-signature, inputs ``input_name(i)`` (``obs_0``, ...) float32 ``[N, *shape_i]`` with a dynamic ``N``,
+signature, inputs ``input_name(i)`` (``obs_0``, ...) ``[N, *shape_i]`` with a dynamic ``N`` (float32; an image
+uint8 or float32, as its observation, scaled inside the network),
 outputs ``MEAN`` and ``LOG_STD`` float32 ``[N, C]`` and/or ``LOGITS`` float32 ``[N, sum(branches)]``.
 
 Export speed: the graph never changes between exports, only the weights, so the exporter converts
@@ -113,6 +114,7 @@ class TFLiteExporter:
         *,
         patch_weights: bool = True,
         verify_every: int = VERIFY_EVERY,
+        observation_dtypes: Sequence[Any] | None = None,
     ) -> None:
         """Prepares the export of ``forward``.
 
@@ -128,12 +130,19 @@ class TFLiteExporter:
                 on every export.
             verify_every: check every this many patched exports against the TF forward (the first
                 always; 0 for the first only).
+            observation_dtypes: each input's dtype (``common.policy_contract``: float32, or uint8 for a uint8
+                image); default float32 for all.
         """
         if not observation_shapes:
             raise ValueError("a policy needs at least one observation")
         self.observation_shapes = [tuple(int(d) for d in shape) for shape in observation_shapes]
+        dtypes = observation_dtypes if observation_dtypes is not None else [np.float32] * len(self.observation_shapes)
+        self.observation_dtypes = [np.dtype(d) for d in dtypes]
+        if len(self.observation_dtypes) != len(self.observation_shapes):
+            raise ValueError(f"{len(self.observation_dtypes)} dtypes for {len(self.observation_shapes)} observations")
         specs = [
-            tf.TensorSpec([None, *shape], tf.float32, name=input_name(i)) for i, shape in enumerate(self.observation_shapes)
+            tf.TensorSpec([None, *shape], tf.as_dtype(dtype), name=input_name(i))
+            for i, (shape, dtype) in enumerate(zip(self.observation_shapes, self.observation_dtypes, strict=True))
         ]
         self._forward = forward
 
@@ -264,7 +273,12 @@ class TFLiteExporter:
         from ai_edge_litert.interpreter import Interpreter
 
         rng = np.random.default_rng(1)
-        inputs = [rng.standard_normal((_CHECK_ROWS, *shape)).astype(np.float32) for shape in self.observation_shapes]
+        inputs = [
+            rng.integers(0, 256, (_CHECK_ROWS, *shape)).astype(dtype)
+            if dtype == np.uint8
+            else rng.standard_normal((_CHECK_ROWS, *shape)).astype(np.float32)
+            for shape, dtype in zip(self.observation_shapes, self.observation_dtypes, strict=True)
+        ]
         with tf.device("/CPU:0"):  # on a GPU, TF32 matmuls would differ from LiteRT by ~1e-3
             expected = {k: np.asarray(v) for k, v in self._serve(*inputs).items()}
         try:
@@ -281,18 +295,21 @@ class TFLiteExporter:
         return None
 
 
-def export_tflite(forward: Callable[..., Any], observation_shapes: Sequence[Sequence[int]]) -> bytes:
+def export_tflite(
+    forward: Callable[..., Any], observation_shapes: Sequence[Sequence[int]], observation_dtypes: Sequence[Any] | None = None
+) -> bytes:
     """One-off export of a policy network to a TFLite flatbuffer: one full conversion, no template.
 
     Args:
         forward: the policy network (see ``TFLiteExporter.__init__``).
         observation_shapes: the shape of each observation without the agent axis.
+        observation_dtypes: each input's dtype (default float32; uint8 for a uint8 image).
 
     Returns:
-        The flatbuffer: inputs ``obs_i`` float32 ``[N, *shape_i]``; outputs ``"mean"``,
+        The flatbuffer: inputs ``obs_i`` ``[N, *shape_i]`` of those dtypes; outputs ``"mean"``,
         ``"log_std"`` float32 ``[N, C]`` and/or ``"logits"`` float32 ``[N, sum(branches)]``.
     """
-    return TFLiteExporter(forward, observation_shapes, patch_weights=False).export()
+    return TFLiteExporter(forward, observation_shapes, patch_weights=False, observation_dtypes=observation_dtypes).export()
 
 
 def normalizer_state(mean: np.ndarray, variance: np.ndarray, count: int) -> pb.NormalizerState:

@@ -6,7 +6,9 @@ The policy network's ``forward(obs_0, ...)`` is what ``trainer.export`` converts
 artifact the processor runs; its outputs follow ``common.policy_contract``: ``"mean"``/``"log_std"``
 ``[B, C]`` for continuous actions and ``"logits"`` ``[B, M]`` for discrete ones. Observations
 enter already normalised: the processor applies the normaliser state shipped beside the model,
-and the trainers apply ``Normalizer.normalize`` before calling the same network.
+and the trainers apply ``Normalizer.normalize`` before calling the same network. Only vector observations
+have normalisers (``observation_normalizers``); images enter raw and each network's
+``trainer.encoders.ObservationEncoder`` scales and encodes them.
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ import tensorflow as tf
 
 from common.config import ActivationType
 from common.policy_contract import LOG_STD, LOGITS, MASKED_LOGIT, MEAN, NORMALIZATION_CLIP, NORMALIZATION_EPSILON
-from common.specs import ActionSpec
+from common.specs import ActionSpec, ObservationSpec
+from trainer.encoders import ObservationEncoder
 
 LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0
 _HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
@@ -63,6 +66,21 @@ class Normalizer(tf.Module):
     def state(self) -> tuple[np.ndarray, np.ndarray, int]:
         """(mean, variance, count) for the PolicyUpdate's NormalizerState."""
         return self.mean.numpy(), self.variance.numpy(), int(self.count.numpy())
+
+
+def observation_normalizers(
+    observation_specs: Sequence[ObservationSpec], prefix: str = "normalizer"
+) -> list[Normalizer | None]:
+    """One ``Normalizer`` per vector observation, named ``{prefix}_{i}``; None for an image (never normalised)."""
+    return [
+        None if len(spec.shape) != 1 else Normalizer(int(spec.shape[0]), name=f"{prefix}_{i}")
+        for i, spec in enumerate(observation_specs)
+    ]
+
+
+def normalized_observations(normalizers: Sequence[Normalizer | None], observations: Sequence[tf.Tensor]) -> list[tf.Tensor]:
+    """Each vector observation through its normaliser; images (no normaliser) as they are."""
+    return [o if n is None else n.normalize(o) for n, o in zip(normalizers, observations, strict=True)]
 
 
 def swish(x: tf.Tensor) -> tf.Tensor:
@@ -129,11 +147,14 @@ class PolicyNetwork(tf.Module):
         initial_log_std: float = 0.0,
         activation: Callable[[tf.Tensor], tf.Tensor] = swish,
         orthogonal_init: bool = False,
+        encoder: ObservationEncoder | None = None,
     ) -> None:
         """``activation`` and ``orthogonal_init`` shape the body (see ``mlp``); with ``orthogonal_init`` the
-        heads get orthogonal kernels of gain 0.01 (SB3's policy heads), else variance scaling 0.01."""
+        heads get orthogonal kernels of gain 0.01 (SB3's policy heads), else variance scaling 0.01.
+        ``encoder``: the observations' encoder (images); None concatenates vectors of ``observation_sizes``."""
         super().__init__(name="policy")
         self.observation_sizes = list(observation_sizes)
+        self.encoder = encoder
         self.action_spec = action_spec
         self.state_dependent_std = state_dependent_std
         self.body = mlp(hidden_units, num_layers, "policy_body", activation, orthogonal_init)
@@ -147,7 +168,7 @@ class PolicyNetwork(tf.Module):
         )
         self.log_std = tf.Variable(tf.fill([c], initial_log_std), name="log_std") if c and not state_dependent_std else None
         self.logits_head = tf.keras.layers.Dense(m, kernel_initializer=small, name="logits") if m else None
-        total = sum(self.observation_sizes)
+        total = encoder.output_size if encoder is not None else sum(self.observation_sizes)
         self.body.build((None, total))
         for head in (self.mean_head, self.log_std_head, self.logits_head):
             if head is not None:
@@ -155,8 +176,7 @@ class PolicyNetwork(tf.Module):
 
     def __call__(self, *normalized_obs: tf.Tensor) -> dict[str, tf.Tensor]:
         """Distribution parameters: ``mean``/``log_std`` [B, C] and/or ``logits`` [B, M]."""
-        x = normalized_obs[0] if len(normalized_obs) == 1 else tf.concat(normalized_obs, axis=-1)
-        h = self.body(x)
+        h = self.body(encoded(self.encoder, normalized_obs))
         out: dict[str, tf.Tensor] = {}
         if self.mean_head is not None:
             out[MEAN] = self.mean_head(h)
@@ -175,7 +195,8 @@ class PolicyNetwork(tf.Module):
         ``tf.Variable`` instances, so without this an optimiser would silently train nothing else."""
         layers = (self.body, self.mean_head, self.log_std_head, self.logits_head)
         own = (self.log_std,) if self.log_std is not None else ()
-        return own + tuple(w for layer in layers if layer is not None for w in layer.trainable_variables)
+        visual = self.encoder.trainable_variables if self.encoder is not None else ()
+        return own + visual + tuple(w for layer in layers if layer is not None for w in layer.trainable_variables)
 
     @property
     def variables(self) -> tuple[tf.Variable, ...]:
@@ -195,10 +216,14 @@ class ValueNetwork(tf.Module):
         name: str = "value",
         activation: Callable[[tf.Tensor], tf.Tensor] = swish,
         orthogonal_init: bool = False,
+        encoder: ObservationEncoder | None = None,
     ) -> None:
         """``activation`` and ``orthogonal_init`` as ``mlp``; with ``orthogonal_init`` the head gets gain 1
-        (SB3's value head)."""
+        (SB3's value head). ``encoder``: this network's own observation encoder (images), which ``evaluate``
+        runs; then ``input_size`` counts the inputs after the encoding (its ``output_size`` plus any extra,
+        such as SAC's actions)."""
         super().__init__(name=name)
+        self.encoder = encoder
         self.body = mlp(hidden_units, num_layers, f"{name}_body", activation, orthogonal_init)
         head_init = orthogonal(1.0) if orthogonal_init else "glorot_uniform"
         self.head = tf.keras.layers.Dense(outputs, kernel_initializer=head_init, name=f"{name}_head")
@@ -209,15 +234,29 @@ class ValueNetwork(tf.Module):
         """``x`` [B, input_size] -> [B, outputs]."""
         return self.head(self.body(x))
 
+    def evaluate(self, normalized_obs: Sequence[tf.Tensor], extra: tf.Tensor | None = None) -> tf.Tensor:
+        """The observations (one ``[B, *shape_i]`` each) encoded and concatenated, then ``extra`` [B, E] beside them
+        (SAC's actions), through the network: [B, outputs]."""
+        x = encoded(self.encoder, normalized_obs)
+        return self(x if extra is None else tf.concat([x, extra], axis=-1))
+
     @property
     def trainable_variables(self) -> tuple[tf.Variable, ...]:
         """Every trainable weight (Keras 3 weights are invisible to ``tf.Module``'s walk; see PolicyNetwork)."""
-        return tuple(self.body.trainable_variables) + tuple(self.head.trainable_variables)
+        visual = self.encoder.trainable_variables if self.encoder is not None else ()
+        return visual + tuple(self.body.trainable_variables) + tuple(self.head.trainable_variables)
 
     @property
     def variables(self) -> tuple[tf.Variable, ...]:
         """Every weight (all are trainable)."""
         return self.trainable_variables
+
+
+def encoded(encoder: ObservationEncoder | None, normalized_obs: Sequence[tf.Tensor]) -> tf.Tensor:
+    """One feature row per observation set: through ``encoder``, or (None) the vectors concatenated."""
+    if encoder is not None:
+        return encoder(normalized_obs)
+    return normalized_obs[0] if len(normalized_obs) == 1 else tf.concat(list(normalized_obs), axis=-1)
 
 
 # -- distributions: the same maths as processor/inference.py, in TF ----------------------------

@@ -58,8 +58,9 @@ from common.specs import ActionSpec, BrainParameters
 from protos import pb
 from trainer import networks
 from trainer.bc_component import BCComponent
+from trainer.encoders import image_observation_dtypes, observation_encoder
 from trainer.export import TFLiteExporter, make_policy_update, normalizer_state
-from trainer.networks import Normalizer, PolicyNetwork, ValueNetwork, activation_function
+from trainer.networks import PolicyNetwork, ValueNetwork, activation_function, normalized_observations, observation_normalizers
 from trainer.optimizer import adam
 from trainer.reward_signals import RewardSignal, SignalBatch, make_reward_signals, signal_checkpoint_objects, update_signals
 from trainer.schedules import MIN_LEARNING_RATE, decayed_value
@@ -131,7 +132,7 @@ def gae(rewards: np.ndarray, values: np.ndarray, next_value: float, gamma: float
 class MiniBatch(NamedTuple):
     """``B`` update-buffer rows: a whole shuffled buffer (one epoch) or one minibatch; numpy in, tensors inside.
 
-    ``obs``: one float32 [B, size_i] per observation, raw (normalised inside the step);
+    ``obs``: one [B, *shape_i] per observation (vectors float32, images uint8 or float32), raw (normalised inside the step);
     ``continuous_actions`` float32 [B, C]; ``discrete_actions`` int32 [B, nB]; ``action_mask``
     float32 [B, M], 1 = allowed ([B, 0] with no branches); ``old_log_probs`` float32 [B], the
     processor's log-probs summed over dimensions and branches; ``advantages`` float32 [B] (summed over the
@@ -169,7 +170,7 @@ class MiniBatch(NamedTuple):
     @classmethod
     def stacked_signature(cls, obs_specs: tuple[tf.TensorSpec, ...], action_spec: ActionSpec, signals: int) -> MiniBatch:
         """``tf.TensorSpec`` of every field of ``S`` stacked minibatches (``[S, B, ...]``), for any S and B, given the
-        observations' ``[None, size_i]`` specs: an update graph's input signature."""
+        observations' ``[None, *shape_i]`` specs: an update graph's input signature."""
         rows = tf.TensorSpec([None], tf.float32)
         heads = tf.TensorSpec([None, signals])
         continuous = tf.TensorSpec([None, action_spec.continuous_size])
@@ -346,10 +347,15 @@ class RewardScaler:
 
 
 def observations(trajectories: Sequence[tr.Trajectory], n_obs: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
-    """(obs, next_obs) per observation i: float32 [N, size_i], every experience of ``trajectories`` in order, and
-    float32 [len(trajectories), size_i], the observation after each trajectory's last experience."""
-    obs = [np.concatenate([t.obs[i] for t in trajectories]).astype(np.float32, copy=False) for i in range(n_obs)]
-    next_obs = [np.stack([t.next_obs[i] for t in trajectories]).astype(np.float32, copy=False) for i in range(n_obs)]
+    """(obs, next_obs) per observation i: [N, *shape_i], every experience of ``trajectories`` in order, and
+    [len(trajectories), *shape_i], the observation after each trajectory's last experience. Vectors become float32;
+    images keep their dtype (uint8 images stay uint8 in the update buffer; the networks scale them)."""
+
+    def kept(x: np.ndarray) -> np.ndarray:
+        return x if x.ndim == 4 else x.astype(np.float32, copy=False)
+
+    obs = [kept(np.concatenate([t.obs[i] for t in trajectories])) for i in range(n_obs)]
+    next_obs = [kept(np.stack([t.next_obs[i] for t in trajectories])) for i in range(n_obs)]
     return obs, next_obs
 
 
@@ -363,7 +369,7 @@ def trajectory_rows(
     """The update-buffer rows of ``trajectories``, in order.
 
     Args:
-        obs: float32 [N, size_i] per observation, the trajectories' observations concatenated.
+        obs: [N, *shape_i] per observation, the trajectories' observations concatenated.
         branches: the action's; with any, each row keeps its action mask (as float32 [N, M]).
         computed: PPO's columns (``ADVANTAGES`` ...), [N] or [N, K] each.
         transitions: the same rows as the reward signals read them, kept for their own updates; or None when no
@@ -467,12 +473,17 @@ class PPOLearner:
         self.branches = tuple(action_spec.discrete_branches)
         self._rng = np.random.default_rng(seed)
 
-        sizes = [spec.shape[0] for spec in brain_parameters.observation_specs]
+        specs = brain_parameters.observation_specs
+        sizes = [int(np.prod(spec.shape)) for spec in specs]
+        dtypes = image_observation_dtypes(specs)
         net = settings.network_settings
         hp = self.hyperparameters
-        self.normalizers = [Normalizer(size, name=f"normalizer_{i}") for i, size in enumerate(sizes)]
+        self.normalizers = observation_normalizers(specs)  # vectors only: None for an image
         activation = activation_function(hp.activation)
+        name = brain_parameters.behavior_name
         with seeded_initializers(seed):
+            # The policy and the critic each encode the images with encoders of their own, as ML-Agents' PPO.
+            policy_encoder = observation_encoder(specs, net.vis_encode_type, net.hidden_units, name, "policy_encoder")
             self.policy = PolicyNetwork(
                 sizes,
                 action_spec,
@@ -481,15 +492,18 @@ class PPOLearner:
                 state_dependent_std=False,
                 activation=activation,
                 orthogonal_init=hp.orthogonal_init,
+                encoder=policy_encoder,
             )
             self.signals = make_reward_signals(brain_parameters, settings.reward_signals, seed)
+            value_encoder = observation_encoder(specs, net.vis_encode_type, net.hidden_units, name, "value_encoder")
             self.value = ValueNetwork(
                 net.hidden_units,
                 net.num_layers,
-                sum(sizes),
+                value_encoder.output_size if value_encoder is not None else sum(sizes),
                 len(self.signals),
                 activation=activation,
                 orthogonal_init=hp.orthogonal_init,
+                encoder=value_encoder,
             )
         self._transitions = any(s.checkpoint_objects() for s in self.signals)  # a signal with networks of its own
         extrinsic = [k for k, signal in enumerate(self.signals) if signal.name == "extrinsic"]
@@ -503,7 +517,7 @@ class PPOLearner:
 
         # Fixed signatures with dynamic leading axes: each function traces once for the learner's life.
         # ``_train_epoch`` runs every epoch of an update (the name predates that; tests read its tracing count).
-        obs_specs = tuple(tf.TensorSpec([None, size], tf.float32) for size in sizes)
+        obs_specs = tuple(tf.TensorSpec([None, *spec.shape], dtype) for spec, dtype in zip(specs, dtypes, strict=True))
         self._value_estimates = tf.function(self._values, input_signature=[obs_specs], autograph=False)
         stacked = MiniBatch.stacked_signature(obs_specs, action_spec, len(self.signals))
         scalar = tf.TensorSpec([], tf.float32)
@@ -513,13 +527,14 @@ class PPOLearner:
         if warm_up:  # no rows: nothing trains, but the graphs are built and optimised
             empty = tf.nest.map_structure(lambda spec: tf.zeros([0, 0, *spec.shape[2:]], spec.dtype), stacked)
             self._train_epoch(empty, 0.0, 0.0)
-            self._value_estimates(tuple(tf.zeros([0, size]) for size in sizes))
-        self._exporter = TFLiteExporter(self.policy, [spec.shape for spec in brain_parameters.observation_specs])
+            # One row, not zero: a conv on an empty batch trips a TF graph-rewrite bug (image encoders).
+            self._value_estimates(tuple(tf.zeros([1, *spec.shape[1:]], spec.dtype) for spec in obs_specs))
+        self._exporter = TFLiteExporter(self.policy, [spec.shape for spec in specs], observation_dtypes=dtypes)
 
     def _normalized(self, obs: Sequence[tf.Tensor]) -> list[tf.Tensor]:
         if not self.normalize:
             return list(obs)
-        return [normalizer.normalize(o) for normalizer, o in zip(self.normalizers, obs, strict=True)]
+        return normalized_observations(self.normalizers, obs)
 
     def _action_log_probs(self, batch: MiniBatch) -> tf.Tensor:
         """log pi(a|s) [N] of the rows' actions under the current policy network."""
@@ -527,9 +542,8 @@ class PPOLearner:
         return action_log_probs_and_entropy(outputs, batch, self.branches)[0]
 
     def _values(self, obs: tuple[tf.Tensor, ...]) -> tf.Tensor:
-        """V(s) [N, K], one column per reward signal, of raw observations (one [N, size_i] each)."""
-        normalized = self._normalized(obs)
-        return self.value(normalized[0] if len(normalized) == 1 else tf.concat(normalized, axis=-1))
+        """V(s) [N, K], one column per reward signal, of raw observations (one [N, *shape_i] each)."""
+        return self.value.evaluate(self._normalized(obs))
 
     # -- taking trajectories in: values, GAE, rows ----------------------------------------------------
 
@@ -581,7 +595,8 @@ class PPOLearner:
         obs, next_obs = observations(trajectories, n_obs)
         if self.normalize:  # as ML-Agents: fold the new observations in before estimating values with them
             for normalizer, o in zip(self.normalizers, obs, strict=True):
-                normalizer.update(o)
+                if normalizer is not None:
+                    normalizer.update(o)
         n = len(obs[0])  # one value-network call below for every obs and every next_obs
         all_values = self._value_estimates(tuple(np.concatenate(pair) for pair in zip(obs, next_obs, strict=True))).numpy()
         values = all_values[:n]
@@ -695,7 +710,7 @@ class PPOLearner:
 
     def export_policy(self, version: int, trainer_step: int) -> pb.PolicyUpdate:
         """The policy network as TFLite, with the normaliser state when ``normalize`` is on."""
-        normalizers = [normalizer_state(*n.state()) for n in self.normalizers] if self.normalize else []
+        normalizers = [normalizer_state(*n.state()) for n in self.normalizers if n is not None] if self.normalize else []
         name = self.brain_parameters.behavior_name
         spec = self.brain_parameters.action_spec.to_proto()
         model = self._exporter.export()
@@ -706,7 +721,7 @@ class PPOLearner:
         and behavioral_cloning's networks and optimisers."""
         objects: dict[str, object] = {"policy": self.policy, "value": self.value, "optimizer": self.optimizer}
         objects["trainer_step"] = self.step  # not "step": trainer.checkpoint reserves that name
-        objects.update({f"normalizer_{i}": normalizer for i, normalizer in enumerate(self.normalizers)})
+        objects.update({f"normalizer_{i}": n for i, n in enumerate(self.normalizers) if n is not None})
         objects.update(signal_checkpoint_objects(self.signals))
         if self.reward_scaler is not None:
             objects.update({f"reward_scaler_{v.name.split(':')[0]}": v for v in self.reward_scaler.variables})

@@ -50,11 +50,19 @@ from common import config
 from common import trajectory as tr
 from common.buffer import AgentBuffer
 from common.policy_contract import LOG_STD, LOGITS, MEAN, TANH_LOG_EPSILON
-from common.specs import ActionSpec, BrainParameters
+from common.specs import ActionSpec, BrainParameters, ObservationSpec
 from protos import pb
 from trainer.bc_component import BCComponent
+from trainer.encoders import ObservationEncoder, image_observation_dtypes, observation_encoder
 from trainer.export import TFLiteExporter, make_policy_update, normalizer_state
-from trainer.networks import Normalizer, PolicyNetwork, ValueNetwork, gaussian_log_prob, masked_log_softmax
+from trainer.networks import (
+    PolicyNetwork,
+    ValueNetwork,
+    gaussian_log_prob,
+    masked_log_softmax,
+    normalized_observations,
+    observation_normalizers,
+)
 from trainer.optimizer import adam
 from trainer.reward_signals import (
     ExtrinsicSignal,
@@ -113,8 +121,9 @@ class SACBatch(NamedTuple):
     """One minibatch of ``B`` replay rows: numpy arrays as ``from_columns`` takes them from a sample of the replay
     buffer, tensors inside the gradient step (``tf.TensorSpec`` in ``signature``).
 
-    ``obs``, ``next_obs``: one float32 [B, size_i] per observation, raw (normalised inside the step), before and
-    after the action; ``continuous_actions`` float32 [B, C], squashed (the env's action, in [-1, 1]);
+    ``obs``, ``next_obs``: one [B, *shape_i] per observation (vectors float32, images uint8 or float32), raw
+    (normalised inside the step), before and after the action; ``continuous_actions`` float32 [B, C], squashed
+    (the env's action, in [-1, 1]);
     ``discrete_actions`` int32 [B, nB]; ``action_mask`` float32 [B, M], 1 = allowed; ``next_action_mask``
     float32 [B, M], the mask at next_obs (all ones where unknown); ``rewards`` float32 [B], already times the
     extrinsic strength (the other signals' rewards are added when sampled); ``done`` float32 [B], 1 on a true
@@ -131,9 +140,10 @@ class SACBatch(NamedTuple):
     done: Rows
 
     @classmethod
-    def signature(cls, obs_sizes: Sequence[int], action_spec: ActionSpec) -> SACBatch:
+    def signature(cls, obs_specs: Sequence[ObservationSpec], action_spec: ActionSpec) -> SACBatch:
         """``tf.TensorSpec`` of every field, for minibatches of any size: a gradient step's input signature."""
-        obs = tuple(tf.TensorSpec([None, size], tf.float32) for size in obs_sizes)
+        dtypes = image_observation_dtypes(obs_specs)
+        obs = tuple(tf.TensorSpec([None, *o.shape], d) for o, d in zip(obs_specs, dtypes, strict=True))
         mask = tf.TensorSpec([None, action_spec.mask_width], tf.float32)
         per_row = tf.TensorSpec([None], tf.float32)
         continuous = tf.TensorSpec([None, action_spec.continuous_size], tf.float32)
@@ -235,23 +245,37 @@ class SACLearner:
         self._c = spec.continuous_size
         self._branches = tuple(spec.discrete_branches)
         self._m = spec.mask_width
-        self._obs_sizes = [int(np.prod(o.shape)) for o in brain_parameters.observation_specs]
+        obs_specs = brain_parameters.observation_specs
+        self._obs_sizes = [int(np.prod(o.shape)) for o in obs_specs]
         self._warm_up_rows = max(hyper.batch_size, hyper.buffer_init_steps)
+        behavior = brain_parameters.behavior_name
+
+        def encoder(name: str) -> ObservationEncoder | None:  # each network encodes images itself, as ML-Agents' SAC
+            return observation_encoder(obs_specs, net.vis_encode_type, net.hidden_units, behavior, name)
+
+        def critic(name: str) -> ValueNetwork:
+            own = encoder(f"{name}_encoder")
+            q_input_size = (own.output_size if own is not None else sum(self._obs_sizes)) + self._c
+            return ValueNetwork(net.hidden_units, net.num_layers, q_input_size, self._m or 1, name=name, encoder=own)
+
         with seeded_initializers(seed):
-            self.policy = PolicyNetwork(self._obs_sizes, spec, net.hidden_units, net.num_layers, state_dependent_std=True)
-            q_input_size = sum(self._obs_sizes) + self._c
-            q_outputs = self._m or 1
-            self.q1 = ValueNetwork(net.hidden_units, net.num_layers, q_input_size, q_outputs, name="q1")
-            self.q2 = ValueNetwork(net.hidden_units, net.num_layers, q_input_size, q_outputs, name="q2")
-            self.target_q1 = ValueNetwork(net.hidden_units, net.num_layers, q_input_size, q_outputs, name="target_q1")
-            self.target_q2 = ValueNetwork(net.hidden_units, net.num_layers, q_input_size, q_outputs, name="target_q2")
+            self.policy = PolicyNetwork(
+                self._obs_sizes,
+                spec,
+                net.hidden_units,
+                net.num_layers,
+                state_dependent_std=True,
+                encoder=encoder("policy_encoder"),
+            )
+            self.q1, self.q2 = critic("q1"), critic("q2")
+            self.target_q1, self.target_q2 = critic("target_q1"), critic("target_q2")
             # Extrinsic rewards are stored (times strength) with the replay rows; the others are computed at sampling.
             signals = make_reward_signals(brain_parameters, settings.reward_signals, seed)
             self.signals: list[RewardSignal] = [s for s in signals if not isinstance(s, ExtrinsicSignal)]
             self.bc = BCComponent.from_behavior(
                 settings, brain_parameters, self.policy, self._features, 1, squash=True, seed=seed
             )
-        self.normalizers = [Normalizer(size, name=f"normalizer_{i}") for i, size in enumerate(self._obs_sizes)]
+        self.normalizers = observation_normalizers(obs_specs)  # vectors only: None for an image
         self._q_vars = [*self.q1.trainable_variables, *self.q2.trainable_variables]
         self._target_vars = [*self.target_q1.trainable_variables, *self.target_q2.trainable_variables]
         for online, target in zip(self._q_vars, self._target_vars, strict=True):
@@ -267,11 +291,12 @@ class SACLearner:
         self._tf_rng = tf.random.Generator.from_seed(seed)
         self._np_rng = np.random.default_rng(seed)
         self.replay = AgentBuffer()
-        self._exporter = TFLiteExporter(self.policy, [o.shape for o in brain_parameters.observation_specs])
+        dtypes = image_observation_dtypes(obs_specs)
+        self._exporter = TFLiteExporter(self.policy, [o.shape for o in obs_specs], observation_dtypes=dtypes)
         # G [K, nB'] (module docstring): G[j, b] = 1 where column j is an option of branch b.
         g = np.repeat(np.eye(len(self._branches)), self._branches, axis=0) if self._m else np.ones((1, 1))
         self._g = tf.constant(g, tf.float32)
-        signature = [SACBatch.signature(self._obs_sizes, spec)]
+        signature = [SACBatch.signature(obs_specs, spec)]
         self._gradient_step = tf.function(
             self._gradient_step_graph, input_signature=signature, autograph=False, jit_compile=jit_compile
         )
@@ -299,7 +324,8 @@ class SACLearner:
             return 0
         if self.settings.network.normalize:
             for i, normalizer in enumerate(self.normalizers):
-                normalizer.update(np.concatenate([r[tr.obs_key(i)] for r in rows]))
+                if normalizer is not None:
+                    normalizer.update(np.concatenate([r[tr.obs_key(i)] for r in rows]))
         before = self.replay.num_experiences
         self.replay.extend_rows_many(rows)
         after = self.replay.num_experiences
@@ -368,8 +394,7 @@ class SACLearner:
         return update_signals(self.signals, (SignalBatch.from_buffer(rows, n_obs) for rows in sampled))
 
     def _features(self, obs: Sequence[Tensor]) -> list[Tensor]:
-        normalize = self.settings.network.normalize
-        return [n.normalize(o) if normalize else o for n, o in zip(self.normalizers, obs, strict=True)]
+        return normalized_observations(self.normalizers, obs) if self.settings.network.normalize else list(obs)
 
     def _policy_sample(self, features: list[Tensor], mask: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         """(a_c [B, C], log pi_c [B, C], probs [B, K], log-probs [B, K]) of the current policy."""
@@ -395,29 +420,26 @@ class SACLearner:
         alpha_d = alpha[int(self._c > 0) :] if self._m else tf.zeros([1])
         features = self._features(batch.obs)
         next_features = self._features(batch.next_obs)
-        s = tf.concat(features, axis=1)
-        next_s = tf.concat(next_features, axis=1)
 
         next_a, next_log_pi_c, next_probs, next_log_probs = self._policy_sample(next_features, batch.next_action_mask)
-        next_q_input = tf.concat([next_s, next_a], axis=1)
-        next_q = tf.minimum(self.target_q1(next_q_input), self.target_q2(next_q_input))  # clipped double Q
+        next_q = tf.minimum(self.target_q1.evaluate(next_features, next_a), self.target_q2.evaluate(next_features, next_a))
         next_value = soft_state_value(next_q, next_probs, next_log_probs, next_log_pi_c, g, alpha_c, alpha_d)
         target = soft_q_target(batch.rewards, batch.done, next_value, gamma)
         chosen = tf.ones_like(batch.rewards)[:, tf.newaxis]  # one-hot of the stored options [B, K]; ones without branches
         if self._m:
             chosen = tf.concat([tf.one_hot(batch.discrete_actions[:, b], n) for b, n in enumerate(self._branches)], axis=1)
-        q_input = tf.concat([s, batch.continuous_actions], axis=1)
         with tf.GradientTape() as tape:
-            q1_loss = q_loss(tf.matmul(self.q1(q_input) * chosen, g), target)
-            q2_loss = q_loss(tf.matmul(self.q2(q_input) * chosen, g), target)
+            q1 = self.q1.evaluate(features, batch.continuous_actions)
+            q2 = self.q2.evaluate(features, batch.continuous_actions)
+            q1_loss = q_loss(tf.matmul(q1 * chosen, g), target)
+            q2_loss = q_loss(tf.matmul(q2 * chosen, g), target)
             critic_loss = q1_loss + q2_loss
         self.q_optimizer.apply_gradients(zip(tape.gradient(critic_loss, self._q_vars), self._q_vars, strict=True))
 
         policy_vars = self.policy.trainable_variables
         with tf.GradientTape() as tape:
             a, log_pi_c, probs, log_probs = self._policy_sample(features, batch.action_mask)
-            new_q_input = tf.concat([s, a], axis=1)
-            q = tf.minimum(self.q1(new_q_input), self.q2(new_q_input))
+            q = tf.minimum(self.q1.evaluate(features, a), self.q2.evaluate(features, a))
             pi_loss = policy_loss(soft_state_value(q, probs, log_probs, log_pi_c, g, alpha_c, alpha_d))
         self.policy_optimizer.apply_gradients(zip(tape.gradient(pi_loss, policy_vars), policy_vars, strict=True))
 
@@ -451,7 +473,8 @@ class SACLearner:
 
     def export_policy(self, version: int, trainer_step: int) -> pb.PolicyUpdate:
         """The current policy as a PolicyUpdate: TFLite artifact, tanh squash, normaliser states."""
-        normalizers = [normalizer_state(*n.state()) for n in self.normalizers] if self.settings.network.normalize else []
+        normalize = self.settings.network.normalize
+        normalizers = [normalizer_state(*n.state()) for n in self.normalizers if n is not None] if normalize else []
         model = self._exporter.export()
         spec = self.brain_parameters.action_spec.to_proto()
         name = self.brain_parameters.behavior_name
@@ -474,7 +497,7 @@ class SACLearner:
             "update_credit": self.update_credit,
             "rng": self._tf_rng,
         }
-        objects.update({f"normalizer_{i}": n for i, n in enumerate(self.normalizers)})
+        objects.update({f"normalizer_{i}": n for i, n in enumerate(self.normalizers) if n is not None})
         objects.update(signal_checkpoint_objects(self.signals))
         if self.bc is not None:
             objects.update(self.bc.checkpoint_objects())

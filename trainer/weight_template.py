@@ -12,10 +12,13 @@ How the template is built (``TFLiteExporter._build_template``):
    form: with the real initial weights the converter drops an all-zero bias, and the layout changes.
 2. The flatbuffer is parsed with the TFLite schema bindings LiteRT ships; each inline constant
    buffer is matched by content against each variable in two layouts, as is (biases, log_std) and
-   transposed (a Dense kernel [in, out] becomes FULLY_CONNECTED weights [out, in]). A buffer where
+   transposed (a Dense kernel [in, out] becomes FULLY_CONNECTED weights [out, in]; a Conv2D kernel
+   [h, w, in, out] becomes CONV_2D filters [out, h, w, in], ``_transposed``). A buffer where
    the converter folded an elementwise clip into the constant (``clip(log_std, -20, 2)`` of a
    state-independent log_std) matches too: the small probe passes unchanged, the wide probes reveal
-   the bounds, and the patch applies the same clip.
+   the bounds, and the patch applies the same clip. A buffer where the converter folded a scalar
+   factor into a kernel (a uint8 image's ``IMAGE_SCALE`` before the first conv or dense layer,
+   ``trainer.encoders``) matches as ``scale * kernel``, and the patch multiplies the same way.
 3. Safety: patching each probe's values into the template must reproduce that probe's conversion
    byte for byte (this catches any weight-dependent byte the slots miss, such as a constant the
    converter derived from a weight in another way); the first patched export, and every
@@ -46,9 +49,10 @@ class _Slot(NamedTuple):
 
     variable: int  # index among the exporter's variables
     offset: int  # byte offset of the buffer's data in the flatbuffer
-    transpose: bool  # the buffer holds the 2-D variable transposed
+    transpose: bool  # the buffer holds the 2-D or 4-D variable transposed (``_transposed``)
     low: np.ndarray | None  # elementwise clip bounds folded into the buffer (buffer layout), or None
     high: np.ndarray | None
+    scale: np.float32 | None = None  # a scalar factor folded into the buffer (float32 product), or None
 
 
 def constant_buffers(model: bytes) -> list[tuple[int, int]]:
@@ -84,23 +88,46 @@ def probe_sets(shapes: Sequence[tuple[int, ...]], seed: int = 0) -> list[list[np
     return [[np.asarray(v, np.float32) for v in values] for values in (small, above, below)]
 
 
+def _transposed(x: np.ndarray) -> np.ndarray:
+    """The converter's layout of a kernel: a 2-D ``[in, out]`` as ``[out, in]``; a 4-D conv ``[h, w, in, out]``
+    (TF's HWIO) as ``[out, h, w, in]`` (TFLite's OHWI)."""
+    return x.T if x.ndim == 2 else np.moveaxis(x, -1, 0)
+
+
+def _transposed_shape(shape: tuple[int, ...]) -> tuple[int, ...]:
+    return shape[::-1] if len(shape) == 2 else (shape[-1], *shape[:-1])
+
+
 def _fit(variable: int, offset: int, transpose: bool, seen: list[np.ndarray], probes: list[np.ndarray]) -> _Slot | None:
     """The slot when a buffer's contents ``seen`` (per probe) are ``clip(probe, low, high)``, else None.
 
     The small probe must pass through at least partly (a buffer unrelated to the variable never
     equals its random values); the wide ones give the bounds, infinite where they pass unclipped.
     """
-    wanted = [(p.T if transpose else p).reshape(-1) for p in probes]
+    wanted = [(_transposed(p) if transpose else p).reshape(-1) for p in probes]
     if not np.any(seen[0] == wanted[0]):
-        return None
+        return _fit_scaled(variable, offset, transpose, seen, wanted)
     high = np.where(seen[1] == wanted[1], np.inf, seen[1]).astype(np.float32)
     low = np.where(seen[2] == wanted[2], -np.inf, seen[2]).astype(np.float32)
     if not all(np.array_equal(s, np.clip(w, low, high)) for s, w in zip(seen, wanted, strict=True)):
         return None
     if np.isinf(low).all() and np.isinf(high).all():
         return _Slot(variable, offset, transpose, None, None)
-    shape = probes[0].T.shape if transpose else probes[0].shape
+    shape = _transposed(probes[0]).shape if transpose else probes[0].shape
     return _Slot(variable, offset, transpose, low.reshape(shape), high.reshape(shape))
+
+
+def _fit_scaled(variable: int, offset: int, transpose: bool, seen: list[np.ndarray], wanted: list[np.ndarray]) -> _Slot | None:
+    """The slot when every probe's buffer is exactly ``float32(scale * wanted)`` for one scalar, else None."""
+    nonzero = np.flatnonzero(wanted[0])
+    if nonzero.size == 0:
+        return None
+    scale = np.float32(seen[0][nonzero[0]] / wanted[0][nonzero[0]])
+    if not np.isfinite(scale) or scale == 0:
+        return None
+    if not all(np.array_equal(s, np.multiply(w, scale, dtype=np.float32)) for s, w in zip(seen, wanted, strict=True)):
+        return None
+    return _Slot(variable, offset, transpose, None, None, scale)
 
 
 def find_slots(models: Sequence[bytes], probes: Sequence[Sequence[np.ndarray]]) -> list[_Slot]:
@@ -119,7 +146,7 @@ def find_slots(models: Sequence[bytes], probes: Sequence[Sequence[np.ndarray]]) 
             slot
             for i, value in enumerate(probes[0])
             if seen and value.size == length // 4
-            for transpose in ((False, True) if value.ndim == 2 and min(value.shape) > 1 else (False,))
+            for transpose in ((False, True) if value.ndim in (2, 4) and min(value.shape[-2:]) > 1 else (False,))
             if (slot := _fit(i, offset, transpose, seen, [p[i] for p in probes])) is not None
         ]
         if len(found) > 1:
@@ -134,11 +161,11 @@ class WeightTemplate:
     def __init__(self, model: bytes, slots: Sequence[_Slot], shapes: Sequence[tuple[int, ...]]) -> None:
         self.shapes = list(shapes)
         self._work = bytearray(model)  # every slot is rewritten on each render, so one copy serves all
-        self._writes: list[tuple[int, np.ndarray, bool, np.ndarray | None, np.ndarray | None]] = []
+        self._writes: list[tuple[int, np.ndarray, bool, np.ndarray | None, np.ndarray | None, np.float32 | None]] = []
         for slot in slots:
-            shape = self.shapes[slot.variable][::-1] if slot.transpose else self.shapes[slot.variable]
+            shape = _transposed_shape(self.shapes[slot.variable]) if slot.transpose else self.shapes[slot.variable]
             view = np.frombuffer(self._work, "<f4", math.prod(shape), slot.offset).reshape(shape)
-            self._writes.append((slot.variable, view, slot.transpose, slot.low, slot.high))
+            self._writes.append((slot.variable, view, slot.transpose, slot.low, slot.high, slot.scale))
 
     @property
     def slots(self) -> int:
@@ -154,9 +181,11 @@ class WeightTemplate:
         for value, shape in zip(values, self.shapes, strict=True):
             if value.shape != shape:
                 raise NotPatchableError(f"a variable changed shape: {value.shape} != {shape}")
-        for variable, view, transpose, low, high in self._writes:
-            value = values[variable].T if transpose else values[variable]
-            if low is None:
+        for variable, view, transpose, low, high, scale in self._writes:
+            value = _transposed(values[variable]) if transpose else values[variable]
+            if scale is not None:
+                np.multiply(value, scale, out=view, dtype=np.float32)
+            elif low is None:
                 view[...] = value
             else:
                 np.clip(value, low, high, out=view)

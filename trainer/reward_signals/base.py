@@ -21,17 +21,20 @@ from common import trajectory as tr
 from common.buffer import AgentBuffer
 from common.config import DemoActionTiming, RewardSignalSettings
 from common.demo import demo_to_buffer
+from common.policy_contract import is_image_shape
 from common.specs import ActionSpec, BrainParameters
+from trainer.encoders import as_observation_dtype
 from trainer.summaries import EXTRINSIC_REWARD
 
 
 class SignalBatch(NamedTuple):
     """``N`` experiences as a reward signal reads them (numpy, one row per experience).
 
-    ``obs`` / ``next_obs``: one float32 [N, size_i] per observation, raw (not normalised), before and after
-    the action; ``continuous_actions`` float32 [N, C], the *env's* action (clipped or squashed into [-1, 1],
-    as demonstrations record it); ``discrete_actions`` int32 [N, nB]; ``done`` float32 [N], 1 where the
-    episode ended after the action; ``rewards`` float32 [N], the env's reward (unscaled).
+    ``obs`` / ``next_obs``: one [N, size_i] float32 per vector observation and one [N, H, W, C] per image (uint8 or
+    float32, as its spec), raw (not normalised), before and after the action; ``continuous_actions`` float32
+    [N, C], the *env's* action (clipped or squashed into [-1, 1], as demonstrations record it); ``discrete_actions``
+    int32 [N, nB]; ``done`` float32 [N], 1 where the episode ended after the action; ``rewards`` float32 [N], the env's
+    reward (unscaled).
     """
 
     # numpy arrays from a learner; tf.Tensor (or tf.TensorSpec, in ``batch_signature``) inside a graph
@@ -53,9 +56,14 @@ class SignalBatch(NamedTuple):
         Continuous actions are clipped to [-1, 1]: PPO stores the raw Gaussian sample, whose env copy is clipped.
         """
         f32 = np.float32
+
+        def observation(key: str) -> np.ndarray:
+            x = np.asarray(rows[key])
+            return x if x.ndim == 4 else np.asarray(x, f32).reshape(len(x), -1)  # an image keeps its shape and dtype
+
         return cls(
-            tuple(np.asarray(rows[tr.obs_key(i)], f32).reshape(len(rows[tr.obs_key(i)]), -1) for i in range(n_obs)),
-            tuple(np.asarray(rows[tr.next_obs_key(i)], f32).reshape(len(rows[tr.next_obs_key(i)]), -1) for i in range(n_obs)),
+            tuple(observation(tr.obs_key(i)) for i in range(n_obs)),
+            tuple(observation(tr.next_obs_key(i)) for i in range(n_obs)),
             np.clip(np.asarray(rows[tr.CONTINUOUS_ACTIONS], f32), -1.0, 1.0),
             np.asarray(rows[tr.DISCRETE_ACTIONS], np.int32),
             np.asarray(rows[tr.DONE], f32),
@@ -189,6 +197,10 @@ def expert_rows(
         DemoError: a missing or malformed file, or one whose spec differs from ``brain_parameters``.
     """
     _, buffer = demo_to_buffer(Path(demo_path), 1, expected_spec=brain_parameters, action_timing=action_timing)
+    for i, spec in enumerate(brain_parameters.observation_specs):  # demo images are float32; a uint8 camera's are not
+        for key in (tr.obs_key(i), tr.next_obs_key(i)):
+            if key in buffer:
+                buffer[key].set(as_observation_dtype(buffer[key].data, spec))
     return buffer
 
 
@@ -201,7 +213,10 @@ def action_features(continuous: tf.Tensor, discrete: tf.Tensor, spec: ActionSpec
 def batch_signature(brain_parameters: BrainParameters) -> SignalBatch:
     """A ``SignalBatch`` of ``tf.TensorSpec`` with a free leading axis: one trace for a signal's life."""
     spec = brain_parameters.action_spec
-    obs = tuple(tf.TensorSpec([None, int(np.prod(o.shape))], tf.float32) for o in brain_parameters.observation_specs)
+    obs = tuple(
+        tf.TensorSpec([None, *o.shape], o.dtype) if is_image_shape(o.shape) else tf.TensorSpec([None, int(np.prod(o.shape))])
+        for o in brain_parameters.observation_specs
+    )
     rows = tf.TensorSpec([None], tf.float32)
     continuous = tf.TensorSpec([None, spec.continuous_size], tf.float32)
     return SignalBatch(obs, obs, continuous, tf.TensorSpec([None, spec.num_branches], tf.int32), rows, rows)

@@ -15,7 +15,9 @@ and its target through ``stop_gradient``; the features are the inverse model's, 
 them): otherwise the encoder can shrink every error, novel ones included, by shrinking the features.
 
 Like ML-Agents, curiosity ignores done (its value head bootstraps past a terminal: novelty does not end with
-the episode). ``network_settings.normalize`` is not supported (the models read raw observations).
+the episode). ``network_settings.normalize`` is not supported (the models read raw observations). Image
+observations first go through visual encoders of phi's own (the signal's ``network_settings.vis_encode_type``,
+``trainer.encoders``), whose features phi's MLP reads beside the vectors, as ML-Agents' ``NetworkBody`` does.
 
 Shapes: ``N`` experiences, ``S`` summed observation size, ``H`` encoding (network_settings.hidden_units),
 ``C`` continuous action size, ``M = sum(branches)``.
@@ -29,7 +31,8 @@ import tensorflow as tf
 
 from common.config import CuriositySettings, NotSupportedKeyError
 from common.specs import ActionSpec, BrainParameters
-from trainer.networks import masked_log_softmax, mlp, swish
+from trainer.encoders import ObservationEncoder, observation_encoder
+from trainer.networks import encoded, masked_log_softmax, mlp, swish
 from trainer.optimizer import adam
 from trainer.reward_signals.base import SignalBatch, action_features, batch_signature
 from trainer.summaries import CURIOSITY_FORWARD_LOSS, CURIOSITY_INVERSE_LOSS, CURIOSITY_REWARD, CURIOSITY_VALUE_ESTIMATE
@@ -61,8 +64,18 @@ def inverse_loss(predicted: tf.Tensor, continuous: tf.Tensor, discrete: tf.Tenso
 class CuriosityModel(tf.Module):
     """The encoder ``phi``, the inverse model ``g`` and the forward model ``f`` (module docstring)."""
 
-    def __init__(self, observation_size: int, spec: ActionSpec, hidden_units: int, num_layers: int) -> None:
+    def __init__(
+        self,
+        observation_size: int,
+        spec: ActionSpec,
+        hidden_units: int,
+        num_layers: int,
+        visual: ObservationEncoder | None = None,
+    ) -> None:
+        """``observation_size``: what phi's MLP reads (``visual.output_size`` with images); ``visual``: the images'
+        encoders, or None with vectors only."""
         super().__init__(name="curiosity")
+        self.visual = visual
         actions = spec.continuous_size + spec.mask_width
         self.encoder = mlp(hidden_units, num_layers, "curiosity_encoder")
         self.inverse = keras.Sequential(
@@ -78,7 +91,12 @@ class CuriosityModel(tf.Module):
     @property
     def trainable_variables(self) -> tuple[tf.Variable, ...]:
         """Every weight (Keras 3 weights are invisible to ``tf.Module``'s walk; see networks.PolicyNetwork)."""
-        return tuple(w for part in (self.encoder, self.inverse, self.forward) for w in part.trainable_variables)
+        visual = self.visual.trainable_variables if self.visual is not None else ()
+        return visual + tuple(w for part in (self.encoder, self.inverse, self.forward) for w in part.trainable_variables)
+
+    def phi(self, observations: tuple[tf.Tensor, ...]) -> tf.Tensor:
+        """The encoding [N, H] of raw observations (one [N, *shape_i] each)."""
+        return self.encoder(encoded(self.visual, observations))
 
 
 class CuriositySignal:
@@ -99,9 +117,13 @@ class CuriositySignal:
             raise NotSupportedKeyError("reward_signals.curiosity.network_settings.normalize", "true is not supported yet")
         self.gamma, self.strength = settings.gamma, settings.strength
         self._spec = brain_parameters.action_spec
-        size = sum(int(np.prod(o.shape)) for o in brain_parameters.observation_specs)
         net = settings.network_settings
-        self.model = CuriosityModel(size, self._spec, net.hidden_units, net.num_layers)
+        specs = brain_parameters.observation_specs
+        visual = observation_encoder(
+            specs, net.vis_encode_type, net.hidden_units, brain_parameters.behavior_name, "curiosity_visual"
+        )
+        size = visual.output_size if visual is not None else sum(int(np.prod(o.shape)) for o in specs)
+        self.model = CuriosityModel(size, self._spec, net.hidden_units, net.num_layers, visual)
         self.optimizer = adam(settings.learning_rate, self.model.trainable_variables)
         signature = batch_signature(brain_parameters)
         self._errors = tf.function(self._errors_graph, input_signature=[signature], autograph=False)
@@ -109,8 +131,8 @@ class CuriositySignal:
 
     def _losses(self, batch: SignalBatch) -> tuple[tf.Tensor, tf.Tensor]:
         """(forward errors e [N], inverse loss []) of ``batch``."""
-        phi = self.model.encoder(tf.concat(batch.obs, axis=1))
-        next_phi = self.model.encoder(tf.concat(batch.next_obs, axis=1))
+        phi = self.model.phi(batch.obs)
+        next_phi = self.model.phi(batch.next_obs)
         predicted_action = self.model.inverse(tf.concat([phi, next_phi], axis=1))
         inverse = inverse_loss(predicted_action, batch.continuous_actions, batch.discrete_actions, self._spec)
         actions = action_features(batch.continuous_actions, batch.discrete_actions, self._spec)

@@ -18,9 +18,15 @@ done flag enter raw, as in ML-Agents' ``NetworkBody``. As ML-Agents' ``GAILRewar
 statistics fold in each update's expert minibatch, before that step. The gradient penalty's ``x_hat`` is
 interpolated on the raw inputs, so ``grad_x`` is taken through the normaliser, as ML-Agents' is.
 
+Image observations go through visual encoders of the discriminator's own (the signal's
+``network_settings.vis_encode_type``, ``trainer.encoders``), as ML-Agents' ``NetworkBody`` encodes them; the
+penalty's ``x_hat`` then interpolates the images scaled into [0, 1] (the encoders' input), and ``normalize``
+normalises the vector observations only, each with its own running statistics, before the encoding.
+
 Not supported: ``use_vail`` (the variational bottleneck of Peng et al. 2018) raises NotSupportedKeyError.
 
-Shapes: ``N`` experiences, ``X`` discriminator inputs (sum of observation sizes, + C + M + 1 with use_actions).
+Shapes: ``N`` experiences, ``X`` discriminator inputs (sum of observation sizes, each image counting as its encoder's
+``hidden_units`` features, + C + M + 1 with use_actions).
 """
 
 from __future__ import annotations
@@ -31,7 +37,8 @@ import tensorflow as tf
 
 from common.config import GAILSettings, NotSupportedKeyError
 from common.specs import BrainParameters
-from trainer.networks import Normalizer, mlp
+from trainer.encoders import ObservationEncoder, observation_encoder, scaled_image
+from trainer.networks import Normalizer, mlp, normalized_observations, observation_normalizers
 from trainer.optimizer import adam
 from trainer.reward_signals.base import SignalBatch, action_features, batch_signature, expert_rows
 from trainer.summaries import GAIL_EXPERT_ESTIMATE, GAIL_LOSS, GAIL_POLICY_ESTIMATE, GAIL_REWARD, GAIL_VALUE_ESTIMATE
@@ -68,8 +75,20 @@ class Discriminator(tf.Module):
             through ``normalizer`` first; 0 keeps ``normalizer`` None and ``x`` raw.
     """
 
-    def __init__(self, input_size: int, hidden_units: int, num_layers: int, normalized_size: int = 0) -> None:
+    def __init__(
+        self,
+        input_size: int,
+        hidden_units: int,
+        num_layers: int,
+        normalized_size: int = 0,
+        encoder: ObservationEncoder | None = None,
+        vector_normalizers: list[Normalizer | None] | None = None,
+    ) -> None:
+        """``encoder``, ``vector_normalizers``: with image observations, the discriminator's visual encoders and
+        (``normalize``) one normaliser per vector observation (None for an image); ``encode`` applies them."""
         super().__init__(name="gail_discriminator")
+        self.encoder = encoder
+        self.vector_normalizers = vector_normalizers
         self.body = mlp(hidden_units, num_layers, "gail_body")
         self.head = keras.layers.Dense(1, name="gail_estimate")
         self.body.build((None, input_size))
@@ -84,10 +103,21 @@ class Discriminator(tf.Module):
             x = tf.concat([self.normalizer.normalize(obs), rest], axis=1)
         return tf.sigmoid(self.head(self.body(x))[:, 0])
 
+    def encode(self, parts: list[tf.Tensor], n_obs: int) -> tf.Tensor:
+        """``x`` [N, X] from the raw input parts: ``n_obs`` observations (images float32 in [0, 1]) then the action
+        features and done flag; with vectors only, their concatenation (the normaliser then acts in ``__call__``)."""
+        if self.encoder is None:
+            return tf.concat(parts, axis=1)
+        obs = parts[:n_obs]
+        if self.vector_normalizers is not None:
+            obs = normalized_observations(self.vector_normalizers, obs)
+        return tf.concat([self.encoder(obs), *parts[n_obs:]], axis=1)
+
     @property
     def trainable_variables(self) -> tuple[tf.Variable, ...]:
         """Every weight (Keras 3 weights are invisible to ``tf.Module``'s walk; see networks.PolicyNetwork)."""
-        return (*self.body.trainable_variables, *self.head.trainable_variables)
+        visual = self.encoder.trainable_variables if self.encoder is not None else ()
+        return (*visual, *self.body.trainable_variables, *self.head.trainable_variables)
 
 
 class GAILSignal:
@@ -117,10 +147,19 @@ class GAILSignal:
         demo = expert_rows(settings.demo_path, brain_parameters, settings.demo_action_timing)
         self.expert = SignalBatch.from_rows({key: demo[key].data for key in demo}, n_obs)
         """Every demonstrated experience (``N_E`` rows)."""
-        obs_size = sum(int(np.prod(o.shape)) for o in brain_parameters.observation_specs)
-        size = obs_size + (self._spec.continuous_size + self._spec.mask_width + 1 if self.use_actions else 0)
         net = settings.network_settings
-        self.discriminator = Discriminator(size, net.hidden_units, net.num_layers, obs_size if net.normalize else 0)
+        specs = brain_parameters.observation_specs
+        self._n_obs = n_obs
+        encoder = observation_encoder(
+            specs, net.vis_encode_type, net.hidden_units, brain_parameters.behavior_name, "gail_encoder"
+        )
+        obs_size = encoder.output_size if encoder is not None else sum(int(np.prod(o.shape)) for o in specs)
+        size = obs_size + (self._spec.continuous_size + self._spec.mask_width + 1 if self.use_actions else 0)
+        if encoder is None:
+            self.discriminator = Discriminator(size, net.hidden_units, net.num_layers, obs_size if net.normalize else 0)
+        else:
+            normalizers = observation_normalizers(specs, "gail_normalizer") if net.normalize else None
+            self.discriminator = Discriminator(size, net.hidden_units, net.num_layers, 0, encoder, normalizers)
         self.optimizer = adam(settings.learning_rate, self.discriminator.trainable_variables)
         self._rng = np.random.default_rng(seed)
         self._tf_rng = tf.random.Generator.from_seed(seed)
@@ -128,28 +167,37 @@ class GAILSignal:
         self._estimate = tf.function(self._estimate_graph, input_signature=[signature], autograph=False)
         self._train_step = tf.function(self._train_step_graph, input_signature=[signature, signature], autograph=False)
 
-    def _inputs(self, batch: SignalBatch) -> tf.Tensor:
-        """``x`` [N, X]: the observations, then (use_actions) the action features and the done flag."""
-        parts = list(batch.obs)
+    def _parts(self, batch: SignalBatch) -> list[tf.Tensor]:
+        """The raw inputs: the observations (images scaled into [0, 1]), then (use_actions) the action features
+        and the done flag."""
+        parts = [scaled_image(o) for o in batch.obs]
         if self.use_actions:
             parts += [action_features(batch.continuous_actions, batch.discrete_actions, self._spec), batch.done[:, None]]
-        return tf.concat(parts, axis=1)
+        return parts
 
     def _estimate_graph(self, batch: SignalBatch) -> tf.Tensor:
-        return self.discriminator(self._inputs(batch))
+        return self.discriminator(self.discriminator.encode(self._parts(batch), self._n_obs))
 
     def _train_step_graph(self, policy: SignalBatch, expert: SignalBatch) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
         """One Adam step on L_D; returns (L_D, mean D(agent), mean D(expert))."""
-        x_pi, x_e = self._inputs(policy), self._inputs(expert)
-        u = self._tf_rng.uniform([tf.shape(x_pi)[0], 1])
-        x_hat = u * x_pi + (1.0 - u) * x_e
-        variables = self.discriminator.trainable_variables
+        d, n_obs = self.discriminator, self._n_obs
+        parts_pi, parts_e = self._parts(policy), self._parts(expert)
+        u = self._tf_rng.uniform([tf.shape(parts_pi[0])[0], 1])
+
+        def between(a: tf.Tensor, b: tf.Tensor) -> tf.Tensor:  # one u per row, broadcast over an image's axes
+            row_u = tf.reshape(u, [-1] + [1] * (a.shape.rank - 1))
+            return row_u * a + (1.0 - row_u) * b
+
+        parts_hat = [between(a, b) for a, b in zip(parts_pi, parts_e, strict=True)]
+        variables = d.trainable_variables
         with tf.GradientTape() as tape:
-            policy_estimate, expert_estimate = self.discriminator(x_pi), self.discriminator(x_e)
+            policy_estimate, expert_estimate = d(d.encode(parts_pi, n_obs)), d(d.encode(parts_e, n_obs))
             with tf.GradientTape() as inner:  # grad_x D(x_hat), itself differentiated by the outer tape
-                inner.watch(x_hat)
-                estimate_hat = tf.reduce_sum(self.discriminator(x_hat))
-            penalty = gradient_penalty(inner.gradient(estimate_hat, x_hat))
+                inner.watch(parts_hat)
+                estimate_hat = tf.reduce_sum(d(d.encode(parts_hat, n_obs)))
+            rows = tf.shape(parts_pi[0])[0]
+            grads = [tf.reshape(g, [rows, -1]) for g in inner.gradient(estimate_hat, parts_hat)]
+            penalty = gradient_penalty(tf.concat(grads, axis=1))
             loss = discriminator_loss(expert_estimate, policy_estimate) + GRADIENT_PENALTY_WEIGHT * penalty
         self.optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables, strict=True))
         return loss, tf.reduce_mean(policy_estimate), tf.reduce_mean(expert_estimate)
@@ -167,6 +215,9 @@ class GAILSignal:
         expert = self.expert.take(self._rng.integers(0, self.expert.size, size=batch.size))
         if self.discriminator.normalizer is not None:
             self.discriminator.normalizer.update(np.concatenate(expert.obs, axis=1))
+        for normalizer, obs in zip(self.discriminator.vector_normalizers or (), expert.obs, strict=False):
+            if normalizer is not None:
+                normalizer.update(obs)
         loss, policy_estimate, expert_estimate = self._train_step(batch, expert)
         return {
             GAIL_LOSS: float(loss),
