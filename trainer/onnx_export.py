@@ -18,7 +18,13 @@ ML-Agents' names:
   normaliser state the graph applies ``clip((obs - mean) * (1 / sqrt(variance + 1e-8)), -5, 5)``
   itself, with the processor's float32 constants, as ML-Agents' graph embeds its normaliser.
   ``action_masks`` float32 ``[batch, M]``, 1 = allowed (present only with discrete actions, as
-  ML-Agents' exporter leaves it out of a continuous model).
+  ML-Agents' exporter leaves it out of a continuous model). The normaliser acts on vector observations only.
+* **images** ``[H, W, C]`` enter as float32 ``[batch, C, H, W]`` in [0, 1], ML-Agents' boundary
+  (``common.policy_contract.onnx_input_shape``: its ``ModelSerializer`` exports NCHW inputs, as Sentis
+  feeds camera pixels, and its encoders skip their NHWC permute while exporting). The graph transposes
+  them to the network's NHWC; for a network trained on uint8 frames it also takes them back to the
+  uint8 the network reads, ``uint8(clip(x, 0, 1) * 255 + 0.5)`` (opset 9 has no Round; exact for
+  the k / 255 values a camera's pixels have), which the network itself scales by 1 / 255 again.
 * **continuous**: ``continuous_actions`` is ``T(mean + exp(log_std) * eps)`` with ``eps`` from
   ``RandomNormalLike``; ``deterministic_continuous_actions`` is ``T(mean)``. ``T`` is the transform
   the policy was trained with, from ``InferenceArtifact.tanh_squash`` / ``clip``, so Unity applies
@@ -83,6 +89,8 @@ from common.policy_contract import (
     TFLITE_FORMAT,
     VERSION_NUMBER,
     input_name,
+    is_image_shape,
+    onnx_input_shape,
 )
 from common.tensors import from_tensor
 from protos import pb
@@ -106,14 +114,15 @@ def continuous_transform(tanh_squash: bool, clip: float) -> str:
     return f"clip(u, -{clip:g}, {clip:g}) / {clip:g}"
 
 
-def _signature_tensors(model: bytes) -> tuple[list[str], list[tuple[int, ...]], dict[str, str]]:
-    """The TFLite tensor names behind the signature: (input names per ``obs_i``, their shapes, output name per key)."""
+def _signature_tensors(model: bytes) -> tuple[list[str], list[tuple[int, ...]], dict[str, str], list[np.dtype]]:
+    """The TFLite tensor names behind the signature: (input names per ``obs_i``, their shapes, output name per key,
+    the inputs' dtypes)."""
     interpreter = Interpreter(model_content=model, num_threads=1)
     runner = interpreter.get_signature_runner()
     names = {d["index"]: d["name"] for d in interpreter.get_tensor_details()}
     inputs = runner.get_input_details()
     outputs = runner.get_output_details()
-    in_names, shapes = [], []
+    in_names, shapes, dtypes = [], [], []
     for i in range(len(inputs)):
         detail = inputs.get(input_name(i))
         if detail is None:
@@ -122,7 +131,8 @@ def _signature_tensors(model: bytes) -> tuple[list[str], list[tuple[int, ...]], 
             )
         in_names.append(names[detail["index"]])
         shapes.append(tuple(int(d) for d in detail["shape_signature"][1:]))
-    return in_names, shapes, {key: names[d["index"]] for key, d in outputs.items()}
+        dtypes.append(np.dtype(detail["dtype"]))
+    return in_names, shapes, {key: names[d["index"]] for key, d in outputs.items()}, dtypes
 
 
 def _convert_core(model: bytes, in_names: list[str], out_names: list[str]) -> onnx.ModelProto:
@@ -205,13 +215,14 @@ def policy_to_onnx(update: pb.PolicyUpdate) -> onnx.ModelProto:
         raise ValueError(f"artifact.format {artifact.format!r}: only {TFLITE_FORMAT!r} artifacts convert to ONNX")
     spec = artifact.action_spec
     c, branches = int(spec.continuous_size), [int(b) for b in spec.discrete_branches]
-    in_names, shapes, out_tensors = _signature_tensors(artifact.model)
+    in_names, shapes, out_tensors, dtypes = _signature_tensors(artifact.model)
     needed = ([MEAN, LOG_STD] if c else []) + ([LOGITS] if branches else [])
     missing = [key for key in needed if key not in out_tensors]
     if missing:
         raise ValueError(f"the TFLite model has outputs {sorted(out_tensors)}; {missing} missing")
-    if artifact.normalizers and len(artifact.normalizers) != len(shapes):
-        raise ValueError(f"artifact.normalizers: {len(artifact.normalizers)} given for {len(shapes)} observations")
+    vectors = [i for i, shape in enumerate(shapes) if not is_image_shape(shape)]  # the normalised observations
+    if artifact.normalizers and len(artifact.normalizers) != len(vectors):
+        raise ValueError(f"artifact.normalizers: {len(artifact.normalizers)} given for {len(vectors)} vector observations")
     core = _convert_core(artifact.model, in_names, [out_tensors[key] for key in needed])
     core_inputs = {i.name for i in core.graph.input}
     if core_inputs != set(in_names):
@@ -222,11 +233,14 @@ def policy_to_onnx(update: pb.PolicyUpdate) -> onnx.ModelProto:
     pre = _Graph("stepstream/input/")  # inputs and the normaliser, which feeds the core's (former) inputs
     for i, (core_input, shape) in enumerate(zip(in_names, shapes, strict=True)):
         obs = input_name(i)
-        pre.inputs.append(helper.make_tensor_value_info(obs, TensorProto.FLOAT, [ONNX_BATCH_AXIS, *shape]))
+        pre.inputs.append(helper.make_tensor_value_info(obs, TensorProto.FLOAT, [ONNX_BATCH_AXIS, *onnx_input_shape(shape)]))
+        if is_image_shape(shape):
+            _image_input(pre, obs, core_input, dtypes[i])
+            continue
         if not artifact.normalizers:
             pre.node("Identity", [obs], core_input)
             continue
-        mean, inv_std = _normalizer_constants(artifact, i)
+        mean, inv_std = _normalizer_constants(artifact, vectors.index(i))
         if mean.shape != shape:
             raise ValueError(f"artifact.normalizers[{i}]: shape {list(mean.shape)}, observation {input_name(i)} {list(shape)}")
         centred = pre.node("Sub", [obs, pre.constant("mean", mean)])
@@ -279,12 +293,25 @@ def policy_to_onnx(update: pb.PolicyUpdate) -> onnx.ModelProto:
     return model
 
 
+def _image_input(pre: _Graph, obs: str, core_input: str, dtype: np.dtype) -> None:
+    """``core_input`` (NHWC, the network's dtype) from the model's image input ``obs`` (NCHW float32 in [0, 1])."""
+    if dtype != np.uint8:
+        pre.node("Transpose", [obs], core_input, perm=[0, 2, 3, 1])
+        return
+    nhwc = pre.node("Transpose", [obs], perm=[0, 2, 3, 1])
+    pixels = pre.node(
+        "Mul", [pre.node("Clip", [nhwc], min=0.0, max=1.0), pre.constant("pixel_max", np.asarray(255.0, np.float32))]
+    )
+    rounded = pre.node("Add", [pixels, pre.constant("half", np.asarray(0.5, np.float32))])  # Cast truncates: +0.5 rounds
+    pre.node("Cast", [rounded], core_input, to=TensorProto.UINT8)
+
+
 def _check_runs(model: onnx.ModelProto, shapes: list[tuple[int, ...]], branches: list[int]) -> None:
     """Loads the model in onnxruntime and runs it on two rows: the checker passes graphs that no runtime loads
     (two nodes of one name), and Unity's only message would be a failed import."""
     try:
         session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-        feed = {input_name(i): np.zeros((2, *shape), np.float32) for i, shape in enumerate(shapes)}
+        feed = {input_name(i): np.zeros((2, *onnx_input_shape(shape)), np.float32) for i, shape in enumerate(shapes)}
         if branches:
             feed[ACTION_MASKS] = np.ones((2, sum(branches)), np.float32)
         outputs = session.run(None, feed)
