@@ -98,3 +98,10 @@ def test_unity_check_measures_the_gateways_added_latency() -> None:
     assert 0 < out["gateway_p50_ms"] <= out["gateway_p99_ms"] and 0 < out["direct_p50_ms"] <= out["direct_p99_ms"]
     assert out["gateway_added_p50_ms"] == out["gateway_p50_ms"] - out["direct_p50_ms"]
     assert out["gateway_cpu_us_per_exchange"] >= 0
+
+
+def test_inference_pixels_times_a_visual_policy_pass() -> None:
+    result = last_json_line("inference_pixels.py", "--batches", "1,2", "--rounds", "1", "--min-seconds", "0.01")
+    assert result["encoder"] == "nature_cnn" and result["frame"] == [84, 84, 3] and result["patches_weights"]
+    for n in ("n1", "n2"):
+        assert set(result[n]) == {"forward_ms", "per_row_us", "act_ms", "tf_function_ms"}
