@@ -20,10 +20,12 @@ import pytest
 import tensorflow as tf
 
 import trainer.weight_template as weight_template
-from common.specs import ActionSpec
+from common.config import EncoderType
+from common.specs import ActionSpec, ObservationSpec
 from processor.inference import Policy
 from protos import pb
 from trainer import probe_cache
+from trainer.encoders import ObservationEncoder
 from trainer.export import TFLiteExporter, make_policy_update
 from trainer.networks import LOG_STD_MAX, PolicyNetwork
 from trainer.probe_cache import PROBE_CACHE_ENV
@@ -94,6 +96,34 @@ def test_patched_export_equals_full_conversion(case: str, shapes: list[tuple[int
         assert_same_as_full_conversion(net, shapes, patched, spec)
     if case == "continuous_state_independent_log_std":
         np.testing.assert_array_equal(policy_outputs(patched, spec, random_observations(shapes))["log_std"], LOG_STD_MAX)
+
+
+@pytest.mark.parametrize(
+    ("encoder_type", "frame_dtype"),
+    [(EncoderType.SIMPLE, np.uint8), (EncoderType.RESNET, np.float32)],
+    ids=["simple-uint8", "resnet-float32"],
+)
+def test_patched_export_of_a_visual_policy_equals_full_conversion(encoder_type: EncoderType, frame_dtype: type) -> None:
+    """Conv kernels sit in the flatbuffer as OHWI, and a uint8 frame's 1/255 is folded into the first one's
+    filter: the template writes both layouts, so a camera policy exports in milliseconds too."""
+    frame, dtype = (20, 20, 3), np.dtype(frame_dtype)
+    specs = [ObservationSpec((2,), np.dtype(np.float32)), ObservationSpec(frame, dtype)]
+    net = PolicyNetwork([2, 0], ActionSpec(1, (3,)), 16, 1, encoder=ObservationEncoder(specs, encoder_type, 8))
+    exporter = TFLiteExporter(net, [(2,), frame], verify_every=0, observation_dtypes=[np.float32, dtype])
+    exporter.export()
+    perturb(net.trainable_variables, seed=5)
+    patched = exporter.export()
+    assert exporter.patches_weights
+    full = TFLiteExporter(net, [(2,), frame], patch_weights=False, observation_dtypes=[np.float32, dtype]).export()
+    rng = np.random.default_rng(2)
+    pixels = rng.integers(0, 256, (5, *frame)) if dtype == np.uint8 else rng.random((5, *frame))
+    observations = [rng.standard_normal((5, 2)).astype(np.float32), pixels.astype(dtype)]
+    spec = pb.ActionSpec(continuous_size=1, discrete_branches=[3])
+    got, want = policy_outputs(patched, spec, observations), policy_outputs(full, spec, observations)
+    reference = net(*[tf.constant(o) for o in observations])
+    for name in want:
+        np.testing.assert_allclose(got[name], want[name], atol=ATOL, rtol=0, err_msg=name)
+        np.testing.assert_allclose(got[name], np.asarray(reference[name]), atol=1e-4, rtol=1e-4, err_msg=name)
 
 
 def _keras_policy(shapes: list[tuple[int, ...]]) -> keras.Model:

@@ -29,6 +29,7 @@ from common.config import (
     SACHyperparameters,
     TrainerType,
 )
+from common.errors import ProtocolError
 from common.policy_contract import ACTION_MASKS, DETERMINISTIC_CONTINUOUS_ACTIONS, DETERMINISTIC_DISCRETE_ACTIONS
 from common.specs import ActionSpec, BrainParameters, ObservationSpec
 from common.trajectory import Trajectory, TrajectoryId
@@ -284,3 +285,8 @@ def test_exported_artifact_acts_as_tensorflow_in_tflite_and_onnx(encoder: Encode
     out = dict(zip([o.name for o in session.get_outputs()], session.run(None, feed), strict=True))
     np.testing.assert_allclose(out[DETERMINISTIC_CONTINUOUS_ACTIONS], want_mean, rtol=1e-4, atol=1e-4)
     np.testing.assert_array_equal(out[DETERMINISTIC_DISCRETE_ACTIONS][:, 0], want_choice)
+
+    # Normaliser state is per vector observation: one for the camera too is refused, by name.
+    update.artifact.normalizers.add().CopyFrom(update.artifact.normalizers[0])
+    with pytest.raises(ProtocolError, match=r"artifact\.normalizers: 2 given for 1 vector observations"):
+        Policy.from_update(update)
