@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import logging
 import threading
 import time
@@ -38,7 +39,7 @@ from common.topics import TRAINER_SUBSCRIBER
 from common.trajectory import CONTINUOUS_ACTIONS, DISCRETE_ACTIONS, obs_key
 from envclient.runner import RunStats, run_env
 from envclient.session import EnvSession
-from envclient.simple_env import SimpleEnv, expert_actions, simple_brain_parameters
+from envclient.simple_env import SimpleEnv, expert_actions, goal_of_images, simple_brain_parameters
 from processor.behaviors import BehaviorCounters, BehaviorRuntime, ProcessorSettings
 from processor.server import ProcessorServer, ServerOptions
 from trainer.learner import Learner
@@ -88,6 +89,7 @@ def train_on_simple_env(
     trajectory_queue_size: int | None = None,
     timeout_s: float = 120.0,
     client: EnvClient | None = None,
+    image_shape: tuple[int, int, int] | None = None,
 ) -> LearningRun:
     """Train ``settings``' trainer on the 1-D task through the real processor; blocks until done.
 
@@ -106,6 +108,7 @@ def train_on_simple_env(
         timeout_s: liveness bound on the whole run.
         client: runs one env client until its stop event (default: an ``EnvSession`` with ``run_env``);
             ``tests/learning/test_unity_learning.py`` puts a gateway and a fake Unity there.
+        image_shape: the task seen as a uint8 image ``(H, W, C)`` only (``SimpleEnv``'s image mode); None: the vector.
 
     Returns:
         The trainer's result, the env clients' counts and the processor's counters.
@@ -117,7 +120,7 @@ def train_on_simple_env(
     configure_tf_threads()
     if max_trainer_steps is not None:
         settings = dataclasses.replace(settings, max_steps=max_trainer_steps)
-    params = simple_brain_parameters(BEHAVIOR, continuous)
+    params = simple_brain_parameters(BEHAVIOR, continuous, image_shape)
     if learner is None:
         learner = make_learner(params, settings, seed)
     runtime = BehaviorRuntime.from_settings(settings)
@@ -136,24 +139,31 @@ def train_on_simple_env(
             should_stop,
             results_dir,
             timeout_s,
-            client or _client,
+            client or functools.partial(_client, image_shape=image_shape),
         )
     )
 
 
-def collect_expert_rows(continuous: bool, seed: int, *, num_agents: int = 16, env_steps: int = 40) -> AgentBuffer:
+def collect_expert_rows(
+    continuous: bool,
+    seed: int,
+    *,
+    num_agents: int = 16,
+    env_steps: int = 40,
+    image_shape: tuple[int, int, int] | None = None,
+) -> AgentBuffer:
     """Demonstration rows of the scripted expert (``envclient.simple_env.expert_actions``) on the 1-D task.
 
     One row per experience, as a demonstration records it: ``obs_0`` [K, 1] (the obs the action was
-    chosen on), ``continuous_actions`` [K, C] env actions, ``discrete_actions`` [K, B]. The rows of
-    auto-reset steps (whose actions the env ignores) are left out.
+    chosen on; uint8 [K, H, W, C] with ``image_shape``), ``continuous_actions`` [K, C] env actions,
+    ``discrete_actions`` [K, B]. The rows of auto-reset steps (whose actions the env ignores) are left out.
     """
-    env = SimpleEnv(num_agents, continuous=continuous, behavior_name=BEHAVIOR, seed=seed)
+    env = SimpleEnv(num_agents, continuous=continuous, behavior_name=BEHAVIOR, seed=seed, image_shape=image_shape)
     (obs,) = env.reset()
     acting = np.ones(num_agents, bool)  # False on the step after a done: that action is ignored
     columns: dict[str, list[np.ndarray]] = {obs_key(0): [], CONTINUOUS_ACTIONS: [], DISCRETE_ACTIONS: []}
     for _ in range(env_steps):
-        continuous_actions, discrete_actions = expert_actions(obs, continuous)
+        continuous_actions, discrete_actions = expert_actions(goal_of_images(obs) if image_shape else obs, continuous)
         columns[obs_key(0)].append(obs[acting])
         columns[CONTINUOUS_ACTIONS].append(continuous_actions[acting])
         columns[DISCRETE_ACTIONS].append(discrete_actions[acting])
@@ -168,8 +178,16 @@ EnvClient = Callable[[str, int, bool, int, int, asyncio.Event], Awaitable[RunSta
 """``(address, index, continuous, agents, seed, stop) -> RunStats``: one env client of a learning run."""
 
 
-async def _client(address: str, index: int, continuous: bool, agents: int, seed: int, stop: asyncio.Event) -> RunStats:
-    env = SimpleEnv(agents, continuous=continuous, behavior_name=BEHAVIOR, seed=seed * 1000 + index)
+async def _client(
+    address: str,
+    index: int,
+    continuous: bool,
+    agents: int,
+    seed: int,
+    stop: asyncio.Event,
+    image_shape: tuple[int, int, int] | None = None,
+) -> RunStats:
+    env = SimpleEnv(agents, continuous=continuous, behavior_name=BEHAVIOR, seed=seed * 1000 + index, image_shape=image_shape)
     async with EnvSession(address, f"simple-env-{index}", [env.brain_parameters]) as session:
         return await run_env(session, env, BEHAVIOR, stop=stop)
 

@@ -1,0 +1,111 @@
+"""The 1-D goal task seen through a camera only (``SimpleEnv``'s image mode: uint8 ``[H, W, C]``, no vector), as
+ML-Agents' own visual tests learn it: PPO with ``simple`` and ``nature_cnn`` encoders, SAC and BC, through the real
+processor and trainer loop, at the thresholds and budgets of the vector tests (``test_ppo_learning``,
+``test_sac_learning``, ``test_bc_learning``).
+
+The frames are each encoder's smallest (ML-Agents' minimum side: 20 for ``simple``, 36 for ``nature_cnn``), one
+channel: the goal's half bright, the agent's column grey. The configs are the vector tests' own, with
+``vis_encode_type`` set.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from common.config import BehaviorSettings, EncoderType
+from envclient.simple_env import BEST_RETURN, simple_brain_parameters
+from tests.learning import harness
+from tests.learning.test_bc_learning import EPISODES as BC_EPISODES
+from tests.learning.test_bc_learning import THRESHOLD as BC_THRESHOLD
+from tests.learning.test_bc_learning import bc_settings
+from tests.learning.test_ppo_learning import QUEUE_SIZE as PPO_QUEUE_SIZE
+from tests.learning.test_ppo_learning import STEP_BUDGET as PPO_STEP_BUDGET
+from tests.learning.test_ppo_learning import WINDOW, ppo_settings, reached
+from tests.learning.test_sac_learning import STEP_BUDGET as SAC_STEP_BUDGET
+from tests.learning.test_sac_learning import TIME_HORIZON as SAC_TIME_HORIZON
+from tests.learning.test_sac_learning import sac_settings
+from trainer.bc import BCLearner
+from trainer.encoders import MIN_RESOLUTION
+from trainer.loop import CONDITION
+from trainer.summaries import CLONING_LOSS
+
+pytestmark = pytest.mark.learning
+
+
+def frame(encoder: EncoderType) -> tuple[int, int, int]:
+    side = MIN_RESOLUTION[encoder]
+    return (side, side, 1)
+
+
+def with_encoder(settings: BehaviorSettings, encoder: EncoderType) -> BehaviorSettings:
+    network = dataclasses.replace(settings.network_settings, vis_encode_type=encoder)
+    return dataclasses.replace(settings, network_settings=network)
+
+
+@pytest.mark.parametrize("encoder", [EncoderType.SIMPLE, EncoderType.NATURE_CNN], ids=["simple", "nature_cnn"])
+def test_ppo_learns_from_pixels(encoder: EncoderType) -> None:
+    budget = PPO_STEP_BUDGET[False]
+    run = harness.train_on_simple_env(
+        with_encoder(ppo_settings(), encoder),
+        continuous=False,
+        seed=0,
+        max_trainer_steps=budget,
+        should_stop=reached,
+        timeout_s=600.0,
+        image_shape=frame(encoder),
+    )
+    result = run.trainer
+    last = np.asarray(result.episode_rewards[-WINDOW:])
+    why = f"after {result.steps} steps and {result.updates} updates, the last {WINDOW} episodes average {last.mean():.3f}"
+    assert result.stopped_by == CONDITION, why
+    assert result.steps <= budget + PPO_QUEUE_SIZE * 64 and result.updates >= 2
+    assert (last <= BEST_RETURN + 1e-6).all()
+
+
+@pytest.mark.parametrize("continuous", [False, True], ids=["discrete", "continuous"])
+def test_sac_learns_from_pixels(continuous: bool) -> None:
+    run = harness.train_on_simple_env(
+        with_encoder(sac_settings(), EncoderType.SIMPLE),
+        continuous=continuous,
+        seed=0,
+        max_trainer_steps=SAC_STEP_BUDGET,
+        num_envs=2,
+        agents_per_env=2,
+        should_stop=reached,
+        timeout_s=600.0,
+        image_shape=frame(EncoderType.SIMPLE),
+    )
+    result = run.trainer
+    last = np.asarray(result.episode_rewards[-WINDOW:])
+    why = f"after {result.steps} steps and {result.updates} updates, the last {WINDOW} episodes average {last.mean():.3f}"
+    assert result.stopped_by == CONDITION, why
+    assert result.steps <= SAC_STEP_BUDGET + SAC_TIME_HORIZON and result.updates >= 2
+    assert (last <= BEST_RETURN + 1e-6).all()
+
+
+@pytest.mark.parametrize("continuous", [False, True], ids=["discrete", "continuous"])
+def test_bc_clones_the_expert_from_pixels(continuous: bool) -> None:
+    image_shape = frame(EncoderType.SIMPLE)
+    settings = with_encoder(bc_settings(), EncoderType.SIMPLE)
+    learner = BCLearner(simple_brain_parameters(harness.BEHAVIOR, continuous, image_shape), settings, seed=0)
+    assert learner.load_rows(harness.collect_expert_rows(continuous, 0, image_shape=image_shape)) > 400
+    losses = [learner.update()[CLONING_LOSS] for _ in range(8)]
+    assert losses[-1] < losses[0]
+    run = harness.train_on_simple_env(
+        settings,
+        continuous=continuous,
+        seed=0,
+        learner=learner,
+        num_envs=1,
+        agents_per_env=BC_EPISODES,
+        should_stop=lambda result: result.episodes >= BC_EPISODES,
+        timeout_s=300.0,
+        image_shape=image_shape,
+    )
+    rewards = run.episode_rewards[:BC_EPISODES]
+    assert len(rewards) == BC_EPISODES
+    assert sum(rewards) / BC_EPISODES > BC_THRESHOLD, rewards
+    assert max(rewards) <= BEST_RETURN + 1e-6
