@@ -101,10 +101,20 @@ def main(argv: list[str] | None = None) -> None:
     }
     for n in batches:
         frames = [rng.integers(0, 256, (n, *FRAME)).astype(np.uint8)]
-        forward = seconds_per_call(lambda frames=frames: policy.forward(frames), args.rounds, args.min_seconds)
-        act = seconds_per_call(lambda frames=frames: policy.act(frames, None, rng, check=False), args.rounds, args.min_seconds)
         tensor = tf.constant(frames[0])
-        tf_time = seconds_per_call(lambda tensor=tensor: serve(tensor)["logits"].numpy(), args.rounds, args.min_seconds)
+
+        def forward_pass(frames: list[np.ndarray] = frames) -> object:
+            return policy.forward(frames)
+
+        def act_pass(frames: list[np.ndarray] = frames) -> object:
+            return policy.act(frames, None, rng, check=False)
+
+        def tf_pass(tensor: tf.Tensor = tensor) -> object:
+            return serve(tensor)["logits"].numpy()
+
+        forward = seconds_per_call(forward_pass, args.rounds, args.min_seconds)
+        act = seconds_per_call(act_pass, args.rounds, args.min_seconds)
+        tf_time = seconds_per_call(tf_pass, args.rounds, args.min_seconds)
         result[f"n{n}"] = {
             "forward_ms": round(forward * 1e3, 3),
             "per_row_us": round(forward * 1e6 / n, 1),

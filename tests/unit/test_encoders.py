@@ -117,7 +117,7 @@ def test_vectors_and_cameras_are_encoded_and_concatenated_in_observation_order()
     np.testing.assert_array_equal(out[:, :3], vector_a)  # vectors pass through, in place
     np.testing.assert_array_equal(out[:, 3 + F : 3 + F + 2], vector_b)
     visual = encoder._visual
-    assert visual[0] is None and visual[2] is None
+    assert visual[0] is None and visual[2] is None and visual[1] is not None and visual[3] is not None
     np.testing.assert_allclose(out[:, 3 : 3 + F], visual[1](camera.astype(np.float32) * np.float32(IMAGE_SCALE)), atol=1e-6)
     np.testing.assert_allclose(out[:, 3 + F + 2 :], visual[3](depth), atol=1e-6)  # a float32 image is not rescaled
 
@@ -126,7 +126,9 @@ def test_a_uint8_frame_reads_as_the_same_frame_scaled_to_0_1() -> None:
     encoder = ObservationEncoder([image(36, 36)], EncoderType.NATURE_CNN, F)
     frame = np.random.default_rng(1).integers(0, 256, (3, 36, 36, 3)).astype(np.uint8)
     from_uint8 = encoder([tf.constant(frame)]).numpy()
-    from_float = encoder._visual[0](frame.astype(np.float32) / 255.0).numpy()
+    camera = encoder._visual[0]
+    assert camera is not None
+    from_float = camera(frame.astype(np.float32) / 255.0).numpy()
     np.testing.assert_allclose(from_uint8, from_float, rtol=1e-5, atol=1e-6)
 
 

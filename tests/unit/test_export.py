@@ -117,7 +117,7 @@ def test_patched_export_of_a_visual_policy_equals_full_conversion(encoder_type: 
     full = TFLiteExporter(net, [(2,), frame], patch_weights=False, observation_dtypes=[np.float32, dtype]).export()
     rng = np.random.default_rng(2)
     pixels = rng.integers(0, 256, (5, *frame)) if dtype == np.uint8 else rng.random((5, *frame))
-    observations = [rng.standard_normal((5, 2)).astype(np.float32), pixels.astype(dtype)]
+    observations: list[np.ndarray] = [rng.standard_normal((5, 2)).astype(np.float32), pixels.astype(dtype)]
     spec = pb.ActionSpec(continuous_size=1, discrete_branches=[3])
     got, want = policy_outputs(patched, spec, observations), policy_outputs(full, spec, observations)
     reference = net(*[tf.constant(o) for o in observations])
