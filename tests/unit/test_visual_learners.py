@@ -163,13 +163,16 @@ def test_gail_and_curiosity_encode_images_with_encoders_of_their_own(tmp_path: P
         VIS_DEMO_ACTIONS,
     )
     small = network(EncoderType.SIMPLE, normalize=False)
-    gail = GAILSettings(demo_path=str(VIS_DEMO), network_settings=small, use_actions=True)
+    # GAIL normalises its vector observations only (the demo's empty one), each with its own statistics.
+    gail = GAILSettings(demo_path=str(VIS_DEMO), network_settings=network(EncoderType.SIMPLE), use_actions=True)
     curiosity = CuriositySettings(network_settings=small)
     settings = ppo_settings(EncoderType.SIMPLE, gail=gail, curiosity=curiosity)
     learner = PPOLearner(params, settings, warm_up=False)
     signals = {s.name: s for s in learner.signals}
     discriminator, model = signals["gail"].discriminator, signals["curiosity"].model  # type: ignore[attr-defined]
     assert discriminator.encoder is not None and model.visual is not None
+    assert discriminator.normalizer is None and discriminator.vector_normalizers[0] is None
+    assert discriminator.vector_normalizers[1] is not None
     gail_before = [v.numpy().copy() for v in discriminator.encoder.trainable_variables]
     curiosity_before = [v.numpy().copy() for v in model.visual.trainable_variables]
     rng = np.random.default_rng(0)
