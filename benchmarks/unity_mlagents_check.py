@@ -203,6 +203,8 @@ def _compare(brains: dict[str, Any], transcript: Transcript, theirs: Any, their_
                 "terminal_interrupted": rows.max_reached[done],
             }
             for k, obs in enumerate(rows.observations):
+                # PNG cameras stay encoded (pb.Tensor) until the processor; these transcripts carry vectors only.
+                assert isinstance(obs, np.ndarray), f"{key}observations[{k}] is a compressed camera"
                 expect[f"decision_obs{k}"] = obs[asking]
                 expect[f"terminal_obs{k}"] = obs[done]
             if spec.action_spec.discrete_branches and asking.any():  # no decision rows: ML-Agents' mask is None
