@@ -50,19 +50,21 @@ def _port(value: str) -> int:
     return port
 
 
-def _add_token(parser: argparse.ArgumentParser) -> None:
+def _add_token(parser: argparse.ArgumentParser, flag: str = "--token", env: str = "STEPSTREAM_TOKEN", what: str = "") -> None:
+    """``FLAG`` and ``FLAG-file`` (one or the other): a token given inline or read from a file."""
+    what = what or "shared token sent/required on every call as 'authorization: Bearer TOKEN'"
     group = parser.add_mutually_exclusive_group()
     group.add_argument(
-        "--token",
-        default=_env("STEPSTREAM_TOKEN"),
-        help="shared token sent/required on every call as 'authorization: Bearer TOKEN' (visible in ps: prefer the "
-        "environment or --token-file) [env STEPSTREAM_TOKEN]",
+        flag,
+        metavar="TOKEN",
+        default=_env(env),
+        help=f"{what} (visible in ps: prefer the environment or {flag}-file) [env {env}]",
     )
     group.add_argument(
-        "--token-file",
+        f"{flag}-file",
         metavar="PATH",
-        default=_env("STEPSTREAM_TOKEN_FILE"),
-        help="read the shared token from this file, e.g. a Docker secret [env STEPSTREAM_TOKEN_FILE]",
+        default=_env(f"{env}_FILE"),
+        help=f"read the token from this file, e.g. a Docker secret [env {env}_FILE]",
     )
 
 
@@ -89,85 +91,46 @@ def add_server_security_flags(parser: argparse.ArgumentParser) -> None:
     _add_token(parser)
 
 
+def _add_client_tls_flags(parser: argparse.ArgumentParser, flag: str, env: str, peer: str, host: str) -> None:
+    """``FLAG``, ``FLAG-ca``, ``FLAG-cert``, ``FLAG-key``, ``FLAG-server-name``: TLS towards ``peer``."""
+    parser.add_argument(
+        flag,
+        action="store_true",
+        default=(os.environ.get(env, "").lower() in _TRUE),
+        help=f"TLS to {peer}, trusting the system's root CAs (implied by {flag}-ca) [env {env}=1]",
+    )
+    parser.add_argument(
+        f"{flag}-ca",
+        metavar="PEM",
+        default=_env(f"{env}_CA"),
+        help=f"TLS to {peer}, trusting this CA for its certificate [env {env}_CA]",
+    )
+    parser.add_argument(
+        f"{flag}-cert",
+        metavar="PEM",
+        default=_env(f"{env}_CERT"),
+        help=f"this client's certificate, for {peer} when it requires one (with {flag}-key) [env {env}_CERT]",
+    )
+    parser.add_argument(f"{flag}-key", metavar="PEM", default=_env(f"{env}_KEY"), help=f"its private key [env {env}_KEY]")
+    parser.add_argument(
+        f"{flag}-server-name",
+        metavar="NAME",
+        default=_env(f"{env}_SERVER_NAME"),
+        help=f"check {peer}'s certificate against NAME instead of the {host}'s host [env {env}_SERVER_NAME]",
+    )
+
+
 def add_client_security_flags(parser: argparse.ArgumentParser) -> None:
     """``--tls``, ``--tls-ca``, ``--tls-cert``, ``--tls-key``, ``--tls-server-name``, ``--token[-file]`` of a client."""
-    parser.add_argument(
-        "--tls",
-        action="store_true",
-        default=(os.environ.get("STEPSTREAM_TLS", "").lower() in _TRUE),
-        help="connect with TLS, trusting the system's root CAs (implied by --tls-ca) [env STEPSTREAM_TLS=1]",
-    )
-    parser.add_argument(
-        "--tls-ca",
-        metavar="PEM",
-        default=_env("STEPSTREAM_TLS_CA"),
-        help="connect with TLS, trusting this CA for the processor's certificate [env STEPSTREAM_TLS_CA]",
-    )
-    parser.add_argument(
-        "--tls-cert",
-        metavar="PEM",
-        default=_env("STEPSTREAM_TLS_CERT"),
-        help="this client's certificate, for a processor that requires one (with --tls-key) [env STEPSTREAM_TLS_CERT]",
-    )
-    parser.add_argument(
-        "--tls-key", metavar="PEM", default=_env("STEPSTREAM_TLS_KEY"), help="its private key [env STEPSTREAM_TLS_KEY]"
-    )
-    parser.add_argument(
-        "--tls-server-name",
-        metavar="NAME",
-        default=_env("STEPSTREAM_TLS_SERVER_NAME"),
-        help="check the processor's certificate against NAME instead of the address's host [env STEPSTREAM_TLS_SERVER_NAME]",
-    )
+    _add_client_tls_flags(parser, "--tls", "STEPSTREAM_TLS", "the processor", "address")
     _add_token(parser)
 
 
 def add_broker_security_flags(parser: argparse.ArgumentParser) -> None:
     """``--topics-tls[-ca|-cert|-key|-server-name]`` and ``--topics-token[-file]``: NATS's own TLS and token
     towards the ``--topics`` broker (``common.security.BrokerSecurity``)."""
-    parser.add_argument(
-        "--topics-tls",
-        action="store_true",
-        default=(os.environ.get("STEPSTREAM_TOPICS_TLS", "").lower() in _TRUE),
-        help="TLS to the --topics broker, trusting the system's root CAs (implied by --topics-tls-ca) "
-        "[env STEPSTREAM_TOPICS_TLS=1]",
-    )
-    parser.add_argument(
-        "--topics-tls-ca",
-        metavar="PEM",
-        default=_env("STEPSTREAM_TOPICS_TLS_CA"),
-        help="TLS to the --topics broker, trusting this CA for its certificate [env STEPSTREAM_TOPICS_TLS_CA]",
-    )
-    parser.add_argument(
-        "--topics-tls-cert",
-        metavar="PEM",
-        default=_env("STEPSTREAM_TOPICS_TLS_CERT"),
-        help="a client certificate for a broker that verifies them (with --topics-tls-key) [env STEPSTREAM_TOPICS_TLS_CERT]",
-    )
-    parser.add_argument(
-        "--topics-tls-key",
-        metavar="PEM",
-        default=_env("STEPSTREAM_TOPICS_TLS_KEY"),
-        help="its key [env STEPSTREAM_TOPICS_TLS_KEY]",
-    )
-    parser.add_argument(
-        "--topics-tls-server-name",
-        metavar="NAME",
-        default=_env("STEPSTREAM_TOPICS_TLS_SERVER_NAME"),
-        help="check the broker's certificate against NAME instead of the URL's host [env STEPSTREAM_TOPICS_TLS_SERVER_NAME]",
-    )
-    group = parser.add_mutually_exclusive_group()
-    group.add_argument(
-        "--topics-token",
-        default=_env("STEPSTREAM_TOPICS_TOKEN"),
-        help="the --topics broker's authorization token (visible in ps: prefer the environment or --topics-token-file) "
-        "[env STEPSTREAM_TOPICS_TOKEN]",
-    )
-    group.add_argument(
-        "--topics-token-file",
-        metavar="PATH",
-        default=_env("STEPSTREAM_TOPICS_TOKEN_FILE"),
-        help="read the broker's token from this file, e.g. a Docker secret [env STEPSTREAM_TOPICS_TOKEN_FILE]",
-    )
+    _add_client_tls_flags(parser, "--topics-tls", "STEPSTREAM_TOPICS_TLS", "the --topics broker", "URL")
+    _add_token(parser, "--topics-token", "STEPSTREAM_TOPICS_TOKEN", "the --topics broker's authorization token")
 
 
 def broker_security_from_args(args: Any) -> BrokerSecurity:
