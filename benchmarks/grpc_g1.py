@@ -16,7 +16,12 @@ ratio = agent_steps_per_s / (floor round-trips/s * 32).
 ActionInfo (no decoding, inference, assembly or topics): the same clients, the same messages, the
 same two processes. Its agent-steps/s is the ceiling the SDK client and gRPC leave the processor.
 
-usage: grpc_g1.py [--clients 8] [--agents 32] [--steps 1500] [--warmup 100] [--server processor|echo]
+``--server echo-hardened`` is that echo served with the processor's gRPC wiring: its channel options and
+call limit (``processor.server.grpc_server``), its interceptors (``ProcessorServer.interceptors``) and
+requests read with ``context.read()`` as its Step handler reads them. Its server CPU per round trip minus
+echo's is what the hardening of the gRPC layer costs; ``step_path.py`` measures the processor's own work.
+
+usage: grpc_g1.py [--clients 8] [--agents 32] [--steps 1500] [--warmup 100] [--server processor|echo|echo-hardened]
 """
 
 from __future__ import annotations
@@ -147,11 +152,13 @@ def policy_update() -> pb.PolicyUpdate:
     return make_policy_update(BEHAVIOR, 1, 0, model, ActionSpec(ACTION_SIZE).to_proto())
 
 
-async def _echo_server(agents: int):  # type: ignore[no-untyped-def]
-    """A Step servicer that decodes nothing and answers each BrainInfo with the same ActionInfo."""
+async def _echo_server(agents: int, hardened: bool = False):  # type: ignore[no-untyped-def]
+    """A Step servicer that decodes nothing and answers each BrainInfo with the same ActionInfo; ``hardened``:
+    served and read as the processor serves and reads (module docstring)."""
     import grpc
 
     from common.tensors import to_tensor
+    from processor.server import ProcessorServer, grpc_server
     from protos import PROTOCOL_VERSION, pb
     from protos import stepstream_pb2_grpc as pb_grpc
 
@@ -159,25 +166,38 @@ async def _echo_server(agents: int):  # type: ignore[no-untyped-def]
     to_tensor(np.zeros((agents, ACTION_SIZE), np.float32), answer.action_info.continuous_actions)
     to_tensor(np.zeros((agents, 0), np.int32), answer.action_info.discrete_actions)
 
+    hello = pb.StepResponse(hello_reply=pb.HelloReply(protocol_version=PROTOCOL_VERSION, session_id="echo"))
+
     class Echo(pb_grpc.AgentProcessorServicer):
         async def Step(self, requests, context):  # type: ignore[no-untyped-def]
             replied = False
             async for _ in requests:
-                if not replied:
-                    replied = True
-                    yield pb.StepResponse(hello_reply=pb.HelloReply(protocol_version=PROTOCOL_VERSION, session_id="echo"))
-                else:
-                    yield answer
+                yield answer if replied else hello
+                replied = True
 
-    server = grpc.aio.server()
-    pb_grpc.add_AgentProcessorServicer_to_server(Echo(), server)
+    class HardenedEcho(pb_grpc.AgentProcessorServicer):
+        async def Step(self, requests, context):  # type: ignore[no-untyped-def]
+            del requests  # read as processor.servicer reads them
+            replied = False
+            while (request := await context.read()) is not grpc.aio.EOF:
+                del request
+                yield answer if replied else hello
+                replied = True
+
+    if hardened:
+        wiring = ProcessorServer()  # never started: only its options and interceptors serve
+        server = grpc_server(wiring.options, wiring.interceptors())
+        pb_grpc.add_AgentProcessorServicer_to_server(HardenedEcho(), server)
+    else:
+        server = grpc.aio.server()
+        pb_grpc.add_AgentProcessorServicer_to_server(Echo(), server)
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
     return server, port
 
 
 async def _measure_echo(args: argparse.Namespace) -> dict[str, float]:
-    server, port = await _echo_server(args.agents)
+    server, port = await _echo_server(args.agents, hardened=args.server == "echo-hardened")
     try:
         run = await _run_clients(args, port)
     finally:
@@ -312,7 +332,10 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=100, help="untimed steps per client first")
     parser.add_argument("--deadline-ms", type=float, default=None, help="override ProcessorSettings.batch_deadline_ms")
     parser.add_argument(
-        "--server", choices=("processor", "echo"), default="processor", help="echo: a fixed answer, the clients' ceiling"
+        "--server",
+        choices=("processor", "echo", "echo-hardened"),
+        default="processor",
+        help="echo: a fixed answer, the clients' ceiling; echo-hardened: the same with the processor's gRPC wiring",
     )
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING, format="%(message)s")

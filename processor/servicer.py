@@ -212,7 +212,8 @@ class AgentProcessorServicer(pb_grpc.AgentProcessorServicer):
 
     async def _step(self, session: Session, request: pb.StepRequest) -> pb.ActionInfo:
         self._check_live(session)
-        self._check_training(f"session {session.session_id}", list(session.behaviors))
+        if self.behaviors.finished:  # per step: no message or list is built while every behavior trains
+            self._check_training(f"session {session.session_id}", list(session.behaviors))
         payload = request.WhichOneof("payload")
         if payload == "hello":
             raise ProtocolError(f"session {session.session_id}: a second Hello on one stream", precondition=True)

@@ -58,6 +58,16 @@ def test_grpc_g1_runs_end_to_end_and_reports_cpu_per_round_trip() -> None:
     assert out["experiences_published"] == implied_experiences(2, 4, 70) > 0
 
 
+def test_grpc_g1_echo_hardened_serves_the_same_clients_through_the_processors_wiring() -> None:
+    # 600 steps: an echo's window must hold two or more of the server's 20 ms CPU samples even when quick
+    out = last_json_line(
+        "grpc_g1.py", "--clients", "2", "--agents", "4", "--steps", "600", "--warmup", "10", "--server", "echo-hardened"
+    )
+    assert out["workload"] == "G1" and out["server"] == "echo-hardened"
+    assert out["agent_steps_per_s"] > 0 and out["server_cpu_us_per_round_trip"] > 0
+    assert out["experiences_published"] == 0  # an echo: nothing is assembled
+
+
 def test_step_path_drives_the_servicer_without_grpc() -> None:
     out = last_json_line("step_path.py", "--clients", "2", "--agents", "4", "--steps", "70")
     assert out["workload"] == "G1-step-path"
