@@ -2,8 +2,9 @@
 
 A real ``nats-server`` (``tests.nats_server``), ``stepstream processor --topics``, ``stepstream
 trainer --topics`` and two ``stepstream env`` on ``configs/simple_ppo.yaml`` (PPO on the 1-D goal
-task). Trajectories and policies go through the broker; the trainer still asks the processor for
-the BrainParameters. The run learns past the threshold, then the broker is SIGKILLed and restarted
+task), with two processors on the one broker, each serving one env client: trajectories from both
+go into the behavior's one stream and policies come to both from its one bucket; the trainer still
+asks a processor for the BrainParameters. The run learns past the threshold, then the broker is SIGKILLed and restarted
 on the same store: the processor and the trainer reconnect by themselves, and new episodes, acted by
 policy versions above those from before the kill, pass the threshold again. Liveness bounds are
 generous; no speed is asserted.
@@ -45,19 +46,21 @@ def test_stack_learns_through_jetstream_and_survives_a_broker_sigkill(tmp_path: 
     results = tmp_path / "results"
     episodes_csv = results / RUN_ID / BEHAVIOR / "episodes.csv"
     broker = NatsServer(tmp_path / "nats").start()
-    port = _free_port()
-    address = f"127.0.0.1:{port}"
+    addresses = [f"127.0.0.1:{_free_port()}" for _ in range(2)]
     topics = ("--topics", broker.url)
     started = time.monotonic()
     try:
         with Stack(tmp_path) as stack:
-            stack.start("processor", "processor", str(CONFIG), "--port", str(port), "--grace-s", "1", *topics)
-            stack.wait_until(lambda: serving(address), "processor SERVING")
+            for i, address in enumerate(addresses):
+                port = address.rsplit(":", 1)[1]
+                stack.start(f"processor{i}", "processor", str(CONFIG), "--port", port, "--grace-s", "1", *topics)
+            for address in addresses:
+                stack.wait_until(lambda address=address: serving(address), f"processor at {address} SERVING")
             stack.start(
-                *("trainer", "trainer", str(CONFIG), "--behavior", BEHAVIOR, "--processor", address, *topics),
+                *("trainer", "trainer", str(CONFIG), "--behavior", BEHAVIOR, "--processor", ",".join(addresses), *topics),
                 *("--results-dir", str(results), "--run-id", RUN_ID, "--seed", "0"),
             )
-            for i in range(2):
+            for i, address in enumerate(addresses):
                 stack.start(f"env{i}", "env", str(CONFIG), "--processor", address, "--client-id", f"env-{i}", "--seed", "0")
             stack.wait_until(lambda: reached(read_episodes(episodes_csv)), f"mean of the last {WINDOW} episodes passes")
             learned_s = time.monotonic() - started
@@ -76,7 +79,7 @@ def test_stack_learns_through_jetstream_and_survives_a_broker_sigkill(tmp_path: 
 
             stack.wait_until(recovered, "new episodes, acted by versions above those before the broker's SIGKILL")
             logger.info("recovered from the broker SIGKILL in %.1f s", time.monotonic() - started - learned_s)
-            for name in ("env0", "env1", "trainer", "processor"):
+            for name in ("env0", "env1", "trainer", "processor0", "processor1"):
                 assert stack.stop(name) == 0, f"{name} did not exit cleanly:\n{stack.log_tails()}"
     finally:
         broker.stop()
