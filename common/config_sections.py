@@ -146,6 +146,11 @@ class PPOHyperparameters:
     normalize_reward: bool = field(default=False, metadata=STEPSTREAM_KEY)
     """Divide the extrinsic reward by the running std of its discounted return (SB3's VecNormalize, the reward half;
     RL-Zoo's ``normalize: true`` turns it on with the observations'); false: raw rewards, as ML-Agents."""
+    log_std_init: float = field(default=0.0, metadata=STEPSTREAM_KEY)
+    """Initial log standard deviation of the continuous actions' Gaussian (SB3's ``log_std_init``; 0: std 1, as
+    ML-Agents and SB3's default); in [-20, 2], the clip of the policy's log_std."""
+    value_loss_coef: float = field(default=0.5, metadata=STEPSTREAM_KEY)
+    """Weight of the value loss in PPO's one loss (SB3's ``vf_coef``); >= 0; 0.5 is ML-Agents' and SB3's default."""
 
     def __post_init__(self) -> None:
         at_least(self.batch_size, 1, "batch_size")
@@ -157,6 +162,8 @@ class PPOHyperparameters:
         at_least(self.num_epoch, 1, "num_epoch")
         if self.max_grad_norm is not None:
             positive(self.max_grad_norm, "max_grad_norm")
+        require(-20.0 <= self.log_std_init <= 2.0, "log_std_init", f"must be in [-20, 2], got {self.log_std_init!r}")
+        at_least(self.value_loss_coef, 0, "value_loss_coef")
 
     @property
     def num_minibatches(self) -> int:

@@ -77,7 +77,8 @@ EPSILON = "Policy/Epsilon"
 BETA = "Policy/Beta"
 VALUE_ESTIMATE = "Policy/Extrinsic Value Estimate"
 
-#: ML-Agents' constants its YAML does not expose: the value loss weight, the advantage std floor, Adam's epsilon
+#: ML-Agents' constants its YAML does not expose: the value loss weight (the default of stepstream's
+#: ``value_loss_coef``), the advantage std floor, Adam's epsilon
 #: (PyTorch's default), and where the linear schedules of epsilon and beta end at max_steps (the learning rate's
 #: is ``trainer.schedules.MIN_LEARNING_RATE``).
 VALUE_LOSS_COEFFICIENT = 0.5
@@ -231,8 +232,10 @@ def ppo_losses(
     epsilon: tf.Tensor,
     beta: tf.Tensor,
     clip_value_loss: bool,
+    value_loss_coef: float = VALUE_LOSS_COEFFICIENT,
 ) -> PPOLosses:
-    """``L = -L^CLIP + 0.5 * L_value - beta * mean(entropy)`` (eq. 9, signs for minimisation) of one minibatch.
+    """``L = -L^CLIP + c * L_value - beta * mean(entropy)`` (eq. 9, signs for minimisation; ``c`` is
+    ``value_loss_coef``, 0.5 by default) of one minibatch.
 
     ``log_probs``, ``entropy`` [B] and ``values`` [B, K] come from the current networks; ``batch`` gives
     the old log-probs, old values, returns and advantages, which are normalised per minibatch here. The value
@@ -246,7 +249,7 @@ def ppo_losses(
     else:
         value = squared_value_loss(values, batch.returns)
     mean_entropy = tf.reduce_mean(entropy)
-    total = policy + VALUE_LOSS_COEFFICIENT * value - beta * mean_entropy
+    total = policy + value_loss_coef * value - beta * mean_entropy
     return PPOLosses(total, policy, value, mean_entropy)
 
 
@@ -490,6 +493,7 @@ class PPOLearner:
                 net.hidden_units,
                 net.num_layers,
                 state_dependent_std=False,
+                initial_log_std=hp.log_std_init,
                 activation=activation,
                 orthogonal_init=hp.orthogonal_init,
                 encoder=policy_encoder,
@@ -629,7 +633,8 @@ class PPOLearner:
         with tf.GradientTape() as tape:
             outputs = self.policy(*self._normalized(batch.obs))
             log_probs, entropy = action_log_probs_and_entropy(outputs, batch, self.branches)
-            losses = ppo_losses(log_probs, entropy, self._values(batch.obs), batch, epsilon, beta, hp.clip_value_loss)
+            values = self._values(batch.obs)
+            losses = ppo_losses(log_probs, entropy, values, batch, epsilon, beta, hp.clip_value_loss, hp.value_loss_coef)
         gradients = tape.gradient(losses.total, self._variables)
         if hp.max_grad_norm is not None:
             gradients, _ = tf.clip_by_global_norm(gradients, hp.max_grad_norm)
