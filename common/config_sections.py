@@ -149,8 +149,6 @@ class PPOHyperparameters:
     log_std_init: float = field(default=0.0, metadata=STEPSTREAM_KEY)
     """Initial log standard deviation of the continuous actions' Gaussian (SB3's ``log_std_init``; 0: std 1, as
     ML-Agents and SB3's default); in [-20, 2], the clip of the policy's log_std."""
-    value_loss_coef: float = field(default=0.5, metadata=STEPSTREAM_KEY)
-    """Weight of the value loss in PPO's one loss (SB3's ``vf_coef``); >= 0; 0.5 is ML-Agents' and SB3's default."""
 
     def __post_init__(self) -> None:
         at_least(self.batch_size, 1, "batch_size")
@@ -163,7 +161,6 @@ class PPOHyperparameters:
         if self.max_grad_norm is not None:
             positive(self.max_grad_norm, "max_grad_norm")
         require(-20.0 <= self.log_std_init <= 2.0, "log_std_init", f"must be in [-20, 2], got {self.log_std_init!r}")
-        at_least(self.value_loss_coef, 0, "value_loss_coef")
 
     @property
     def num_minibatches(self) -> int:

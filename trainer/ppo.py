@@ -24,6 +24,10 @@ within 100k); SB3's, 30-36k (benchmarks/time_to_solve.py):
   policy head, 1 value head) instead of ML-Agents' swish and Keras' Glorot init. This one change took CartPole
   from 57-39k to 30-36k steps (value clipping off, gradients clipped, seeds 0-1).
 
+``log_std_init`` (a stepstream key, default 0: std 1, as ML-Agents and SB3 start) sets the Gaussian's initial
+log_std: on MountainCarContinuous-v0, std 1 pays ~-33 in action cost per failed episode and drives the policy to
+stand still before it finds the flag; -1.0 solves it (benchmarks/classic_control.py's docstring).
+
 Reward signals (``trainer.reward_signals``: extrinsic, gail, curiosity): the value network has one output, a
 value head, per signal, in ``reward_signals`` order. Each signal's strength-scaled reward gets its own GAE with
 its own gamma and returns (the value targets of its head); the policy's advantage is their sum (ML-Agents takes
@@ -77,8 +81,7 @@ EPSILON = "Policy/Epsilon"
 BETA = "Policy/Beta"
 VALUE_ESTIMATE = "Policy/Extrinsic Value Estimate"
 
-#: ML-Agents' constants its YAML does not expose: the value loss weight (the default of stepstream's
-#: ``value_loss_coef``), the advantage std floor, Adam's epsilon
+#: ML-Agents' constants its YAML does not expose: the value loss weight, the advantage std floor, Adam's epsilon
 #: (PyTorch's default), and where the linear schedules of epsilon and beta end at max_steps (the learning rate's
 #: is ``trainer.schedules.MIN_LEARNING_RATE``).
 VALUE_LOSS_COEFFICIENT = 0.5
@@ -232,10 +235,8 @@ def ppo_losses(
     epsilon: tf.Tensor,
     beta: tf.Tensor,
     clip_value_loss: bool,
-    value_loss_coef: float = VALUE_LOSS_COEFFICIENT,
 ) -> PPOLosses:
-    """``L = -L^CLIP + c * L_value - beta * mean(entropy)`` (eq. 9, signs for minimisation; ``c`` is
-    ``value_loss_coef``, 0.5 by default) of one minibatch.
+    """``L = -L^CLIP + 0.5 * L_value - beta * mean(entropy)`` (eq. 9, signs for minimisation) of one minibatch.
 
     ``log_probs``, ``entropy`` [B] and ``values`` [B, K] come from the current networks; ``batch`` gives
     the old log-probs, old values, returns and advantages, which are normalised per minibatch here. The value
@@ -249,7 +250,7 @@ def ppo_losses(
     else:
         value = squared_value_loss(values, batch.returns)
     mean_entropy = tf.reduce_mean(entropy)
-    total = policy + value_loss_coef * value - beta * mean_entropy
+    total = policy + VALUE_LOSS_COEFFICIENT * value - beta * mean_entropy
     return PPOLosses(total, policy, value, mean_entropy)
 
 
@@ -633,8 +634,7 @@ class PPOLearner:
         with tf.GradientTape() as tape:
             outputs = self.policy(*self._normalized(batch.obs))
             log_probs, entropy = action_log_probs_and_entropy(outputs, batch, self.branches)
-            values = self._values(batch.obs)
-            losses = ppo_losses(log_probs, entropy, values, batch, epsilon, beta, hp.clip_value_loss, hp.value_loss_coef)
+            losses = ppo_losses(log_probs, entropy, self._values(batch.obs), batch, epsilon, beta, hp.clip_value_loss)
         gradients = tape.gradient(losses.total, self._variables)
         if hp.max_grad_norm is not None:
             gradients, _ = tf.clip_by_global_norm(gradients, hp.max_grad_norm)

@@ -171,7 +171,6 @@ def test_stepstream_ppo_keys_default_to_sb3s_variants() -> None:
         "proximal_clip": False,
         "normalize_reward": False,
         "log_std_init": 0.0,
-        "value_loss_coef": 0.5,
     }
     for cls in (SACHyperparameters, BCHyperparameters, NetworkSettings, RewardSignalSettings, BehaviorSettings):
         assert _stepstream_keys(cls) == set(), cls
@@ -204,13 +203,10 @@ def test_stepstream_ppo_keys_parse_strictly() -> None:
     assert parsed == PPOHyperparameters(proximal_clip=True, normalize_reward=True)
     with pytest.raises(ConfigKeyError, match=rf"{key}\.normalize_reward: expected true or false, got str 'on'"):
         _behavior({"trainer_type": "ppo", "hyperparameters": {"normalize_reward": "on"}})
-    gaussian = {"log_std_init": -1.5, "value_loss_coef": 0.19}
-    parsed = _behavior({"trainer_type": "ppo", "hyperparameters": gaussian}).behaviors["CartPole"].hyperparameters
-    assert parsed == PPOHyperparameters(log_std_init=-1.5, value_loss_coef=0.19)
+    parsed = _behavior({"trainer_type": "ppo", "hyperparameters": {"log_std_init": -1.5}}).behaviors["CartPole"]
+    assert parsed.hyperparameters == PPOHyperparameters(log_std_init=-1.5)
     with pytest.raises(ConfigKeyError, match=rf"{key}\.log_std_init: must be in \[-20, 2\], got 3\.0"):
         _behavior({"trainer_type": "ppo", "hyperparameters": {"log_std_init": 3}})
-    with pytest.raises(ConfigKeyError, match=rf"{key}\.value_loss_coef: must be >= 0, got -0\.1"):
-        _behavior({"trainer_type": "ppo", "hyperparameters": {"value_loss_coef": -0.1}})
     with pytest.raises(ConfigKeyError, match=r"'max_grad_norm' is a ppo hyperparameter"):
         _behavior({"trainer_type": "sac", "hyperparameters": {"max_grad_norm": 0.5}})
 

@@ -409,23 +409,6 @@ def test_log_std_init_is_the_gaussians_initial_log_std(log_std_init: float) -> N
     np.testing.assert_allclose(learner.policy(x)[LOG_STD].numpy(), np.full([4, 2], log_std_init, np.float32))
 
 
-@pytest.mark.parametrize("value_loss_coef", [0.5, 0.0], ids=["default", "off"])
-def test_value_loss_coef_weights_the_value_loss_of_the_step(value_loss_coef: float) -> None:
-    """The weight reaches the step: at 0 the value network (separate from the policy's) gets no gradient."""
-    learner = PPOLearner(brain(CONTINUOUS), settings(value_loss_coef=value_loss_coef, max_grad_norm=None), warm_up=False)
-    batch = one_minibatch(learner, CONTINUOUS)
-    values = learner._values(batch.obs)
-    log_probs, entropy = action_log_probs_and_entropy(learner.policy(*learner._normalized(batch.obs)), batch, ())
-    eps, beta = tf.constant(0.2), tf.constant(1e-2)
-    losses = ppo_losses(log_probs, entropy, values, batch, eps, beta, False, value_loss_coef)
-    expected = float(losses.policy) + value_loss_coef * float(losses.value) - 1e-2 * float(losses.entropy)
-    assert float(losses.total) == pytest.approx(expected, rel=1e-6)
-    before = [v.numpy().copy() for v in learner.value.trainable_variables]
-    learner._gradient_step(batch, eps, beta)
-    moved = [not np.array_equal(b, v.numpy()) for b, v in zip(before, learner.value.trainable_variables, strict=True)]
-    assert any(moved) == (value_loss_coef > 0)
-
-
 @pytest.mark.parametrize("orthogonal", [True, False], ids=["orthogonal", "glorot"])
 def test_orthogonal_init_gives_sb3s_gains_or_glorot(orthogonal: bool) -> None:
     learner = PPOLearner(brain(CONTINUOUS), settings(orthogonal_init=orthogonal), warm_up=False)
