@@ -28,7 +28,9 @@ Deviations of the translation (each config's comments say which apply):
   half. SB3 updates the observation statistics every env step; stepstream, as ML-Agents, when the trainer takes
   a trajectory in.
 * ``use_sde`` / ``sde_sample_freq`` / ``log_std_init`` / ``use_expln`` (MountainCarContinuous, Pendulum PPO):
-  no gSDE in stepstream; a plain Gaussian (PPO: state-independent log_std starting at 0).
+  no gSDE in stepstream; a plain Gaussian (PPO: state-independent log_std starting at the stepstream key
+  ``log_std_init``, default 0). The zoo's ``log_std_init`` is gSDE's, not a Gaussian's: translate by measuring
+  (MountainCarContinuous: -1.0, below).
 * ``vf_coef`` (MountainCarContinuous PPO, 0.19): stepstream's value loss weight is fixed at 0.5.
 * SAC ``ent_coef`` fixed (MountainCarContinuous, 0.1): stepstream's SAC learns it from ``init_entcoef``;
   ``train_freq`` / ``gradient_steps`` 32 / 32 -> ``steps_per_update`` 1 (the same ratio).
@@ -69,6 +71,26 @@ not change the learning), one variable at a time; figure: last-20 mean at 80k st
   adapter sends truncated as done + max_reached), advantage normalisation (per minibatch on both sides).
   Observation-normaliser timing is inside ``proximal_clip``'s effect (the ratio is taken after the update).
   The remaining gap (-114 against -107 on seed 0) is within what one seed shows.
+
+Why PPO trailed on MountainCarContinuous-v0, measured 2026-12-02 on the 2-core machine (load 7-9, two runs at a
+time), our side only: ``stepstream train`` of a copy of configs/mountaincarcontinuous_ppo.yaml (20k steps) with
+one key changed, ``--seed S``, read by ``episode_figures``; figure: last-20 mean at 20k steps (steps to the
+threshold 90), seeds 0 / 1 (/ 2). The 2026-12-01 suite run as translated: 44.9 / 20.9 / 86.5, never solved;
+SB3: 77.1 / 91.1 / 92.6, solved at 5.3k / 5.7k / 3.5k steps.
+
+* ``log_std_init`` 0 (as translated, rerun): 87.7 / -4.2, never solved. Std 1 pays ~-33 per failed episode in
+  action cost, and a seed that does not find the flag in its first episodes learns to stand still.
+* gSDE's initial action std, measured in SB3 with the zoo's settings: ~0.065 (log -2.74), its noise matrix held
+  for each 8-step rollout. ``log_std_init: -2.74`` with white noise: 25.9 / -0.4, never solved (too little
+  exploration without gSDE's correlation).
+* ``log_std_init: -1.0``: 95.8 / 95.5 / 95.9, solved at 14.1k / 9.8k / 13.4k steps: the fix, set in the config.
+  -1.5: 27.2 / 96.9 (- / 15.2k); -0.5: 93.9 / 91.7 (14.5k / 9.4k). The flag is first reached at 2.6-2.8k steps;
+  the 20-episode window then needs ~10k steps, as our episodes to the flag stay 250-500 steps long (SB3's
+  window fills by 3.5-5.7k steps: under ~280 steps an episode, its gSDE policy near-deterministic).
+* with -1.0, ``vf_coef`` 0.19 (a temporary ``value_loss_coef`` key, not kept): 95.3 / 92.1, solved later (18.2k /
+  15.5k); ``normalize_reward: true``: 81.7 / 78.4, never solved; ``max_policy_lag: 0``: LAG0.
+* not done: a gSDE-like temporally correlated exploration (noise held per agent for ``sde_sample_freq`` steps, in
+  the processor's sampling): what SB3's faster time to the threshold needs.
 
 Suite runs (record each with its date):
 
