@@ -88,7 +88,10 @@ SB3: 77.1 / 91.1 / 92.6, solved at 5.3k / 5.7k / 3.5k steps.
   the 20-episode window then needs ~10k steps, as our episodes to the flag stay 250-500 steps long (SB3's
   window fills by 3.5-5.7k steps: under ~280 steps an episode, its gSDE policy near-deterministic).
 * with -1.0, ``vf_coef`` 0.19 (a temporary ``value_loss_coef`` key, not kept): 95.3 / 92.1, solved later (18.2k /
-  15.5k); ``normalize_reward: true``: 81.7 / 78.4, never solved; ``max_policy_lag: 0``: LAG0.
+  15.5k); ``normalize_reward: true``: 81.7 / 78.4, never solved; ``max_policy_lag: 0``: 95.4 / 93.2, solved at 10.2k / 6.0k trainer steps, but 3772 / 3482 stale 8-step
+  trajectories dropped (~28-30k env steps more, 198 / 254 s against ~100-130 s): at lag 2, 1638 updates of ~12
+  rows each take 20k steps (mean lag 1.2), where SB3 makes 2500 updates of 8 on-policy rows. ``proximal_clip: true``
+  (which lets the stale rows train): 84.5 / 94.7 (- / 12.0k), no better; left off.
 * not done: a gSDE-like temporally correlated exploration (noise held per agent for ``sde_sample_freq`` steps, in
   the processor's sampling): what SB3's faster time to the threshold needs.
 
