@@ -87,11 +87,12 @@ SB3: 77.1 / 91.1 / 92.6, solved at 5.3k / 5.7k / 3.5k steps.
   -1.5: 27.2 / 96.9 (- / 15.2k); -0.5: 93.9 / 91.7 (14.5k / 9.4k). The flag is first reached at 2.6-2.8k steps;
   the 20-episode window then needs ~10k steps, as our episodes to the flag stay 250-500 steps long (SB3's
   window fills by 3.5-5.7k steps: under ~280 steps an episode, its gSDE policy near-deterministic).
-* with -1.0, ``vf_coef`` 0.19 (a temporary ``value_loss_coef`` key, not kept): 95.3 / 92.1, solved later (18.2k /
-  15.5k); ``normalize_reward: true``: 81.7 / 78.4, never solved; ``max_policy_lag: 0``: 95.4 / 93.2, solved at 10.2k / 6.0k trainer steps, but 3772 / 3482 stale 8-step
-  trajectories dropped (~28-30k env steps more, 198 / 254 s against ~100-130 s): at lag 2, 1638 updates of ~12
-  rows each take 20k steps (mean lag 1.2), where SB3 makes 2500 updates of 8 on-policy rows. ``proximal_clip: true``
-  (which lets the stale rows train): 84.5 / 94.7 (- / 12.0k), no better; left off.
+* with -1.0, ``vf_coef`` 0.19 (a temporary ``value_loss_coef`` key, not kept): 95.3 / 92.1, solved later
+  (18.2k / 15.5k); ``normalize_reward: true``: 81.7 / 78.4, never solved; ``max_policy_lag: 0``: 95.4 / 93.2,
+  solved at 10.2k / 6.0k trainer steps, but 3772 / 3482 stale 8-step trajectories dropped (~28-30k env steps
+  more, 198 / 254 s against ~100-130 s): at lag 2, 1638 updates of ~12 rows each take 20k steps (mean lag 1.2),
+  where SB3 makes 2500 updates of 8 on-policy rows. ``proximal_clip: true`` (which lets the stale rows train):
+  84.5 / 94.7 (- / 12.0k), no better; left off.
 * not done: a gSDE-like temporally correlated exploration (noise held per agent for ``sde_sample_freq`` steps, in
   the processor's sampling): what SB3's faster time to the threshold needs.
 
@@ -100,6 +101,10 @@ Suite runs (record each with its date):
 * 2026-12-01, ``classic_control.py --tasks ppo-acrobot --seeds 0`` (load 7.8-9.2, other work beside it):
   ours final -77.5, threshold at 70.2k steps / 131.6 s; SB3 final -89.3, threshold at 62.5k steps / 89.8 s.
   Not yet run: seeds 1-2, and every other task (a full 3-seed run of all seven takes hours on 2 cores).
+* 2026-12-02, ``classic_control.py --tasks ppo-mountaincarcontinuous --seeds 0 1 2`` (``log_std_init: -1.0``;
+  load 7-12, one A/B run beside it): ours final 95.3 / 96.4 / 96.2 (median 96.2), threshold at 15.6k / 10.6k /
+  15.7k steps, 107.5 / 63.1 / 55.5 s (median 63.1 s); SB3 final 77.1 / 91.1 / 92.6 (median 91.1), threshold at
+  5.3k / 5.7k / 3.5k steps, 80.1 / 60.1 / 30.8 s (median 60.1 s).
 """
 
 from __future__ import annotations
