@@ -214,7 +214,8 @@ class CountingSubscriber:
                 self._ids.add(key)
                 self.trajectories += 1
                 self.experiences += delivery.item.length
-                if key[0].startswith(GOOD_PREFIX):
+                # A session id is "<processor id>:<client id>-<hex>"; the client id says whose it is.
+                if key[0].partition(":")[2].startswith(GOOD_PREFIX):
                     self.good_experiences += delivery.item.length
             self._subscription.ack([d.tag for d in deliveries])
 
