@@ -47,6 +47,13 @@ async def test_two_processors_share_the_broker_and_conserve_experiences_across_a
         assert clients.current_processors() == ["p0", "p1"] * (CLIENTS // 2)
         await asyncio.to_thread(trainer.policies.publish, policy_update(params, 1, seed=1), 1)
         await wait_until(lambda: all_act_with(1), "both processors swapped version 1 in", LIVENESS_S)
+        # max_policy_lag 0: each processor drops the trajectories that began under version 0 as they are cut
+        # (within a time_horizon of steps); p0 must have before its SIGKILL, or its count is lost with it.
+        await wait_until(
+            lambda: fleet.dropped_experiences(0) > 0 and fleet.dropped_experiences(1) > 0,
+            "both processors dropping stale trajectories",
+            LIVENESS_S,
+        )
 
         on_p0 = [c.client_id for c, p in zip(clients.clients, clients.current_processors(), strict=True) if p == "p0"]
         await asyncio.to_thread(fleet.kill, 0)
