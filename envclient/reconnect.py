@@ -52,10 +52,6 @@ RETRYABLE_STATUSES = frozenset({_CODE.UNAVAILABLE, _CODE.CANCELLED, _CODE.DEADLI
 processor is unreachable, restarting or stopping; CANCELLED: the stream was cut as it stopped; DEADLINE_EXCEEDED:
 no first policy in time (the trainer is still starting); RESOURCE_EXHAUSTED: the trajectory topic stayed full past
 ``publish_timeout_s``."""
-WRITE_AFTER_END_DETAILS = "Internal error from Core"
-"""What grpc.aio reports, as INTERNAL, for a write that finds the stream already ended, in place of its real status
-(grpc/grpc#36066): seen when the processor is SIGKILLed mid-stream. The stream is gone either way, so the client
-reconnects; a status retrying cannot fix comes back, clean, at the next Hello."""
 LOAD_BALANCING_OPTIONS = (("grpc.lb_policy_name", "round_robin"),)
 """gRPC's own balancer over every address the target resolves to; with one address it is pick-first."""
 SESSION_RECORDS = 1000
@@ -90,10 +86,6 @@ def processor_target(address: str) -> str:
     if len(families) > 1:
         raise ConfigError(f"--processor {address!r}: mixes IPv4 and IPv6 addresses; give one family")
     return f"ipv{families.pop()}:{','.join(parts)}"
-
-
-def _write_after_end(err: StepRejectedError) -> bool:
-    return err.code == _CODE.INTERNAL and err.details == WRITE_AFTER_END_DETAILS
 
 
 def processor_channel(address: str, security: ClientSecurity = PLAINTEXT) -> grpc.Channel:
@@ -245,7 +237,7 @@ class ReconnectingEnvClient:
                 log.info("training of %s finished; env client '%s' ends", self.behavior_name, self.client_id)
                 self.training_finished = True
                 return None
-            if err.code not in RETRYABLE_STATUSES and not _write_after_end(err):
+            if err.code not in RETRYABLE_STATUSES and not err.write_after_end:
                 where = f"{self.behavior_name}: the processor at {self.address} refused client '{self.client_id}'"
                 raise StepstreamError(f"{where}: {err} (not retryable; exiting)") from err
             return err

@@ -36,6 +36,13 @@ from protos import stepstream_pb2_grpc as pb_grpc
 log = logging.getLogger(__name__)
 
 
+WRITE_AFTER_END_DETAILS = "Internal error from Core"
+"""What grpc.aio reports, as INTERNAL, for a write that finds the stream already ended, in place of its real status
+(grpc/grpc#36066): seen when the processor is SIGKILLed mid-stream, and when it refuses a Hello (a wrong token)
+before reading it. The stream is gone either way: a reconnecting client tries again, and a status retrying cannot
+fix comes back, clean, at the next Hello."""
+
+
 class StepRejectedError(StepstreamError):
     """The processor ended the session with a non-OK status (``code``, ``details``)."""
 
@@ -43,6 +50,11 @@ class StepRejectedError(StepstreamError):
         super().__init__(f"{code.name}: {details}")
         self.code = code
         self.details = details
+
+    @property
+    def write_after_end(self) -> bool:
+        """gRPC's INTERNAL for a write to an ended stream (``WRITE_AFTER_END_DETAILS``): the real status is unknown."""
+        return self.code == grpc.StatusCode.INTERNAL and self.details == WRITE_AFTER_END_DETAILS
 
 
 class ActionResult(NamedTuple):
