@@ -4,6 +4,9 @@
   episodes >= 475.
 * ``sac-pendulum`` (T2): ``configs/pendulum_sac.yaml``; solved = the mean of the last 10 finished
   episodes >= -200.
+* ``ppo-pixel`` (T3): ``configs/minigrid_ppo.yaml``, MiniGrid-Empty-5x5-v0 as 40x40x3 RGB images only
+  (``envclient/examples/minigrid.py``; needs the ``bench`` extra); solved = the mean of the last 20
+  finished episodes >= 0.9. Peer: ``sb3_pixel.py SEED``.
 
 The run is the real command, ``stepstream train CONFIG --seed SEED --results-dir TMP --no-progress``,
 in a subprocess. This script follows ``<behavior>/episodes.csv`` while it runs, row by row in the
@@ -19,7 +22,7 @@ peer's (``sb3_time_to_solve.py``) do:
   the run ended. The peer's clock starts after its imports, a handicap we accept.
 
 Budget: the config's own ``max_steps`` (the run stops itself there; 100000 for CartPole and 20000 for
-Pendulum, where the peer allows 200000 and 30000), or ``--wall-limit-s``, whichever comes first. An
+Pendulum, where the peer allows 200000 and 30000; 300000 for MiniGrid, as the peer), or ``--wall-limit-s``, whichever comes first. An
 unsolved seed counts as infinite time. The configs are used as they are: ``max_steps`` also sets
 the length of linear learning-rate schedules, so changing the budget would change the learning.
 
@@ -29,8 +32,10 @@ machines are noisy, compare ratios), from the repository root::
     bash ../shared/yardsticks/setup.sh      # once: builds ~/.cache/stepstream-yardsticks/{mla,sb3}
     ~/.cache/stepstream-yardsticks/sb3/bin/python ../shared/yardsticks/sb3_time_to_solve.py ppo-cartpole 0
     .venv/bin/python benchmarks/time_to_solve.py ppo-cartpole 0
+    ~/.cache/stepstream-yardsticks/sb3/bin/python ../shared/yardsticks/sb3_pixel.py 0
+    .venv/bin/python benchmarks/time_to_solve.py ppo-pixel 0
 
-usage: time_to_solve.py ppo-cartpole|sac-pendulum [seed] [--wall-limit-s S] [--results-dir DIR] [--poll-s S]
+usage: time_to_solve.py ppo-cartpole|sac-pendulum|ppo-pixel [seed] [--wall-limit-s S] [--results-dir DIR] [--poll-s S]
 
 Prints one JSON line last: ``{"algo_env", "solved", "steps", "wall_s"}``. The run's own output goes
 to ``<results-dir>/train.log`` (its tail is logged if the run fails); the load average is logged
@@ -75,6 +80,7 @@ class Workload:
 WORKLOADS = {
     "ppo-cartpole": Workload(REPO / "configs" / "cartpole_ppo.yaml", window=20, threshold=475.0),
     "sac-pendulum": Workload(REPO / "configs" / "pendulum_sac.yaml", window=10, threshold=-200.0),
+    "ppo-pixel": Workload(REPO / "configs" / "minigrid_ppo.yaml", window=20, threshold=0.9),
 }
 
 

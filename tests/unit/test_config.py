@@ -684,7 +684,7 @@ def test_overrides_merge_over_the_file() -> None:
 # --- the shipped configs and the resolved configuration.yaml ---------------------------------------
 
 
-@pytest.mark.parametrize("name", ["cartpole_ppo.yaml", "pendulum_sac.yaml", "multi_behavior.yaml"])
+@pytest.mark.parametrize("name", ["cartpole_ppo.yaml", "pendulum_sac.yaml", "multi_behavior.yaml", "minigrid_ppo.yaml"])
 def test_shipped_configs_load_and_round_trip(name: str) -> None:
     options = load_config(CONFIGS / name)
     assert set(options.behaviors) == set(options.env_settings.behavior_names)
