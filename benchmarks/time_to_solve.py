@@ -22,8 +22,8 @@ peer's (``sb3_time_to_solve.py``) do:
   the run ended. The peer's clock starts after its imports, a handicap we accept.
 
 Budget: the config's own ``max_steps`` (the run stops itself there; 100000 for CartPole and 20000 for
-Pendulum, where the peer allows 200000 and 30000; 300000 for MiniGrid, as the peer), or ``--wall-limit-s``, whichever comes first. An
-unsolved seed counts as infinite time. The configs are used as they are: ``max_steps`` also sets
+Pendulum, where the peer allows 200000 and 30000; 300000 for MiniGrid, as the peer), or ``--wall-limit-s``,
+whichever comes first. An unsolved seed counts as infinite time. The configs are used as they are: ``max_steps`` also sets
 the length of linear learning-rate schedules, so changing the budget would change the learning.
 
 The peer, run beside it on the same machine (one after the other, in the same session: these
