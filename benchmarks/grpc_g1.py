@@ -21,7 +21,13 @@ call limit (``processor.server.grpc_server``), its interceptors (``ProcessorServ
 requests read with ``context.read()`` as its Step handler reads them. Its server CPU per round trip minus
 echo's is what the hardening of the gRPC layer costs; ``step_path.py`` measures the processor's own work.
 
+``--obs 84x84x3`` (issue 19's pixel figure) replaces the 32 floats by one uint8 image ``[H, W, C]`` of random
+pixels (16 frames per client, cycled) and the MLP by a ``nature_cnn`` policy (``trainer.encoders``: the camera
+encoded to 64 features, then the 2x64 body), exported with a uint8 input as trainers export it. The default,
+``--obs 32``, is G1 as the yardstick defines it.
+
 usage: grpc_g1.py [--clients 8] [--agents 32] [--steps 1500] [--warmup 100] [--server processor|echo|echo-hardened]
+                  [--obs 32|HxWxC]
 """
 
 from __future__ import annotations
@@ -49,13 +55,23 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("benchmarks.grpc_g1")
 OBS_SIZE, ACTION_SIZE, TIME_HORIZON, BEHAVIOR = 32, 4, 64, "G1"
+VECTOR_OBS: tuple[int, ...] = (OBS_SIZE,)
+"""G1's own observation; a 3-D shape ``(H, W, C)`` (``--obs``) is a uint8 image instead."""
+IMAGE_FRAMES = 16
+"""Distinct random frames per image client, cycled (64 like the vectors' would hold 8 x 64 x 16 x 84 x 84 x 3 bytes)."""
 
 
-def brain_parameters() -> BrainParameters:
-    """G1's behavior: one observation of 32 float32, 4 continuous actions."""
+def is_image(obs_shape: tuple[int, ...]) -> bool:
+    """``(H, W, C)``: a uint8 image; ``(D,)``: float32 vectors."""
+    return len(obs_shape) == 3
+
+
+def brain_parameters(obs_shape: tuple[int, ...] = VECTOR_OBS) -> BrainParameters:
+    """G1's behavior: one observation (default 32 float32; ``(H, W, C)``: a uint8 image), 4 continuous actions."""
     from common.specs import ActionSpec, BrainParameters, ObservationSpec
 
-    return BrainParameters(BEHAVIOR, (ObservationSpec((OBS_SIZE,), np.dtype(np.float32)),), ActionSpec(ACTION_SIZE))
+    dtype = np.dtype(np.uint8 if is_image(obs_shape) else np.float32)
+    return BrainParameters(BEHAVIOR, (ObservationSpec(obs_shape, dtype),), ActionSpec(ACTION_SIZE))
 
 
 def _cpu_seconds() -> float:
@@ -79,14 +95,19 @@ def cpu_over_window(samples: list[tuple[float, float]], start: float, end: float
     return (cpu1 - cpu0) / (t1 - t0) * (end - start)
 
 
-def brain_infos(index: int, agents: int) -> Iterator[pb.BrainInfo]:
+def brain_infos(index: int, agents: int, obs_shape: tuple[int, ...] = VECTOR_OBS) -> Iterator[pb.BrainInfo]:
     """Env client ``index``'s BrainInfos, one per step, for ever (module docstring: W1's shapes, episodes of
-    uniform [50, 300] steps, the same id back as a new episode after done); seeded by ``index``."""
+    uniform [50, 300] steps, the same id back as a new episode after done); seeded by ``index``.
+    ``obs_shape`` ``(H, W, C)``: uint8 frames ``[agents, H, W, C]``, ``IMAGE_FRAMES`` of them cycled."""
     from envclient.session import brain_info_message
 
     rng = np.random.default_rng(index)
     ids = np.arange(agents, dtype=np.int64)
-    obs = rng.standard_normal((64, agents, OBS_SIZE), dtype=np.float32)
+    if is_image(obs_shape):
+        frames = rng.integers(0, 256, size=(IMAGE_FRAMES, agents, *obs_shape), dtype=np.uint8)
+        obs = [frames[t % IMAGE_FRAMES] for t in range(64)]  # views: 64 steps, IMAGE_FRAMES frames of memory
+    else:
+        obs = list(rng.standard_normal((64, agents, *obs_shape), dtype=np.float32))
     rewards = rng.standard_normal((64, agents)).astype(np.float32)
     left = rng.integers(50, 301, size=agents)
     for t in itertools.count():
@@ -98,17 +119,24 @@ def brain_infos(index: int, agents: int) -> Iterator[pb.BrainInfo]:
 
 
 async def _client(
-    address: str, index: int, agents: int, steps: int, warmup: int, start_at: float, cpu_marks: list[float]
+    address: str,
+    index: int,
+    agents: int,
+    steps: int,
+    warmup: int,
+    start_at: float,
+    cpu_marks: list[float],
+    obs_shape: tuple[int, ...] = VECTOR_OBS,
 ) -> tuple[list[float], float, float, float]:
     """One env client; returns its timed round trips (s), when its timed window began and ended (``_now``), and the
     process's CPU seconds at its end. The first client to start its timed window appends the process's CPU seconds
     to ``cpu_marks``."""
     from envclient import EnvSession
 
-    stream = brain_infos(index, agents)
+    stream = brain_infos(index, agents, obs_shape)
     timings: list[float] = []
     window_start = 0.0
-    async with EnvSession(address, f"g1-{index}", [brain_parameters()]) as session:
+    async with EnvSession(address, f"g1-{index}", [brain_parameters(obs_shape)]) as session:
         while time.time() < start_at:
             await asyncio.sleep(0.005)
         for t in range(warmup + steps):
@@ -125,31 +153,52 @@ async def _client(
     return timings, window_start, window_end, cpu_end
 
 
-def _client_process(address: str, clients: int, agents: int, steps: int, warmup: int, start_at: float, out: mp.Queue) -> None:
+def _client_process(
+    address: str,
+    clients: int,
+    agents: int,
+    steps: int,
+    warmup: int,
+    start_at: float,
+    out: mp.Queue,
+    obs_shape: tuple[int, ...] = VECTOR_OBS,
+) -> None:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
     cpu_marks: list[float] = []
 
     async def run_all() -> list[tuple[list[float], float, float, float]]:
-        return await asyncio.gather(*[_client(address, i, agents, steps, warmup, start_at, cpu_marks) for i in range(clients)])
+        return await asyncio.gather(
+            *[_client(address, i, agents, steps, warmup, start_at, cpu_marks, obs_shape) for i in range(clients)]
+        )
 
     results = asyncio.run(run_all())
     # The last client to end its window read the process's CPU last: the window's CPU ends there.
     out.put(([r[:3] for r in results], max(r[3] for r in results) - cpu_marks[0]))
 
 
-def policy_update() -> pb.PolicyUpdate:
-    """Version 1 of G1's policy: a TensorFlow 2x64 MLP (seed 0) exported as the TFLite artifact trainers publish."""
+def policy_update(obs_shape: tuple[int, ...] = VECTOR_OBS) -> pb.PolicyUpdate:
+    """Version 1 of G1's policy: a TensorFlow 2x64 MLP (seed 0) exported as the TFLite artifact trainers publish;
+    for an image ``(H, W, C)``, a ``nature_cnn`` encoder (64 features) before that body, the input uint8."""
     import tensorflow as tf
 
+    from common.config import EncoderType
     from common.specs import ActionSpec
+    from trainer.encoders import ObservationEncoder
     from trainer.export import TFLiteExporter, make_policy_update
     from trainer.networks import PolicyNetwork
 
     tf.random.set_seed(0)
-    network = PolicyNetwork([OBS_SIZE], ActionSpec(ACTION_SIZE), hidden_units=64, num_layers=2)
-    model = TFLiteExporter(network, [(OBS_SIZE,)]).export()
-    return make_policy_update(BEHAVIOR, 1, 0, model, ActionSpec(ACTION_SIZE).to_proto())
+    action_spec = ActionSpec(ACTION_SIZE)
+    if is_image(obs_shape):
+        specs = brain_parameters(obs_shape).observation_specs
+        encoder = ObservationEncoder(specs, EncoderType.NATURE_CNN, 64, BEHAVIOR)
+        network = PolicyNetwork([0], action_spec, hidden_units=64, num_layers=2, encoder=encoder)
+        model = TFLiteExporter(network, [obs_shape], observation_dtypes=[np.uint8]).export()
+    else:
+        network = PolicyNetwork(list(obs_shape), action_spec, hidden_units=64, num_layers=2)
+        model = TFLiteExporter(network, [obs_shape]).export()
+    return make_policy_update(BEHAVIOR, 1, 0, model, action_spec.to_proto())
 
 
 async def _echo_server(agents: int, hardened: bool = False):  # type: ignore[no-untyped-def]
@@ -223,7 +272,8 @@ async def _run_clients(args: argparse.Namespace, port: int) -> ClientRun:
     out: mp.Queue = ctx.Queue()
     start_at = time.time() + 4.0  # let the child import and connect before the clock starts
     child = ctx.Process(
-        target=_client_process, args=(f"127.0.0.1:{port}", args.clients, args.agents, args.steps, args.warmup, start_at, out)
+        target=_client_process,
+        args=(f"127.0.0.1:{port}", args.clients, args.agents, args.steps, args.warmup, start_at, out, args.obs),
     )
     child.start()
     samples: list[tuple[float, float]] = []
@@ -258,8 +308,9 @@ def _figures(args: argparse.Namespace, run: ClientRun) -> dict[str, float]:
     }
 
 
-def processor_server(deadline_ms: float | None = None) -> ProcessorServer:
-    """G1's processor, not started, holding the 2x64 policy; ``deadline_ms`` overrides the batch deadline."""
+def processor_server(deadline_ms: float | None = None, obs_shape: tuple[int, ...] = VECTOR_OBS) -> ProcessorServer:
+    """G1's processor, not started, holding the 2x64 policy (for ``obs_shape``, see ``policy_update``);
+    ``deadline_ms`` overrides the batch deadline."""
     from processor.behaviors import BehaviorRuntime, ProcessorSettings
     from processor.server import ProcessorServer
 
@@ -269,7 +320,7 @@ def processor_server(deadline_ms: float | None = None) -> ProcessorServer:
     if deadline_ms is not None:
         settings = dataclasses.replace(settings, batch_deadline_ms=deadline_ms)
     server = ProcessorServer(settings)
-    server.topics.policies(BEHAVIOR).publish(policy_update(), 1)
+    server.topics.policies(BEHAVIOR).publish(policy_update(obs_shape), 1)
     return server
 
 
@@ -300,7 +351,7 @@ class ExperienceCounter:
 
 
 async def _serve_and_measure(args: argparse.Namespace) -> dict[str, float]:
-    server = processor_server(args.deadline_ms)
+    server = processor_server(args.deadline_ms, args.obs)
     port = await server.start()
     counter = ExperienceCounter(server)
     try:
@@ -324,6 +375,17 @@ def positive_int(text: str) -> int:
     return value
 
 
+def obs_shape(text: str) -> tuple[int, ...]:
+    """argparse type: ``D`` (D float32) or ``HxWxC`` (a uint8 image), each size >= 1."""
+    try:
+        shape = tuple(int(part) for part in text.lower().split("x"))
+    except ValueError:
+        shape = ()
+    if len(shape) not in (1, 3) or min(shape) < 1:
+        raise argparse.ArgumentTypeError(f"must be D or HxWxC with sizes >= 1 (e.g. 32 or 84x84x3), got {text!r}")
+    return shape
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--clients", type=int, default=8)
@@ -337,15 +399,22 @@ def main() -> None:
         default="processor",
         help="echo: a fixed answer, the clients' ceiling; echo-hardened: the same with the processor's gRPC wiring",
     )
+    parser.add_argument(
+        "--obs",
+        type=obs_shape,
+        default=VECTOR_OBS,
+        help="D float32 (default 32, G1) or HxWxC: a uint8 image and a nature_cnn policy (e.g. 84x84x3)",
+    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     figures = asyncio.run(_serve_and_measure(args) if args.server == "processor" else _measure_echo(args))
     logging.getLogger().setLevel(logging.INFO)
     log.info(
-        "G1 K=%d A=%d: %.0f agent-steps/s, p50 %.2f ms, p99 %.2f ms, %.1f rows per forward pass",
+        "G1 K=%d A=%d obs %s: %.0f agent-steps/s, p50 %.2f ms, p99 %.2f ms, %.1f rows per forward pass",
         args.clients,
         args.agents,
+        "x".join(map(str, args.obs)),
         figures["agent_steps_per_s"],
         figures["p50_ms"],
         figures["p99_ms"],
@@ -359,6 +428,7 @@ def main() -> None:
                 "server": args.server,
                 "clients": args.clients,
                 "agents": args.agents,
+                "obs": "x".join(map(str, args.obs)),
                 "agent_steps_per_s": round(figures["agent_steps_per_s"]),
                 "p50_ms": round(figures["p50_ms"], 3),
                 "p99_ms": round(figures["p99_ms"], 3),

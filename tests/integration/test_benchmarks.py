@@ -36,7 +36,7 @@ def last_json_line(script: str, *args: str) -> dict[str, Any]:
     return result
 
 
-def implied_experiences(clients: int, agents: int, steps: int) -> int:
+def implied_experiences(clients: int, agents: int, steps: int, obs_shape: tuple[int, ...] = (32,)) -> int:
     """Experiences the first ``steps`` BrainInfos of each G1 client imply, all published once the sessions end:
     an agent's rows pair up, except across a done (the row after it starts a new episode) and after its last."""
     from benchmarks.grpc_g1 import brain_infos
@@ -44,7 +44,7 @@ def implied_experiences(clients: int, agents: int, steps: int) -> int:
 
     total = 0
     for index in range(clients):
-        rows = list(itertools.islice(brain_infos(index, agents), steps))
+        rows = list(itertools.islice(brain_infos(index, agents, obs_shape), steps))
         dones = sum(int(from_tensor(info.done).sum()) for info in rows[:-1])
         total += agents * (steps - 1) - dones
     return total
@@ -56,6 +56,13 @@ def test_grpc_g1_runs_end_to_end_and_reports_cpu_per_round_trip() -> None:
     assert out["agent_steps_per_s"] > 0 and 0 < out["p50_ms"] <= out["p99_ms"]
     assert out["server_cpu_us_per_round_trip"] > 0 and out["client_cpu_us_per_round_trip"] > 0
     assert out["experiences_published"] == implied_experiences(2, 4, 70) > 0
+
+
+def test_grpc_g1_with_images_acts_with_a_nature_cnn_policy_and_publishes_every_experience() -> None:
+    # 36x36: nature_cnn's minimum side; the frames travel as uint8 and the policy takes them so
+    out = last_json_line("grpc_g1.py", "--clients", "2", "--agents", "3", "--steps", "40", "--warmup", "5", "--obs", "36x36x3")
+    assert out["obs"] == "36x36x3" and out["agent_steps_per_s"] > 0
+    assert out["experiences_published"] == implied_experiences(2, 3, 45, (36, 36, 3)) > 0
 
 
 def test_grpc_g1_echo_hardened_serves_the_same_clients_through_the_processors_wiring() -> None:
