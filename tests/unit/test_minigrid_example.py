@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from common.config import load_config
-from common.config_sections import EncoderType
+from common.config_sections import EncoderType, PPOHyperparameters
 from common.errors import ConfigError
 from common.specs import ActionSpec
 from envclient.envs import VectorEnvSettings, close_vector_env, make_vector_env
@@ -27,7 +27,9 @@ def test_the_config_trains_ppo_with_nature_cnn_on_the_factory_for_300k_steps() -
     assert settings.max_steps == 300000 and settings.time_horizon == 128
     assert settings.network_settings.vis_encode_type is EncoderType.NATURE_CNN
     assert settings.network_settings.hidden_units == 512
-    assert settings.hyperparameters.buffer_size == 1024 and settings.hyperparameters.batch_size == 64
+    hyperparameters = settings.hyperparameters
+    assert isinstance(hyperparameters, PPOHyperparameters)
+    assert hyperparameters.buffer_size == 1024 and hyperparameters.batch_size == 64 and hyperparameters.num_epoch == 10
 
 
 def test_the_factory_env_is_a_40x40x3_uint8_image_with_seven_actions() -> None:
