@@ -105,6 +105,13 @@ Suite runs (record each with its date):
   load 7-12, one A/B run beside it): ours final 95.3 / 96.4 / 96.2 (median 96.2), threshold at 15.6k / 10.6k /
   15.7k steps, 107.5 / 63.1 / 55.5 s (median 63.1 s); SB3 final 77.1 / 91.1 / 92.6 (median 91.1), threshold at
   5.3k / 5.7k / 3.5k steps, 80.1 / 60.1 / 30.8 s (median 60.1 s).
+* 2026-12-02, ``classic_control.py --tasks ppo-mountaincarcontinuous ppo-cartpole --seeds 0 1 2`` (load 4.5-9.5,
+  other work beside it). ppo-mountaincarcontinuous as translated before ``log_std_init`` (start std 1): ours
+  final 44.9 / 20.9 / 86.5, never at the threshold; SB3 77.1 / 91.1 / 92.6, at 5.3k / 5.7k / 3.5k steps.
+  ppo-cartpole: ours final 500 / 500 / 500, threshold at 30.3k / 25.8k / 27.1k steps, 13.3 / 14.0 / 56.2 s (median
+  14.0 s); SB3 final 500 / 500 / 500, at 30.3k / 30.6k / 34.8k steps, 14.5 / 23.6 / 97.8 s (median 23.6 s).
+* 2026-12-02, ``classic_control.py --tasks sac-pendulum --seeds 0`` (seeds 1-2 stopped for time; load 5-7): ours
+  final -169.3, threshold at 6,864 steps / 371.5 s; SB3 final -159.9, at 8,400 steps / 281.0 s.
 """
 
 from __future__ import annotations
