@@ -65,13 +65,19 @@ def test_ppo_learns_from_pixels(encoder: EncoderType) -> None:
     assert (last <= BEST_RETURN + 1e-6).all()
 
 
+SAC_PIXEL_STEP_BUDGET = 3 * SAC_STEP_BUDGET
+"""SAC's budget from pixels: at the vector test's 1,000 steps each variant missed the threshold in one of two
+full-suite runs (last-20 means of 0.18 and -0.15 at 1,000 steps), so three times that, as PPO's pixel budget is;
+the threshold is the vector test's, and a run stops as soon as it reaches it."""
+
+
 @pytest.mark.parametrize("continuous", [False, True], ids=["discrete", "continuous"])
 def test_sac_learns_from_pixels(continuous: bool) -> None:
     run = harness.train_on_simple_env(
         with_encoder(sac_settings(), EncoderType.SIMPLE),
         continuous=continuous,
         seed=0,
-        max_trainer_steps=SAC_STEP_BUDGET,
+        max_trainer_steps=SAC_PIXEL_STEP_BUDGET,
         num_envs=2,
         agents_per_env=2,
         should_stop=reached,
@@ -82,7 +88,7 @@ def test_sac_learns_from_pixels(continuous: bool) -> None:
     last = np.asarray(result.episode_rewards[-WINDOW:])
     why = f"after {result.steps} steps and {result.updates} updates, the last {WINDOW} episodes average {last.mean():.3f}"
     assert result.stopped_by == CONDITION, why
-    assert result.steps <= SAC_STEP_BUDGET + SAC_TIME_HORIZON and result.updates >= 2
+    assert result.steps <= SAC_PIXEL_STEP_BUDGET + SAC_TIME_HORIZON and result.updates >= 2
     assert (last <= BEST_RETURN + 1e-6).all()
 
 
