@@ -76,16 +76,17 @@ def check_token(token: str | None, what: str = "--token") -> str | None:
     return token
 
 
-def read_token(token: str | None = None, token_file: Path | str | None = None) -> str | None:
-    """The shared token from ``token`` or, if that is unset, from the file ``token_file`` (a Docker secret).
+def read_token(token: str | None = None, token_file: Path | str | None = None, flag: str = "--token") -> str | None:
+    """The shared token from ``token`` or, if that is unset, from the file ``token_file`` (a Docker secret);
+    errors name ``flag`` and ``flag-file``.
 
     Raises:
         ConfigError: the file cannot be read, or the token holds characters metadata cannot carry.
     """
     if token:
-        return check_token(token, "--token")
-    data = _read(token_file, "--token-file")
-    return None if data is None else check_token(data.decode("ascii", errors="replace"), f"--token-file {token_file}")
+        return check_token(token, flag)
+    data = _read(token_file, f"{flag}-file")
+    return None if data is None else check_token(data.decode("ascii", errors="replace"), f"{flag}-file {token_file}")
 
 
 def token_metadata(token: str | None) -> tuple[tuple[str, str], ...]:
@@ -311,22 +312,13 @@ class BrokerSecurity:
         """
         _read(cert, "--topics-tls-cert")
         _read(key, "--topics-tls-key")
-        if token:
-            token = check_token(token, "--topics-token")
-        else:
-            data = _read(token_file, "--topics-token-file")
-            token = (
-                None
-                if data is None
-                else check_token(data.decode("ascii", errors="replace"), f"--topics-token-file {token_file}")
-            )
         return cls(
             tls,
             _read(ca, "--topics-tls-ca"),
             str(cert) if cert else None,
             str(key) if key else None,
             server_name or None,
-            token,
+            read_token(token, token_file, "--topics-token"),
         )
 
     def ssl_context(self) -> ssl.SSLContext | None:
