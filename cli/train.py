@@ -30,7 +30,7 @@ from typing import Any
 from cli.console import RATE_WINDOW_S, StepRate, format_elapsed, load_tensorflow, progress_bar
 from cli.flags import MetricsEndpoint, metrics_from_args
 from cli.ports import check_port_free
-from cli.results import check_resumable, prepare_run_dir, process_start_time, removed_if_unstarted
+from cli.results import check_resumable, has_checkpoint, prepare_run_dir, process_start_time, removed_if_unstarted
 from cli.run_config import (
     EnvFlags,
     check_inputs,
@@ -42,9 +42,9 @@ from cli.run_config import (
     with_max_steps,
 )
 from cli.signals import StopSignals, set_soon
-from cli.unity_train import UnityLaunch, UnitySource, is_unity_build
-from common.config import BehaviorSettings, RunOptions, TrainerType
-from common.errors import ConfigError, NotSupportedYetError
+from cli.unity_train import UnityLaunch, UnitySource, unity_launch, without_env_path
+from common.config import BehaviorSettings, RunOptions, TrainerType, load_config
+from common.errors import ConfigError
 from common.logs import log_context
 from common.specs import BrainParameters
 from common.topics import TRAINER_SUBSCRIBER, TopicRegistry
@@ -88,25 +88,29 @@ class TrainOptions:
 def run_train(options: TrainOptions) -> int:
     """Train (or, with --inference, act) until every trainer reaches max_steps or Ctrl-C."""
     started_at = process_start_time()
-    flags, unity = options.env_flags, None
-    if is_unity_build(flags.env):  # a Unity build: launched with the gateway (cli.unity_train), not an env_path
-        unity = UnityLaunch(options.config, flags.env, flags.num_envs or 1)
-        flags = replace(flags, env=None, num_envs=None)
-    run_options = with_max_steps(load_run_options(options.config, flags), options.max_steps)
+    flags = options.env_flags
+    # A Unity build (--env, else env_settings.env_path): launched with the gateway (cli.unity_train), not an env_path.
+    unity = unity_launch(options.config, flags.env, flags.num_envs)
+    if unity is not None:
+        run_options = load_config(options.config, overrides=without_env_path(flags.seed))
+    else:
+        run_options = load_run_options(options.config, flags)
+    run_options = with_max_steps(run_options, options.max_steps)
     online = [n for n in run_options.behaviors if n not in offline_behaviors(run_options)]
-    if unity is None and not run_options.env_settings.env_paths and online and not options.inference:
-        unity = UnityLaunch(options.config)  # an online behavior and no env: wait for the Editor, as mlagents-learn
-    if unity is not None and options.inference:
-        raise NotSupportedYetError("--inference with a Unity build or the Editor is not supported yet")
-    if unity is None and not run_options.env_settings.env_paths and (options.inference or not offline_behaviors(run_options)):
+    if unity is None and not run_options.env_settings.env_paths and (online or options.inference):
+        # An online behavior (or --inference, where bc acts too) and no env: wait for the Editor, as mlagents-learn.
+        unity = UnityLaunch(options.config)
+    if unity is None and not run_options.env_settings.env_paths and not offline_behaviors(run_options):
         raise ConfigError(
-            f"{options.config}: env_settings.env_path is required for `stepstream train` (or pass --env)"
-            + ("" if options.inference else "; only a bc behavior with a demo_path trains without one")
+            f"{options.config}: env_settings.env_path is required for `stepstream train` (or pass --env); "
+            "only a bc behavior with a demo_path trains without one"
         )
     # Everything that can be checked in seconds is, before TensorFlow's import and the results folder.
     trained = [*run_options.env_settings.behavior_names, *([] if options.inference else offline_behaviors(run_options))]
     if unity is not None:
         trained = [*online, *offline_behaviors(run_options)]
+        if options.inference:  # Unity declares which behaviors act; one without a checkpoint is refused then, by name
+            trained = []
     check_inputs(options.config, run_options, trained)
     check_port_free(options.metrics.host, options.metrics.port, "--metrics-port")
     run_dir = prepare_run_dir(
@@ -118,6 +122,8 @@ def run_train(options: TrainOptions) -> int:
     )
     if options.resume or options.inference:
         check_resumable(run_dir, trained, inference=options.inference)
+    if unity is not None and options.inference and not any(has_checkpoint(run_dir / name) for name in run_options.behaviors):
+        raise ConfigError(f"{run_dir}: no behavior under behaviors has a checkpoint to run with --inference")
     source = None if unity is None else UnitySource(unity, run_dir / "run_logs")
     with removed_if_unstarted(run_dir, fresh=not (options.resume or options.inference)):
         load_tensorflow()  # its native start-up noise filtered out of stderr
@@ -152,6 +158,8 @@ class EmbeddedRun:
         """The run's ``MetricsServer``, while one serves."""
         self.trainer_stop = threading.Event()
         self.env_stop = asyncio.Event()
+        self.declared: list[str] = []
+        """The behaviors Unity declared so far, in order (``_declared``)."""
 
     def _make_envs(self) -> None:
         if not self.run_options.env_settings.env_paths:
@@ -298,11 +306,20 @@ class EmbeddedRun:
                 loop.environment_stats.add(value.key, value.value, value.aggregation)
 
     def _declared(self, params: BrainParameters, server: ProcessorServer) -> None:
-        """Unity declared a behavior: start its trainer, once (another copy, or Play again, declares it again)."""
+        """Unity declared a behavior: start its trainer (--inference: publish its checkpoint's policy), once
+        (another copy, or Play again, declares it again); the bar and the metrics endpoint show it from then on."""
         name = params.behavior_name
-        if name not in self.loops:
-            self.run_options.settings_for(name)  # a behavior without settings is refused, naming it
+        if name in self.declared:
+            return
+        self.run_options.settings_for(name)  # a behavior without settings is refused, naming it
+        if self.options.inference:
+            server.topics.trajectories(name).expect_no_subscribers()  # acting only: nothing trains on them
+            self._publish_checkpoint_policy(name, params, server.topics)  # none: refused, naming its folder
+        else:
             self._start_trainer(name, params, server.topics)
+            if self.metrics is not None:
+                self.metrics.registry.register(self.collectors[-1])
+        self.declared.append(name)
 
     async def _env_client(self, address: str, name: str, env: VectorEnv) -> Any:
         async with EnvSession(address, f"embedded-{name}", [env.brain_parameters]) as session:
@@ -401,13 +418,9 @@ class _Progress:
         self.run = run
         self.server = server
         self.progress = progress_bar()
-        self.tasks = {
-            name: self.progress.add_task(
-                name, total=run._settings(name).max_steps, rate=0.0, reward="n/a", version=-1, elapsed="0:00:00"
-            )
-            for name in [*run.envs, *run.offline]
-        }
-        self._rates = {name: StepRate() for name in self.tasks}
+        self.tasks: dict[str, Any] = {}
+        self._rates: dict[str, StepRate] = {}
+        self._add_new()
         log.info(
             "progress: steps/s over the last %.0f s, R = mean reward of the last %d episodes, v = policy version, "
             "time since start (the summary lines average over each summary_freq instead)",
@@ -416,7 +429,18 @@ class _Progress:
         )
         self.progress.start()
 
+    def _add_new(self) -> None:
+        """A bar for every behavior without one: the envs' and offline ones at the start, Unity's as it declares them."""
+        for name in [*self.run.envs, *self.run.offline, *self.run.declared]:
+            if name not in self.tasks:
+                total = self.run._settings(name).max_steps
+                self.tasks[name] = self.progress.add_task(
+                    name, total=total, rate=0.0, reward="n/a", version=-1, elapsed="0:00:00"
+                )
+                self._rates[name] = StepRate()
+
     def update(self) -> None:
+        self._add_new()
         now = time.monotonic()
         elapsed = format_elapsed(time.time() - self.run.started_at)
         for name, task in self.tasks.items():

@@ -2,8 +2,10 @@
 
 mlagents-learn's ways of starting a Unity run (``cli.train`` hands them here):
 
-* ``--env PATH`` names a build (not ``gym:`` / ``simple:``): ``--num-envs`` copies are launched on
-  consecutive ports from ``env_settings.base_port`` (default 5005), each behind its own gateway
+* ``--env PATH``, or ``env_settings.env_path`` in the YAML (where ML-Agents users write it), names a
+  build (not ``gym:`` / ``python:`` / ``simple:``): ``--num-envs`` (else ``env_settings.num_envs``)
+  copies are launched on consecutive ports from ``env_settings.base_port`` (default 5005), each behind
+  its own gateway
   (``envclient.unity.fleet``), and a crashed copy is restarted within ``env_settings``'
   ``max_lifetime_restarts`` and ``restarts_rate_limit_n`` / ``restarts_rate_limit_period_s``;
 * no env at all while a behavior trains online (ppo, sac): one gateway on the Editor's port 5004,
@@ -11,7 +13,9 @@ mlagents-learn's ways of starting a Unity run (``cli.train`` hands them here):
   the Unity Editor."). A bc behavior still trains offline from its demos, as without Unity.
 
 A behavior's trainer starts when Unity declares it (the gateway's ``on_declare``), since its spec
-is known only then. The run ends as every started trainer reaches ``max_steps``, on Ctrl-C, when
+is known only then; with ``--inference`` its newest checkpoint's policy is published then instead,
+and the run acts until Ctrl-C or until every build copy exited (mlagents-learn's ``--inference``
+never ends on its own either). The run ends as every started trainer reaches ``max_steps``, on Ctrl-C, when
 every build copy exited with 0, or fails when a copy is past its restarts. Values on Unity's stats
 side channel go to the summaries (TensorBoard, tagged with Unity's key) of every trainer started so
 far, as mlagents-learn records an env's stats for each of its behaviors. The YAML's
@@ -23,12 +27,14 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from common.env_paths import GYM_PREFIX, SIMPLE_PREFIX
+from common.config import read_yaml
+from common.env_paths import GYM_PREFIX, PYTHON_PREFIX, SIMPLE_PREFIX
+from common.errors import ConfigError, NotSupportedYetError
 from common.specs import BrainParameters
 from envclient.unity.fleet import BuildFleet, RestartPolicy
 from envclient.unity.gateway import DEFAULT_UNITY_PORT, GatewayServer, GatewaySettings
@@ -39,8 +45,8 @@ log = logging.getLogger(__name__)
 
 
 def is_unity_build(env: str | None) -> bool:
-    """Whether an ``--env`` value names a Unity build rather than ``gym:<id>`` or ``simple:<kind>``."""
-    return env is not None and not env.startswith((GYM_PREFIX, SIMPLE_PREFIX))
+    """Whether an ``--env`` value names a Unity build rather than ``gym:<id>``, ``python:M:F`` or ``simple:<kind>``."""
+    return env is not None and not env.startswith((GYM_PREFIX, PYTHON_PREFIX, SIMPLE_PREFIX))
 
 
 @dataclass(frozen=True)
@@ -51,6 +57,53 @@ class UnityLaunch:
     env_path: str | None = None
     num_envs: int = 1
     no_graphics: bool = False
+
+
+def unity_launch(config: Path, env: str | None, num_envs: int | None) -> UnityLaunch | None:
+    """The Unity build a ``stepstream train`` run launches: ``--env`` (``env``), else ``env_settings.env_path``.
+
+    Args:
+        config: the trainer YAML.
+        env: ``--env``; a ``gym:`` / ``python:`` / ``simple:`` value means no build (the YAML's is replaced).
+        num_envs: ``--num-envs``; None takes ``env_settings.num_envs`` (default 1).
+
+    Returns:
+        The launch, or None when neither names a build.
+
+    Raises:
+        ConfigError: ``env_settings.num_envs`` is not an integer >= 1.
+        NotSupportedYetError: ``env_settings.env_path`` lists a build among other entries (one build per run).
+    """
+    mapping = read_yaml(config) or {}
+    section = mapping.get("env_settings") if isinstance(mapping, Mapping) else None
+    section = section if isinstance(section, Mapping) else {}
+    if env is None:
+        env_path = section.get("env_path")
+        if isinstance(env_path, list):
+            builds = [e for e in env_path if isinstance(e, str) and is_unity_build(e)]
+            if builds:
+                raise NotSupportedYetError(
+                    f"env_settings.env_path: the Unity build {builds[0]!r} in a list is not supported yet; "
+                    "name one build alone (its behaviors are declared by Unity)"
+                )
+        elif isinstance(env_path, str):
+            env = env_path
+    if not is_unity_build(env):
+        return None
+    assert env is not None
+    if num_envs is None:
+        num_envs = section.get("num_envs", 1)
+        if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
+            raise ConfigError(f"env_settings.num_envs: expected an integer >= 1, got {num_envs!r}")
+    return UnityLaunch(config, env, num_envs)
+
+
+def without_env_path(seed: int | None) -> dict[str, Any]:
+    """``load_config``'s overrides for a Unity run: no ``env_path`` (Unity declares the behaviors), ``--seed``."""
+    env: dict[str, Any] = {"env_path": None, "num_envs": 1}
+    if seed is not None:
+        env["seed"] = seed
+    return {"env_settings": env}
 
 
 class UnitySource:
@@ -103,4 +156,4 @@ class UnitySource:
             await self.editor.stop()
 
 
-__all__ = ["UnityLaunch", "UnitySource", "is_unity_build"]
+__all__ = ["UnityLaunch", "UnitySource", "is_unity_build", "unity_launch", "without_env_path"]

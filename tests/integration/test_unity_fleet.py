@@ -13,6 +13,7 @@ import asyncio
 import json
 import re
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -20,7 +21,7 @@ import pytest
 from envclient.unity import translate
 from tests.integration.conftest import StartProcessor
 from tests.integration.helpers import Harness, itest_settings
-from tests.integration.test_cli import REPO, stepstream_command, subprocess_env
+from tests.integration.test_cli import REPO, run_cli, stepstream_command, subprocess_env
 from tests.unity_fake import agent_info, brain_proto
 
 WALKER = brain_proto("Walker", continuous=2)
@@ -265,3 +266,131 @@ def test_train_with_an_online_behavior_and_no_env_waits_for_the_editor(tmp_path:
         proc.terminate()
         rest, _ = proc.communicate(timeout=90)
     assert proc.returncode == 143, rest  # SIGTERM: checkpoints saved (none yet), 128 + 15 as a shell reports it
+
+
+LATE_BUILD = """#!{python}
+import asyncio, json, os, sys
+sys.path.insert(0, {repo!r})
+from tests.unity_fake import FakeUnity, agent_info, brain_proto
+
+argv = sys.argv[1:]
+port = int(argv[argv.index("--mlagents-port") + 1])
+steps = int(open({mode!r}).read())  # 0: until the gateway stops answering 200
+with open({record!r}, "a") as f:
+    f.write(json.dumps({{"port": port}}) + "\\n")
+
+
+async def main():
+    unity = FakeUnity(f"127.0.0.1:{{port}}")
+    unity.brains["Walker"] = brain_proto("Walker", continuous=2)
+    unity.brains["Late"] = brain_proto("Late", branches=[3])
+    await unity.start()
+    t = 0
+    while steps == 0 or t < steps:
+        t += 1
+        done, episode = t % 10 == 0, (t - 1) // 10  # an agent's id changes with each episode, as in Unity
+        infos = {{"Walker": [agent_info(port * 1000 + episode * 4 + i, [[t % 7, 1.0, 0.5]], 0.1, done) for i in range(4)]}}
+        if t > {late_at}:  # a behavior that appears mid-run: Unity declares it with its first agents
+            late = [agent_info(port * 1000 + 500 + episode * 2 + i, [[1.0, t % 5, 0.0]], 1.0, done) for i in range(2)]
+            infos["Late"] = late
+        reply = await unity.step(infos)
+        if reply.header.status != 200:
+            return
+        actions = reply.unity_input.rl_input.agent_actions
+        want = 0 if done else 4
+        assert len(actions["Walker"].value) == want, (t, actions)
+        if "Late" in infos:
+            assert len(actions["Late"].value) == (0 if done else 2), (t, actions)
+    await unity.stop()
+
+
+asyncio.run(main())
+"""
+
+LATE_CONFIG = """
+default_settings:
+  trainer_type: ppo
+  hyperparameters: {{batch_size: 32, buffer_size: 128}}
+  network_settings: {{hidden_units: 16, num_layers: 1}}
+  time_horizon: 16
+  max_steps: 1000000
+  summary_freq: 100000
+  checkpoint_interval: 1000000
+behaviors:
+  Walker: {{}}
+  Late: {{}}
+env_settings:
+  env_path: {build}
+  num_envs: 2
+  base_port: 0
+  max_lifetime_restarts: 0
+"""
+
+
+def test_train_launches_the_yaml_env_path_build_shows_a_late_behavior_then_acts_with_inference(tmp_path: Path) -> None:
+    """``env_settings.env_path`` naming a build launches its ``num_envs`` copies as ``--env`` does; a behavior Unity
+    declares mid-run gets its bar and its trainer metrics; ``--inference`` then acts with the checkpoints."""
+    import subprocess
+    import urllib.request
+
+    record, mode = tmp_path / "launches.jsonl", tmp_path / "mode"
+    build = tmp_path / "Game.x86_64"
+    build.write_text(LATE_BUILD.format(python=sys.executable, repo=str(REPO), record=str(record), mode=str(mode), late_at=20))
+    build.chmod(0o755)
+    config = tmp_path / "late.yaml"
+    config.write_text(LATE_CONFIG.format(build=tmp_path / "Game"))
+    results = ["--results-dir", str(tmp_path / "results"), "--run-id", "late"]
+    mode.write_text("0")
+    proc = subprocess.Popen(
+        [*stepstream_command(), "train", str(config), *results, "--metrics-port", "0"],
+        cwd=REPO, env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    lines: list[str] = []
+    try:
+        for line in proc.stdout:
+            lines.append(line)
+            if found := re.search(r"metrics on (http://\S+/metrics)", line):
+                break
+        else:
+            raise AssertionError("".join(lines))
+        deadline = time.monotonic() + 120.0
+        scraped = ""
+        while time.monotonic() < deadline and proc.poll() is None:
+            scraped = urllib.request.urlopen(found.group(1), timeout=10).read().decode()
+            late = re.search(r'^stepstream_trainer_experiences_total\{behavior="Late"\} (\S+)$', scraped, re.M)
+            if late and float(late.group(1)) > 0:
+                break
+            time.sleep(0.2)
+        else:
+            raise AssertionError(scraped + "".join(lines))
+    finally:
+        proc.terminate()
+        rest, _ = proc.communicate(timeout=120)
+    text = "".join(lines) + rest
+    assert proc.returncode == 143, text  # SIGTERM: checkpoints saved
+    assert len({json.loads(line)["port"] for line in record.read_text().splitlines()}) == 2, text  # num_envs from YAML
+    assert re.search(r"^Late .* v\d+", text, re.M), text  # the late behavior's bar (its final state)
+    assert re.search(r"^Walker .* v\d+", text, re.M), text
+
+    # --inference: both behaviors act with their checkpoints (the build asserts their actions) until the copies exit.
+    mode.write_text("40")
+    done = subprocess.run(
+        [*stepstream_command(), "train", str(config), *results, "--inference"],
+        cwd=REPO, env=subprocess_env(), capture_output=True, text=True, timeout=240, check=False,
+    )  # fmt: skip
+    text = done.stdout + done.stderr
+    assert done.returncode == 0, text
+    for name in ("Walker", "Late"):
+        assert re.search(rf"{name}: acting with the checkpoint of step \d+ \(policy version \d+\), not training", text), text
+    assert re.search(r"^Late .* v\d+", text, re.M), text
+    assert "refused" not in text, text
+
+
+def test_train_inference_with_unity_and_no_checkpoint_is_refused(tmp_path: Path) -> None:
+    config = tmp_path / "late.yaml"
+    config.write_text(LATE_CONFIG.format(build=tmp_path / "Game"))
+    (tmp_path / "results" / "late").mkdir(parents=True)
+    done = run_cli(["train", config, "--results-dir", tmp_path / "results", "--run-id", "late", "--inference"])
+    assert done.returncode == 2, done.stdout
+    assert "no behavior under behaviors has a checkpoint to run with --inference" in done.stdout, done.stdout

@@ -61,3 +61,34 @@ def test_copies_listen_on_consecutive_ports_from_the_base_port(tmp_path: Path) -
     assert [g.port for g in fleet.gateways] == [6005, 6006, 6007]
     assert [b.settings.worker_id for b in fleet.builds] == [0, 1, 2]  # Player-<worker>.log each
     assert [g.gateway.settings.client_id for g in fleet.gateways] == ["unity-0", "unity-1", "unity-2"]
+
+
+def _config(tmp_path: Path, env_settings: str) -> Path:
+    path = tmp_path / "run.yaml"
+    path.write_text(f"behaviors:\n  Walker: {{trainer_type: ppo}}\nenv_settings:\n{env_settings}")
+    return path
+
+
+def test_the_yaml_env_path_names_the_build_with_its_num_envs_and_flags_come_first(tmp_path: Path) -> None:
+    from cli.unity_train import UnityLaunch, unity_launch
+
+    config = _config(tmp_path, "  env_path: builds/Game\n  num_envs: 3\n")
+    assert unity_launch(config, None, None) == UnityLaunch(config, "builds/Game", 3)
+    assert unity_launch(config, None, 2) == UnityLaunch(config, "builds/Game", 2)  # --num-envs over the YAML's
+    assert unity_launch(config, "Other.x86_64", None) == UnityLaunch(config, "Other.x86_64", 3)  # --env over env_path
+    for not_a_build in ("gym:CartPole-v1", "python:my.envs:make", "simple:discrete"):
+        assert unity_launch(config, not_a_build, None) is None
+    assert unity_launch(_config(tmp_path, "  env_path: gym:CartPole-v1\n"), None, None) is None
+    assert unity_launch(_config(tmp_path, "  seed: 1\n"), None, None) is None
+
+
+def test_a_build_in_an_env_path_list_or_a_bad_num_envs_is_refused_naming_the_key(tmp_path: Path) -> None:
+    import pytest
+
+    from cli.unity_train import unity_launch
+    from common.errors import ConfigError, NotSupportedYetError
+
+    with pytest.raises(NotSupportedYetError, match=r"env_settings.env_path: the Unity build 'Game' in a list"):
+        unity_launch(_config(tmp_path, "  env_path: [gym:CartPole-v1, Game]\n"), None, None)
+    with pytest.raises(ConfigError, match=r"env_settings.num_envs: expected an integer >= 1, got 0"):
+        unity_launch(_config(tmp_path, "  env_path: Game\n  num_envs: 0\n"), None, None)
