@@ -535,6 +535,89 @@ async def _measure_latency(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def _echo_server(mode: str, port: int, agents: int) -> None:
+    """A bare ``UnityToExternalProto/Exchange`` server (the floor of any gateway): every call gets one fixed reply
+    with ``agents`` actions, the size of the gateway's. ``mode``: ``aio`` (grpc.aio, as the gateway) or ``sync``
+    (grpc.server, a handler thread)."""
+    from concurrent import futures
+
+    import grpc
+
+    from protos import mlagents_unity_pb2 as unity_pb
+    from protos import unity_to_external_pb2_grpc as unity_grpc
+
+    reply = unity_pb.UnityMessageProto(header=unity_pb.HeaderProto(status=200))
+    actions = reply.unity_input.rl_input.agent_actions[GATEWAY_BEHAVIOR].value
+    for _ in range(agents):
+        actions.add().continuous_actions.extend([0.5] * ACTION_SIZE)
+
+    class Echo(unity_grpc.UnityToExternalProtoServicer):
+        def Exchange(self, request: Any, context: Any) -> Any:
+            return reply
+
+    class AioEcho(unity_grpc.UnityToExternalProtoServicer):
+        async def Exchange(self, request: Any, context: Any) -> Any:
+            return reply
+
+    if mode == "sync":
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=1))
+        unity_grpc.add_UnityToExternalProtoServicer_to_server(Echo(), server)
+        server.add_insecure_port(f"127.0.0.1:{port}")
+        server.start()
+        server.wait_for_termination()
+        return
+
+    async def serve() -> None:
+        server = grpc.aio.server()
+        unity_grpc.add_UnityToExternalProtoServicer_to_server(AioEcho(), server)
+        server.add_insecure_port(f"127.0.0.1:{port}")
+        await server.start()
+        await server.wait_for_termination()
+
+    asyncio.run(serve())
+
+
+async def _measure_echo_floor(args: argparse.Namespace) -> dict[str, Any]:
+    """p50 / p99 of a bare Exchange round trip (the fake Unity's aio client, the same 12-agent messages) and the
+    server's CPU per call, for an aio and a sync server: what taking no leg at all off gRPC-in-Python costs."""
+    from protos import mlagents_unity_pb2 as unity_pb
+    from tests.unity_fake import FakeUnity, agent_info
+
+    rng = np.random.default_rng(0)
+    messages = []
+    for _ in range(32):
+        message = unity_pb.UnityMessageProto(header=unity_pb.HeaderProto(status=200))
+        infos = [agent_info(i, [rng.standard_normal(OBS_SIZE).tolist()], reward=0.1) for i in range(args.agents)]
+        message.unity_output.rl_output.agentInfos[GATEWAY_BEHAVIOR].value.extend(infos)
+        messages.append(message)
+    result: dict[str, Any] = {}
+    ctx = mp.get_context("spawn")
+    for mode in ("aio", "sync"):
+        port = free_port()
+        server = ctx.Process(target=_echo_server, args=(mode, port, args.agents), daemon=True)
+        server.start()
+        try:
+            await _wait_for_port(port, server)  # type: ignore[arg-type]
+            unity = FakeUnity(f"127.0.0.1:{port}")
+            for i in range(WARMUP_STEPS):
+                await unity._exchange(messages[i % len(messages)])
+            times = []
+            cpu_start = _process_cpu_s(server.pid)  # type: ignore[arg-type]
+            for i in range(args.steps):
+                t0 = time.perf_counter()
+                await unity._exchange(messages[i % len(messages)])
+                times.append(time.perf_counter() - t0)
+            cpu_s = _process_cpu_s(server.pid) - cpu_start  # type: ignore[arg-type]
+            await unity.close()
+        finally:
+            server.terminate()
+            server.join(10)
+        result[f"echo_{mode}_p50_ms"] = percentile_ms(times, 50)
+        result[f"echo_{mode}_p99_ms"] = percentile_ms(times, 99)
+        result[f"echo_{mode}_server_cpu_us_per_call"] = cpu_s / len(times) * 1e6
+    return result
+
+
 async def _next(queue: Any, child: Any) -> Any:
     """The client process's next message (it failing: an error with its exit code)."""
     while queue.empty():
@@ -564,11 +647,13 @@ async def _ack_forever(subscriptions: list[Any]) -> None:
     await asyncio.gather(*(one(s) for s in subscriptions))
 
 
-async def _wait_for_port(port: int, process: subprocess.Popen[bytes], timeout_s: float = 60.0) -> None:
+async def _wait_for_port(port: int, process: Any, timeout_s: float = 60.0) -> None:
+    """Until ``port`` accepts; ``process`` (a ``Popen`` or a ``multiprocessing.Process``) exiting first is an error."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"the gateway exited with {process.returncode}")
+        code = process.poll() if hasattr(process, "poll") else process.exitcode
+        if code is not None:
+            raise RuntimeError(f"the server exited with {code}")
         try:
             with socket.create_connection(("127.0.0.1", port), timeout=0.5):
                 return
@@ -589,6 +674,9 @@ def main() -> None:
         "--gateway-tree", type=Path, help="run the gateway from this checkout (another version, for a before/after)"
     )
     parser.add_argument("--profile-gateway", type=Path, help="run the gateway under cProfile; its stats file here")
+    parser.add_argument(
+        "--echo-floor", action="store_true", help="also time a bare Exchange echo server (aio and sync): the floor"
+    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
@@ -599,6 +687,8 @@ def main() -> None:
         result.update(check_onnx(args.mla_python))
     if not args.skip_latency:
         result.update(asyncio.run(_measure_latency(args)))
+    if args.echo_floor:
+        result.update(asyncio.run(_measure_echo_floor(args)))
     print(json.dumps(result))
 
 

@@ -292,18 +292,12 @@ class EmbeddedRun:
         if self.unity is not None:
             try:
                 declared = lambda spec: self._declared(spec, server)  # noqa: E731
-                clients.append(await self.unity.start(f"127.0.0.1:{port}", self.seed, declared, self._environment_stat))
+                clients.append(await self.unity.start(f"127.0.0.1:{port}", self.seed, declared))
             except BaseException:
                 await self.unity.stop()
                 await server.stop(STOP_GRACE_S)
                 raise
         return server, clients
-
-    def _environment_stat(self, value: Any) -> None:
-        """A value of Unity's stats channel: into every online trainer's next summary (``TrainerLoop.environment_stats``)."""
-        for name, loop in self.loops.items():
-            if name not in self.offline:
-                loop.environment_stats.add(value.key, value.value, value.aggregation)
 
     def _declared(self, params: BrainParameters, server: ProcessorServer) -> None:
         """Unity declared a behavior: start its trainer (--inference: publish its checkpoint's policy), once

@@ -17,8 +17,9 @@ is known only then; with ``--inference`` its newest checkpoint's policy is publi
 and the run acts until Ctrl-C or until every build copy exited (mlagents-learn's ``--inference``
 never ends on its own either). The run ends as every started trainer reaches ``max_steps``, on Ctrl-C, when
 every build copy exited with 0, or fails when a copy is past its restarts. Values on Unity's stats
-side channel go to the summaries (TensorBoard, tagged with Unity's key) of every trainer started so
-far, as mlagents-learn records an env's stats for each of its behaviors. The YAML's
+side channel go to the summaries (TensorBoard, tagged with Unity's key) of the behaviors stepped
+with them, as mlagents-learn records an env's stats for each of its behaviors: over the wire, as
+with a standalone ``stepstream unity`` (``common.environment_stats``). The YAML's
 ``engine_settings`` and constant ``environment_parameters`` go to Unity as with ``stepstream unity``.
 """
 
@@ -39,7 +40,6 @@ from common.specs import BrainParameters
 from envclient.unity.fleet import BuildFleet, RestartPolicy
 from envclient.unity.gateway import DEFAULT_UNITY_PORT, GatewayServer, GatewaySettings
 from envclient.unity.launcher import DEFAULT_BUILD_PORT, LaunchSettings
-from envclient.unity.side_channels import StatsValue
 
 log = logging.getLogger(__name__)
 
@@ -125,12 +125,11 @@ class UnitySource:
         processor: str,
         seed: int,
         on_declare: Callable[[BrainParameters], None],
-        on_stat: Callable[[StatsValue], None] | None = None,
     ) -> asyncio.Future[Any]:
         from cli.unity import EDITOR_HINT
 
         self.unity = dataclasses.replace(self.unity, seed=seed)
-        settings = GatewaySettings(processor=processor, unity=self.unity, on_declare=on_declare, on_stat=on_stat)
+        settings = GatewaySettings(processor=processor, unity=self.unity, on_declare=on_declare)
         if self.launch.env_path is None:
             self.editor = GatewayServer(settings, port=DEFAULT_UNITY_PORT)
             port = await self.editor.start()

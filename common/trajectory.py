@@ -41,6 +41,7 @@ from typing import Any
 
 import numpy as np
 
+from common.environment_stats import MAX_STATS_PER_TRAJECTORY, EnvironmentStat, from_protos, to_protos
 from common.errors import ProtocolError
 from common.tensors import from_tensor, to_tensor
 from protos import pb
@@ -118,6 +119,9 @@ class Trajectory:
     """Cumulative reward of the whole episode; set only on the segment that ends it."""
     episode_length: int | None = None
     """Experiences in the whole episode; set only on the segment that ends it."""
+    environment_stats: tuple[EnvironmentStat, ...] = ()
+    """The env's own statistics the processor received for this behavior since its previous published
+    trajectory (``common.environment_stats``); the trainer adds them to its summaries."""
     extras: dict[str, np.ndarray] = field(default_factory=dict)
     """Not on the wire; free for a trainer's own per-step arrays (values, advantages)."""
     obs_frames: dict[int, np.ndarray] = field(default_factory=dict, repr=False)
@@ -209,6 +213,8 @@ class Trajectory:
             msg.episode_ended = True
             msg.episode_reward = float(self.episode_reward or 0.0)
             msg.episode_length = self.episode_length
+        if self.environment_stats:
+            msg.environment_stats.extend(to_protos(self.environment_stats))
         return msg
 
     @classmethod
@@ -260,6 +266,7 @@ class Trajectory:
             episode_reward=msg.episode_reward if msg.episode_ended else None,
             episode_length=msg.episode_length if msg.episode_ended else None,
             obs_frames=obs_frames,
+            environment_stats=from_protos(msg.environment_stats, name, MAX_STATS_PER_TRAJECTORY),
             **per_step,
         )
 

@@ -11,6 +11,7 @@ subscriber is attached to them (``BehaviorTable.release``).
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import contextvars
 import logging
@@ -21,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from common.config import BehaviorSettings, RunOptions
+from common.environment_stats import MAX_STATS_PER_TRAJECTORY, EnvironmentStat
 from common.errors import ConfigError, ProtocolError, StepstreamError, UnknownBehaviorError
 from common.logs import set_log_context
 from common.specs import ActionSpec, BrainParameters
@@ -154,6 +156,8 @@ class Behavior:
         self.active_sessions = 0
         self.finished = False
         """Its trainer reported FinishTraining: cut trajectories are dropped (counted as unpublished)."""
+        self._environment_stats: collections.deque[EnvironmentStat] = collections.deque(maxlen=MAX_STATS_PER_TRAJECTORY)
+        """The envs' own statistics (any session's) for the next published trajectory; the oldest give way."""
 
     @property
     def name(self) -> str:
@@ -242,6 +246,10 @@ class Behavior:
             # acting is on the metrics endpoint and in the trainer's summary line.
             log.debug("behavior '%s': acting with policy version %d", self.name, version)
 
+    def add_environment_stats(self, stats: Iterable[EnvironmentStat]) -> None:
+        """Hold a BrainInfo's environment stats until the next trajectory published (``publish``) carries them."""
+        self._environment_stats.extend(stats)
+
     async def publish(self, trajectories: list[Trajectory], *, flushed: bool = False) -> None:
         """Publish cut trajectories, dropping (and counting) those older than ``max_policy_lag``.
 
@@ -266,10 +274,12 @@ class Behavior:
                 c.stale_dropped_experiences += trajectory.length
                 continue
             if failure is None:
+                stats = self._take_environment_stats(trajectory)
                 try:
                     await self.trajectories.publish(trajectory, self._publish_timeout_s)
                 except (StepstreamError, asyncio.CancelledError) as err:
                     failure = err
+                    self._environment_stats.extendleft(reversed(stats))  # for the next one
                 else:
                     c.published_trajectories += 1
                     c.published_experiences += trajectory.length
@@ -278,6 +288,13 @@ class Behavior:
             c.unpublished_experiences += trajectory.length
         if failure is not None:
             raise failure
+
+    def _take_environment_stats(self, trajectory: Trajectory) -> tuple[EnvironmentStat, ...]:
+        stats = tuple(self._environment_stats)
+        if stats:
+            self._environment_stats.clear()
+            trajectory.environment_stats = (*trajectory.environment_stats, *stats)
+        return stats
 
     def status(self) -> pb.PolicyStatus:
         msg = pb.PolicyStatus(behavior_name=self.name, highest_version=self.policies.highest_version)

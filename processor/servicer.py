@@ -223,6 +223,8 @@ class AgentProcessorServicer(pb_grpc.AgentProcessorServicer):
         info = decode_brain_info(
             request.brain_info, behavior.params, session.session_id, self.behaviors.settings.max_agents_per_brain_info
         )
+        if info.environment_stats:  # for the behavior's trainer summaries (common.environment_stats)
+            behavior.add_environment_stats(info.environment_stats)
         out = await behavior.batcher.act(info.observations, info.action_mask)
         self._check_live(session)  # replaced while waiting: its agents were flushed, this row is not theirs any more
         actions = StepActions(

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from common.demo_images import DemoFormatError, decode_hwc
+from common.environment_stats import EnvironmentStat, from_protos
 from common.errors import IncompatibleVersionError, ProtocolError
 from common.specs import ActionSpec, BrainParameters, ObservationSpec
 from common.tensors import dtype_from_wire, from_tensor, to_tensor
@@ -172,6 +173,8 @@ class DecodedBrainInfo:
     """bool [N]; True only where done."""
     action_mask: np.ndarray | None
     """bool [N, M] (True = allowed) with >= 1 option allowed per branch; None if no mask was sent."""
+    environment_stats: tuple[EnvironmentStat, ...] = ()
+    """The env's own statistics since its previous BrainInfo (``common.environment_stats``)."""
 
     @property
     def num_agents(self) -> int:
@@ -382,6 +385,7 @@ def decode_brain_info(
         done=done,
         max_reached=max_reached,
         action_mask=mask if params.action_spec.num_branches else None,
+        environment_stats=from_protos(msg.environment_stats, where) if msg.environment_stats else (),
     )
 
 

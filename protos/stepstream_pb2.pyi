@@ -99,7 +99,7 @@ class HelloReply(_message.Message):
     def __init__(self, protocol_version: _Optional[int] = ..., session_id: _Optional[str] = ..., max_message_bytes: _Optional[int] = ...) -> None: ...
 
 class BrainInfo(_message.Message):
-    __slots__ = ("behavior_name", "agent_ids", "observations", "rewards", "done", "max_reached", "action_mask")
+    __slots__ = ("behavior_name", "agent_ids", "observations", "rewards", "done", "max_reached", "action_mask", "environment_stats")
     BEHAVIOR_NAME_FIELD_NUMBER: _ClassVar[int]
     AGENT_IDS_FIELD_NUMBER: _ClassVar[int]
     OBSERVATIONS_FIELD_NUMBER: _ClassVar[int]
@@ -107,6 +107,7 @@ class BrainInfo(_message.Message):
     DONE_FIELD_NUMBER: _ClassVar[int]
     MAX_REACHED_FIELD_NUMBER: _ClassVar[int]
     ACTION_MASK_FIELD_NUMBER: _ClassVar[int]
+    ENVIRONMENT_STATS_FIELD_NUMBER: _ClassVar[int]
     behavior_name: str
     agent_ids: Tensor
     observations: _containers.RepeatedCompositeFieldContainer[Tensor]
@@ -114,7 +115,18 @@ class BrainInfo(_message.Message):
     done: Tensor
     max_reached: Tensor
     action_mask: Tensor
-    def __init__(self, behavior_name: _Optional[str] = ..., agent_ids: _Optional[_Union[Tensor, _Mapping]] = ..., observations: _Optional[_Iterable[_Union[Tensor, _Mapping]]] = ..., rewards: _Optional[_Union[Tensor, _Mapping]] = ..., done: _Optional[_Union[Tensor, _Mapping]] = ..., max_reached: _Optional[_Union[Tensor, _Mapping]] = ..., action_mask: _Optional[_Union[Tensor, _Mapping]] = ...) -> None: ...
+    environment_stats: _containers.RepeatedCompositeFieldContainer[EnvironmentStat]
+    def __init__(self, behavior_name: _Optional[str] = ..., agent_ids: _Optional[_Union[Tensor, _Mapping]] = ..., observations: _Optional[_Iterable[_Union[Tensor, _Mapping]]] = ..., rewards: _Optional[_Union[Tensor, _Mapping]] = ..., done: _Optional[_Union[Tensor, _Mapping]] = ..., max_reached: _Optional[_Union[Tensor, _Mapping]] = ..., action_mask: _Optional[_Union[Tensor, _Mapping]] = ..., environment_stats: _Optional[_Iterable[_Union[EnvironmentStat, _Mapping]]] = ...) -> None: ...
+
+class EnvironmentStat(_message.Message):
+    __slots__ = ("key", "value", "aggregation")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    AGGREGATION_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    value: float
+    aggregation: int
+    def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ..., aggregation: _Optional[int] = ...) -> None: ...
 
 class ActionInfo(_message.Message):
     __slots__ = ("behavior_name", "continuous_actions", "discrete_actions", "policy_version")
@@ -155,7 +167,7 @@ class TrajectoryId(_message.Message):
     def __init__(self, session_id: _Optional[str] = ..., agent_id: _Optional[int] = ..., sequence: _Optional[int] = ...) -> None: ...
 
 class Trajectory(_message.Message):
-    __slots__ = ("id", "behavior_name", "observations", "next_observations", "continuous_actions", "discrete_actions", "continuous_log_probs", "discrete_log_probs", "prev_continuous_actions", "prev_discrete_actions", "action_mask", "rewards", "done", "policy_versions", "done_reached", "interrupted", "episode_ended", "episode_reward", "episode_length")
+    __slots__ = ("id", "behavior_name", "observations", "next_observations", "continuous_actions", "discrete_actions", "continuous_log_probs", "discrete_log_probs", "prev_continuous_actions", "prev_discrete_actions", "action_mask", "rewards", "done", "policy_versions", "done_reached", "interrupted", "episode_ended", "episode_reward", "episode_length", "environment_stats")
     ID_FIELD_NUMBER: _ClassVar[int]
     BEHAVIOR_NAME_FIELD_NUMBER: _ClassVar[int]
     OBSERVATIONS_FIELD_NUMBER: _ClassVar[int]
@@ -175,6 +187,7 @@ class Trajectory(_message.Message):
     EPISODE_ENDED_FIELD_NUMBER: _ClassVar[int]
     EPISODE_REWARD_FIELD_NUMBER: _ClassVar[int]
     EPISODE_LENGTH_FIELD_NUMBER: _ClassVar[int]
+    ENVIRONMENT_STATS_FIELD_NUMBER: _ClassVar[int]
     id: TrajectoryId
     behavior_name: str
     observations: _containers.RepeatedCompositeFieldContainer[Tensor]
@@ -194,7 +207,8 @@ class Trajectory(_message.Message):
     episode_ended: bool
     episode_reward: float
     episode_length: int
-    def __init__(self, id: _Optional[_Union[TrajectoryId, _Mapping]] = ..., behavior_name: _Optional[str] = ..., observations: _Optional[_Iterable[_Union[Tensor, _Mapping]]] = ..., next_observations: _Optional[_Iterable[_Union[Tensor, _Mapping]]] = ..., continuous_actions: _Optional[_Union[Tensor, _Mapping]] = ..., discrete_actions: _Optional[_Union[Tensor, _Mapping]] = ..., continuous_log_probs: _Optional[_Union[Tensor, _Mapping]] = ..., discrete_log_probs: _Optional[_Union[Tensor, _Mapping]] = ..., prev_continuous_actions: _Optional[_Union[Tensor, _Mapping]] = ..., prev_discrete_actions: _Optional[_Union[Tensor, _Mapping]] = ..., action_mask: _Optional[_Union[Tensor, _Mapping]] = ..., rewards: _Optional[_Union[Tensor, _Mapping]] = ..., done: _Optional[_Union[Tensor, _Mapping]] = ..., policy_versions: _Optional[_Union[Tensor, _Mapping]] = ..., done_reached: _Optional[bool] = ..., interrupted: _Optional[bool] = ..., episode_ended: _Optional[bool] = ..., episode_reward: _Optional[float] = ..., episode_length: _Optional[int] = ...) -> None: ...
+    environment_stats: _containers.RepeatedCompositeFieldContainer[EnvironmentStat]
+    def __init__(self, id: _Optional[_Union[TrajectoryId, _Mapping]] = ..., behavior_name: _Optional[str] = ..., observations: _Optional[_Iterable[_Union[Tensor, _Mapping]]] = ..., next_observations: _Optional[_Iterable[_Union[Tensor, _Mapping]]] = ..., continuous_actions: _Optional[_Union[Tensor, _Mapping]] = ..., discrete_actions: _Optional[_Union[Tensor, _Mapping]] = ..., continuous_log_probs: _Optional[_Union[Tensor, _Mapping]] = ..., discrete_log_probs: _Optional[_Union[Tensor, _Mapping]] = ..., prev_continuous_actions: _Optional[_Union[Tensor, _Mapping]] = ..., prev_discrete_actions: _Optional[_Union[Tensor, _Mapping]] = ..., action_mask: _Optional[_Union[Tensor, _Mapping]] = ..., rewards: _Optional[_Union[Tensor, _Mapping]] = ..., done: _Optional[_Union[Tensor, _Mapping]] = ..., policy_versions: _Optional[_Union[Tensor, _Mapping]] = ..., done_reached: _Optional[bool] = ..., interrupted: _Optional[bool] = ..., episode_ended: _Optional[bool] = ..., episode_reward: _Optional[float] = ..., episode_length: _Optional[int] = ..., environment_stats: _Optional[_Iterable[_Union[EnvironmentStat, _Mapping]]] = ...) -> None: ...
 
 class NormalizerState(_message.Message):
     __slots__ = ("mean", "variance", "count")

@@ -430,6 +430,8 @@ class TrainerLoop:
             if self._dedup.seen(trajectory.id):
                 result.duplicates += 1
                 continue
+            for stat in trajectory.environment_stats:  # the env's own values (Unity's stats channel), stale or not
+                self.environment_stats.add(stat.key, stat.value, stat.aggregation)
             if trajectory.episode_ended:
                 ended.append(trajectory)
             if lag is not None and self._version - trajectory.oldest_policy_version > lag:

@@ -28,13 +28,17 @@ Lifecycle:
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import grpc
 import numpy as np
 
+from common import environment_stats
+from common.environment_stats import MAX_STATS_PER_MESSAGE
 from common.errors import StepstreamError
 from common.security import PLAINTEXT, ClientSecurity
 from common.specs import BrainParameters
@@ -75,9 +79,6 @@ class GatewaySettings:
     on_declare: Callable[[BrainParameters], None] | None = None
     """Called on the event loop with each behavior's spec as it is declared, before its first step (``stepstream
     train`` starts the behavior's trainer there); a ``StepstreamError`` from it refuses the behavior."""
-    on_stat: Callable[[sc.StatsValue], None] | None = None
-    """Called on the event loop with each stats-channel value, after ``UnityStats`` counted it (``stepstream train``
-    hands them to its trainers' summaries, for TensorBoard)."""
 
 
 class BehaviorLink:
@@ -150,6 +151,8 @@ class UnityGateway(unity_grpc.UnityToExternalProtoServicer):
         """Refused behaviors of the current Unity session, with the reason."""
         self.unity_name: str | None = None
         """The connected Unity's name; None between sessions."""
+        self._stats: collections.deque[sc.StatsValue] = collections.deque(maxlen=MAX_STATS_PER_MESSAGE)
+        """Stats-channel values not yet sent: they go with the next step's BrainInfos, to the trainers' summaries."""
         self._lock = asyncio.Lock()
 
     async def Exchange(
@@ -237,6 +240,11 @@ class UnityGateway(unity_grpc.UnityToExternalProtoServicer):
                 await self._drop(name)
                 continue
             steps.append((link, rows.done, rows.brain_info(name)))
+        if self._stats and steps:  # every behavior of the step gets them, as ML-Agents records env stats per behavior
+            stats = environment_stats.to_protos(self._stats)
+            self._stats.clear()
+            for _, _, info in steps:
+                info.environment_stats.extend(stats)
         results = await _step_all(steps)
         rl_input = unity_pb.UnityRLInputProto(command=unity_pb.STEP)
         for (link, done, _), result in zip(steps, results, strict=True):
@@ -263,9 +271,15 @@ class UnityGateway(unity_grpc.UnityToExternalProtoServicer):
                 if channel == sc.STATS:
                     value = sc.parse_stats(payload)
                     self.stats.record(value)
-                    if self.settings.on_stat is not None:
-                        self.settings.on_stat(value)
                     log.debug("Unity stat %s = %g (%s)", value.key, value.value, value.aggregation)
+                    if 0 < len(value.key.encode()) <= environment_stats.MAX_KEY_BYTES and math.isfinite(value.value):
+                        self._stats.append(value)  # the processor would refuse the step for another
+                    else:
+                        log.warning(
+                            "Unity stat %.64r = %g is not passed to the trainer (empty or long key, or not finite)",
+                            value.key,
+                            value.value,
+                        )
                 else:
                     log.debug("ignoring a %d-byte message on side channel %s", len(payload), channel)
         except StepstreamError as err:

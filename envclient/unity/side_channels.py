@@ -24,8 +24,8 @@ import struct
 import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import NamedTuple
 
+from common.environment_stats import AGGREGATIONS, EnvironmentStat
 from common.errors import ConfigError, ProtocolError
 
 ENGINE_CONFIGURATION = uuid.UUID("e951342c-4f7e-11ea-b238-784f4387d1f7")
@@ -35,7 +35,7 @@ TRAINING_ANALYTICS = uuid.UUID("b664a4a9-d86f-5a5f-95cb-e8353a7e8356")
 
 SCREEN_RESOLUTION, QUALITY_LEVEL, TIME_SCALE, TARGET_FRAME_RATE, CAPTURE_FRAME_RATE = range(5)
 FLOAT_PARAMETER = 0
-STATS_AGGREGATIONS = ("average", "most_recent", "sum", "histogram")
+STATS_AGGREGATIONS = AGGREGATIONS
 """Names of the stats channel's aggregation codes, in code order."""
 
 
@@ -87,13 +87,8 @@ class UnitySettings:
                 raise ConfigError(f"environment_parameters.{key}: {value} is not a finite number")
 
 
-class StatsValue(NamedTuple):
-    """One stats-channel message."""
-
-    key: str
-    value: float
-    aggregation: str
-    """One of ``STATS_AGGREGATIONS``."""
+StatsValue = EnvironmentStat
+"""One stats-channel message: what the gateway passes on in ``BrainInfo.environment_stats``."""
 
 
 def _string(s: str) -> bytes:

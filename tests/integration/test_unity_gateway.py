@@ -400,6 +400,36 @@ async def test_stats_channel_values_reach_the_metrics(stack: Stack) -> None:
     await stack.unity.stop()
 
 
+async def test_stats_channel_values_ride_the_steps_to_the_behaviors_next_trajectory(stack: Stack) -> None:
+    """A standalone gateway's stats reach the trainer: in the step's BrainInfo, then on the behavior's next published
+    trajectory (over the Subscribe wire too), in the order Unity sent them; a step without agents holds them."""
+    from common.environment_stats import EnvironmentStat
+    from envclient.unity.side_channels import STATS, frame
+
+    def stat(key: bytes, value: float, code: int) -> bytes:
+        return frame(STATS, struct.pack("<i", len(key)) + key + struct.pack("<fi", value, code))
+
+    stack.declare(WALKER, _walker(1, 0))
+    await stack.unity.start()
+    await stack.unity.step({"Walker": [_walker(1, 0)]}, side_channel=stat(b"Env/Laps", 3.0, 1))
+    await stack.unity.step({}, side_channel=stat(b"Env/Laps", 4.0, 1) + stat(b"Env/Hits", 2.0, 2))  # no agents
+    await stack.unity.step({"Walker": [_walker(1, 1, done=True)]}, side_channel=stat(b"Env/Dist", 1.5, 0))
+    (trajectory,) = await stack.trajectories("Walker", 1)
+    want = (
+        EnvironmentStat("Env/Laps", 3.0, "most_recent"),
+        EnvironmentStat("Env/Laps", 4.0, "most_recent"),
+        EnvironmentStat("Env/Hits", 2.0, "sum"),
+        EnvironmentStat("Env/Dist", 1.5, "average"),
+    )
+    assert trajectory.environment_stats == want
+    assert Trajectory.from_proto(trajectory.to_proto()).environment_stats == want  # what a remote trainer decodes
+    await stack.unity.step({"Walker": [_walker(2, 0)]})
+    await stack.unity.step({"Walker": [_walker(2, 1, done=True)]})
+    (later,) = await stack.trajectories("Walker", 1)
+    assert later.environment_stats == ()  # each value is carried once
+    await stack.unity.stop()
+
+
 async def test_the_unity_command_sends_the_yaml_settings_and_steps_through_the_processor(
     start_processor: StartProcessor, tmp_path: Path
 ) -> None:

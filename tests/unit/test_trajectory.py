@@ -422,3 +422,18 @@ def test_an_image_decodes_into_one_block_of_its_frames(steps: int) -> None:
             assert np.shares_memory(got.obs[i], block) and np.shares_memory(rows[next_obs_key(i)], block)
         np.testing.assert_array_equal(rows[next_obs_key(i)], sent.to_rows()[next_obs_key(i)], strict=True)
     np.testing.assert_array_equal(got.frames(0), np.concatenate([sent.obs[0], sent.next_obs[0][None]]), strict=True)
+
+
+def test_environment_stats_round_trip_and_a_bad_one_is_refused() -> None:
+    from common.environment_stats import EnvironmentStat
+
+    stats = (EnvironmentStat("Env/Laps", 3.0, "most_recent"), EnvironmentStat("Env/Dist", 1.5, "histogram"))
+    trajectory = replace(make_trajectory(), environment_stats=stats)
+    assert (
+        Trajectory.from_proto(pb.Trajectory.FromString(trajectory.to_proto().SerializeToString())).environment_stats == stats
+    )
+    assert len(make_trajectory().to_proto().environment_stats) == 0
+    msg = trajectory.to_proto()
+    msg.environment_stats[1].aggregation = 9
+    with pytest.raises(ProtocolError, match=r"environment_stats\[1\] \('Env/Dist'\) has aggregation 9"):
+        Trajectory.from_proto(msg)

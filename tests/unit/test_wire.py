@@ -4,6 +4,7 @@ with a message that names the field, the agent (where there is one) and the beha
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -725,3 +726,38 @@ def test_brain_info_size_bounds_the_encoded_step(params: BrainParameters) -> Non
         encoded = pb.StepRequest(brain_info=msg).ByteSize()
         assert encoded <= size.at_most(n), f"N={n}: {encoded} > bound {size.at_most(n)}"
         assert size.at_most(n) - encoded < 1024, "the bound is far too loose"
+
+
+# -- environment stats (common.environment_stats) -------------------------------------------------
+
+
+def test_environment_stats_decode_in_order_and_old_messages_have_none() -> None:
+    from common.environment_stats import EnvironmentStat
+
+    assert decode_brain_info(good_brain_info(), PARAMS).environment_stats == ()
+    msg = good_brain_info()
+    msg.environment_stats.add(key="Env/Laps", value=3.0, aggregation=1)
+    msg.environment_stats.add(key="Env/Hits", value=2.0, aggregation=2)
+    assert decode_brain_info(msg, PARAMS).environment_stats == (
+        EnvironmentStat("Env/Laps", 3.0, "most_recent"),
+        EnvironmentStat("Env/Hits", 2.0, "sum"),
+    )
+
+
+@pytest.mark.parametrize(
+    ("stats", "named"),
+    [
+        ([{"key": "", "value": 1.0}], "environment_stats[0].key must be 1 to 256 bytes"),
+        ([{"key": "k" * 257, "value": 1.0}], "environment_stats[0].key must be 1 to 256 bytes"),
+        ([{"key": "a", "value": 1.0}, {"key": "Env/x", "value": float("nan")}], "environment_stats[1] ('Env/x') is nan"),
+        ([{"key": "Env/x", "value": 1.0, "aggregation": 4}], "has aggregation 4, not 0..3"),
+        ([{"key": "a", "value": 1.0}] * 257, "257 environment_stats, more than 256"),
+    ],
+)
+def test_bad_environment_stats_refuse_the_brain_info_naming_the_stat(stats: list[dict[str, object]], named: str) -> None:
+    msg = good_brain_info()
+    for stat in stats:
+        msg.environment_stats.add(**stat)  # type: ignore[arg-type]
+    with pytest.raises(ProtocolError, match=re.escape(named)) as raised:
+        decode_brain_info(msg, PARAMS, session="sess-1")
+    assert "behavior 'Gridder' (session sess-1)" in str(raised.value)
