@@ -577,6 +577,78 @@ def _echo_server(mode: str, port: int, agents: int) -> None:
     asyncio.run(serve())
 
 
+STREAM_ECHO_METHOD = "/floor.Echo/Stream"
+
+
+def _stream_echo_server(port: int) -> None:
+    """A bare bidi stream (raw bytes) that answers each message with one fixed 200-byte message: the processor
+    leg's transport alone, as ``EnvSession`` drives it (one write, one read per step)."""
+    import grpc
+
+    reply = b"\0" * 200
+
+    async def echo(requests: Any, context: Any) -> Any:
+        async for _ in requests:
+            yield reply
+
+    async def serve() -> None:
+        handler = grpc.method_handlers_generic_handler("floor.Echo", {"Stream": grpc.stream_stream_rpc_method_handler(echo)})
+        server = grpc.aio.server()
+        server.add_generic_rpc_handlers((handler,))
+        server.add_insecure_port(f"127.0.0.1:{port}")
+        await server.start()
+        await server.wait_for_termination()
+
+    asyncio.run(serve())
+
+
+def _stream_client_cpu(port: int, payload: bytes, steps: int, mode: str) -> tuple[list[float], float]:
+    """Round trips and this process's CPU seconds for ``steps`` write-then-read steps on one stream; ``mode``:
+    ``aio`` (``call.write`` / ``call.read``, as ``EnvSession``) or ``sync`` (a request iterator fed from a queue,
+    ``next`` on the responses: grpc's own thread writes)."""
+    import queue
+
+    import grpc
+
+    times: list[float] = []
+    if mode == "sync":
+        channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+        requests: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
+        responses = channel.stream_stream(STREAM_ECHO_METHOD)(iter(requests.get, None))
+        for _ in range(WARMUP_STEPS):
+            requests.put(payload)
+            next(responses)
+        cpu = time.process_time()
+        for _ in range(steps):
+            t0 = time.perf_counter()
+            requests.put(payload)
+            next(responses)
+            times.append(time.perf_counter() - t0)
+        cpu = time.process_time() - cpu
+        requests.put(None)
+        channel.close()
+        return times, cpu
+
+    async def run() -> float:
+        channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
+        call = channel.stream_stream(STREAM_ECHO_METHOD)()
+        for _ in range(WARMUP_STEPS):
+            await call.write(payload)
+            await call.read()
+        cpu = time.process_time()
+        for _ in range(steps):
+            t0 = time.perf_counter()
+            await call.write(payload)
+            await call.read()
+            times.append(time.perf_counter() - t0)
+        cpu = time.process_time() - cpu
+        await call.done_writing()
+        await channel.close()
+        return cpu
+
+    return times, asyncio.run(run())
+
+
 async def _measure_echo_floor(args: argparse.Namespace) -> dict[str, Any]:
     """p50 / p99 of a bare Exchange round trip (the fake Unity's aio client, the same 12-agent messages) and the
     server's CPU per call, for an aio and a sync server: what taking no leg at all off gRPC-in-Python costs."""
@@ -615,6 +687,20 @@ async def _measure_echo_floor(args: argparse.Namespace) -> dict[str, Any]:
         result[f"echo_{mode}_p50_ms"] = percentile_ms(times, 50)
         result[f"echo_{mode}_p99_ms"] = percentile_ms(times, 99)
         result[f"echo_{mode}_server_cpu_us_per_call"] = cpu_s / len(times) * 1e6
+    # The processor leg: a BrainInfo's worth of bytes (12 agents' rows) on one stream, from an aio and a sync client.
+    payload = b"\1" * (args.agents * (OBS_SIZE + 3) * 4 + 64)
+    port = free_port()
+    server = ctx.Process(target=_stream_echo_server, args=(port,), daemon=True)
+    server.start()
+    try:
+        await _wait_for_port(port, server)
+        for mode in ("aio", "sync"):
+            times, cpu_s = await asyncio.to_thread(_stream_client_cpu, port, payload, args.steps, mode)
+            result[f"stream_{mode}_client_p50_ms"] = percentile_ms(times, 50)
+            result[f"stream_{mode}_client_cpu_us_per_step"] = cpu_s / len(times) * 1e6
+    finally:
+        server.terminate()
+        server.join(10)
     return result
 
 
