@@ -117,6 +117,15 @@ def test_unity_check_measures_the_gateways_added_latency() -> None:
     assert out["gateway_cpu_us_per_exchange"] >= 0
 
 
+def test_unity_check_times_the_echo_floor() -> None:
+    out = last_json_line(
+        "unity_mlagents_check.py", "--skip-transcripts", "--skip-onnx", "--skip-latency", "--echo-floor", "--steps", "50"
+    )
+    for mode in ("aio", "sync"):
+        assert 0 < out[f"echo_{mode}_p50_ms"] <= out[f"echo_{mode}_p99_ms"] and out[f"echo_{mode}_server_cpu_us_per_call"] >= 0
+        assert out[f"stream_{mode}_client_p50_ms"] > 0 and out[f"stream_{mode}_client_cpu_us_per_step"] > 0
+
+
 def test_inference_pixels_times_a_visual_policy_pass() -> None:
     result = last_json_line("inference_pixels.py", "--batches", "1,2", "--rounds", "1", "--min-seconds", "0.01")
     assert result["encoder"] == "nature_cnn" and result["frame"] == [84, 84, 3] and result["patches_weights"]
