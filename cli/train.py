@@ -303,7 +303,7 @@ class EmbeddedRun:
         """Unity declared a behavior: start its trainer (--inference: publish its checkpoint's policy), once
         (another copy, or Play again, declares it again); the bar and the metrics endpoint show it from then on."""
         name = params.behavior_name
-        if name in self.declared:
+        if name in self.declared or name in self.loops:  # in loops: a bc behavior training offline from its demos
             return
         self.run_options.settings_for(name)  # a behavior without settings is refused, naming it
         if self.options.inference:
