@@ -4,7 +4,9 @@
 
 - **supported**: a field of one of the dataclasses; it works as in ML-Agents 1.x;
 - **ignored**: a valid ML-Agents key that changes nothing stepstream does (``threaded``,
-  ``torch_settings``, ``env_settings.base_port``, ...); accepted, and one log line names them all;
+  ``torch_settings``, ``env_settings.num_areas``, ...); accepted, and one log line names them all;
+  the keys only a Unity build reads (``engine_settings``, ``env_settings.base_port`` and the restart
+  keys) get a line of their own, since they matter there and nowhere else;
 - **not supported yet**: a valid ML-Agents key or value stepstream does not implement yet
   (``network_settings.memory``, ``self_play``, ``trainer_type: poca``, ...); a
   :class:`NotSupportedKeyError` naming the dotted key;
@@ -112,6 +114,7 @@ class _Walk:
 
     source: str
     ignored: list[str] = dataclasses.field(default_factory=list)
+    unity_only: list[str] = dataclasses.field(default_factory=list)
 
     def error(self, key: str, detail: str) -> ConfigKeyError:
         return ConfigKeyError(key, detail, self.source)
@@ -257,7 +260,7 @@ def _extra_key(rule: ExtraKey, value: Any, key: str, walk: _Walk) -> None:
                 raise walk.error(_join(key, sub), f"unknown key{_did_you_mean(sub, rule.subkeys)}")
     if rule.choices is not None and not (isinstance(value, str) and value in rule.choices):
         raise walk.error(key, f"expected one of {', '.join(sorted(rule.choices))}, got {_describe(value)}")
-    walk.ignored.append(key)
+    (walk.unity_only if rule.unity else walk.ignored).append(key)
 
 
 @functools.cache
@@ -496,6 +499,9 @@ def parse_config(mapping: Any, source: str = "<string>", *, overrides: Mapping[s
     if walk.ignored:
         names = ", ".join(dict.fromkeys(walk.ignored))
         logger.info("%s: ignoring ML-Agents settings that change nothing in stepstream: %s", source, names)
+    if walk.unity_only:
+        names = ", ".join(dict.fromkeys(walk.unity_only))
+        logger.info("%s: settings only a Unity build uses (nothing else reads them): %s", source, names)
     return options
 
 

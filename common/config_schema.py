@@ -333,6 +333,8 @@ class ExtraKey:
     subkeys: frozenset[str] | None = None
     choices: frozenset[str] | None = None
     why: str = ""
+    unity: bool = False
+    """Read only where the env is a Unity build (``cli.unity_train``, ``cli.unity``): logged as such, not as ignored."""
 
 
 _ENGINE_KEYS = frozenset(
@@ -350,24 +352,17 @@ _ENGINE_KEYS = frozenset(
 _CHECKPOINT_KEYS = frozenset(
     {"run_id", "initialize_from", "load_model", "resume", "force", "train_model", "inference", "results_dir"}
 )
-_ENV_IGNORED = (
-    "env_args",
-    "base_port",
-    "num_areas",
-    "timeout_wait",
-    "max_lifetime_restarts",
-    "restarts_rate_limit_n",
-    "restarts_rate_limit_period_s",
-)
+_ENV_IGNORED = ("env_args", "num_areas", "timeout_wait")
+_ENV_UNITY = ("base_port", "max_lifetime_restarts", "restarts_rate_limit_n", "restarts_rate_limit_period_s")
 
 EXTRA_KEYS: dict[type, dict[str, ExtraKey]] = {
     RunOptions: {
         "debug": ExtraKey(),
-        "engine_settings": ExtraKey(subkeys=_ENGINE_KEYS),
+        "engine_settings": ExtraKey(subkeys=_ENGINE_KEYS, unity=True),
         "checkpoint_settings": ExtraKey(subkeys=_CHECKPOINT_KEYS),
         "torch_settings": ExtraKey(subkeys=frozenset({"device"})),
     },
-    EnvSettings: {key: ExtraKey() for key in _ENV_IGNORED},
+    EnvSettings: {key: ExtraKey() for key in _ENV_IGNORED} | {key: ExtraKey(unity=True) for key in _ENV_UNITY},
     BehaviorSettings: {
         "threaded": ExtraKey(),
         "even_checkpoints": ExtraKey(),
