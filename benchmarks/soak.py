@@ -195,6 +195,7 @@ class CountingSubscriber:
 
     def _run(self) -> None:
         from common.errors import StepstreamError
+        from processor.sessions import client_id_of
 
         while not self._stop.is_set():
             try:
@@ -214,8 +215,8 @@ class CountingSubscriber:
                 self._ids.add(key)
                 self.trajectories += 1
                 self.experiences += delivery.item.length
-                # A session id is "<processor id>:<client id>-<hex>"; the client id says whose it is.
-                if key[0].partition(":")[2].startswith(GOOD_PREFIX):
+                # The session's client id says whose experiences these are.
+                if client_id_of(key[0]).startswith(GOOD_PREFIX):
                     self.good_experiences += delivery.item.length
             self._subscription.ack([d.tag for d in deliveries])
 

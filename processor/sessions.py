@@ -10,7 +10,7 @@ import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 
-from common.errors import ConfigError, UnknownBehaviorError
+from common.errors import ConfigError, ProtocolError, UnknownBehaviorError
 from common.trajectory import Trajectory
 from processor.assembly import FLUSH_BATCH_AGENTS, AgentBudget, TrajectoryAssembler
 from processor.behaviors import Behavior
@@ -19,6 +19,10 @@ log = logging.getLogger(__name__)
 
 _PROCESSOR_ID_CHARACTERS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.")
 """A processor id travels inside every trajectory id (and its ``Nats-Msg-Id`` header): no separators, no spaces."""
+
+_SESSION_SUFFIX_HEX = 12
+"""Hex digits of the random tail that makes a session id unique among one client's sessions."""
+_HEX_DIGITS = frozenset("0123456789abcdef")
 
 
 @dataclass
@@ -69,6 +73,24 @@ class Session:
                 await asyncio.sleep(0)
 
 
+def client_id_of(session_id: str) -> str:
+    """The client id inside a session id ``<processor_id>:<client_id>-<12 hex>`` (``SessionTable.open``).
+
+    A processor id holds no ``:`` and the tail is fixed-length, so a client id that itself holds
+    ``:`` or ``-`` comes back whole.
+
+    Raises:
+        ProtocolError: ``session_id`` is not of that form (no ``:``, or no ``-<12 hex>`` tail).
+    """
+    processor_id, colon, rest = session_id.partition(":")
+    client_id, dash, tail = rest.rpartition("-")
+    if not (processor_id and colon and client_id and dash and len(tail) == _SESSION_SUFFIX_HEX and set(tail) <= _HEX_DIGITS):
+        raise ProtocolError(
+            f"session id {session_id!r}: not of the form '<processor_id>:<client_id>-<{_SESSION_SUFFIX_HEX} hex>'"
+        )
+    return client_id
+
+
 def default_processor_id() -> str:
     """``<hostname>-<pid>``: distinct for every processor of a deployment (each replica has its own hostname)."""
     return f"{socket.gethostname()}-{os.getpid()}"
@@ -114,7 +136,7 @@ class SessionTable:
         stream handler ends with ABORTED when that stream next speaks. Its task is not cancelled:
         a cancel that lands inside grpc.aio's own read or write ends the stream with INTERNAL.
         """
-        session_id = f"{self.processor_id}:{client_id}-{uuid.uuid4().hex[:12]}"
+        session_id = f"{self.processor_id}:{client_id}-{uuid.uuid4().hex[:_SESSION_SUFFIX_HEX]}"
         budget = None if max_agents is None else AgentBudget(max_agents)
         session = Session(
             client_id=client_id,
