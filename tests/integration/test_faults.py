@@ -14,18 +14,19 @@ test logs one ``FAULT`` line per fault: what happened, and the recovery time in 
    newest checkpoint with its step, policy version and replay buffer; after the processor's restart the
    env client reconnects with backoff, the trainer resubscribes and publishes above every earlier
    version, new episodes arrive, and every process still stops cleanly (nothing deadlocked).
-3. **A trainer paused** (SIGSTOP, ``PAUSE_S``, then SIGCONT) under ``block`` and under ``drop_oldest``
-   (``stepstream processor --full-policy``): under ``block`` the env client stalls; under ``drop_oldest``
-   it goes on and the drops are counted; either way the processor's RSS grows by at most its queue
-   capacity in bytes plus ``RSS_MARGIN_BYTES``, and training carries on after SIGCONT. The 30 s pause
-   makes these ``learning`` tests (``make test`` and CI run them, ``make test-fast`` does not).
+3. **A trainer paused** (SIGSTOP, then SIGCONT) under ``block`` and under ``drop_oldest``
+   (``stepstream processor --full-policy``): under ``block`` the env client stalls, and stays stalled after the
+   processor drops the hung trainer's connection (the trainer stays paused until then, and ``STALL_SETTLE_S``
+   more); under ``drop_oldest`` (``DROP_PAUSE_S``) it goes on and the drops are counted; either way the processor's
+   RSS grows by at most its queue capacity in bytes plus ``RSS_MARGIN_BYTES``, and training carries on after
+   SIGCONT. The pauses make these ``learning`` tests (``make test`` and CI run them, ``make test-fast`` does not).
 4. **An env client hung** (SIGSTOP, socket open): the processor reclaims its session within its keepalive bound
    (``HUNG_RECLAIM_DEADLINE_S``), and **the processor stopped with SIGTERM** while a session is open: the session's
    partial trajectories reach the attached subscriber before its stream ends, and the log holds no traceback.
 
-The only timed assertions are the issue's 2 s reclaim bound and the hung client's 30 s (each polled against a
-deadline); every other wait is a generous liveness bound. The processor processes are stopped (or killed) at
-teardown, also on failure.
+The only timed assertions are the issue's 2 s reclaim bound and the hung peers' 30 s (an env client's, a paused
+trainer's; each polled against a deadline); every other wait is a generous liveness bound. The processor processes
+are stopped (or killed) at teardown, also on failure.
 """
 
 from __future__ import annotations
@@ -63,12 +64,14 @@ LIVENESS_S = 90.0
 """Bound on every other wait (processes up, training, recovered); generous: the machine is shared."""
 POLL_S = 0.1
 RECLAIM_POLL_S = 0.02
-PAUSE_S = 30.0
-"""How long the trainer is paused under ``block`` (the issue's 30 s)."""
 DROP_PAUSE_S = 10.0
 """The pause under ``drop_oldest``: long enough for drops, which is all it shows beyond ``block``."""
 STALL_SETTLE_S = 5.0
 """Time a paused trainer's queue takes to fill; after it, a ``block`` env client must not step."""
+HUNG_RECLAIM_DEADLINE_S = 30.0
+"""Bound on dropping a SIGSTOPped peer (an env client's session, a paused trainer's subscription). The processor
+disconnects a hung peer within ``ServerOptions.hung_peer_bound_s`` (15 s) of its last frame, 20 s in the README;
+30 s here is generous. Before the server bounded every ping's timeout (not only the keepalive's), it took 60 s."""
 RSS_MARGIN_BYTES = 50 * 1024 * 1024
 SIMPLE_BEHAVIOR = "Simple1D"
 
@@ -563,9 +566,21 @@ def sample_while(seconds: float, every_s: float, sample: Callable[[], None]) -> 
         time.sleep(every_s)
 
 
+def sample_until(done: Callable[[], bool], what: str, deadline_s: float, every_s: float, sample: Callable[[], None]) -> float:
+    """``sample()`` every ``every_s`` until ``done()``; returns the seconds that took, fails after ``deadline_s``."""
+    start = time.monotonic()
+    while True:
+        sample()
+        took = time.monotonic() - start
+        if done():
+            return took
+        assert took < deadline_s, f"not {what} after {deadline_s:.0f} s"
+        time.sleep(every_s)
+
+
 @pytest.mark.learning
-@pytest.mark.parametrize(("full_policy", "pause_s"), [("block", PAUSE_S), ("drop_oldest", DROP_PAUSE_S)])
-def test_paused_trainer_stalls_or_drops_within_the_queue_capacity(full_policy: str, pause_s: float, tmp_path: Path) -> None:
+@pytest.mark.parametrize("full_policy", ["block", "drop_oldest"])
+def test_paused_trainer_stalls_or_drops_within_the_queue_capacity(full_policy: str, tmp_path: Path) -> None:
     port, metrics_port, trainer_port = (_free_port() for _ in range(3))
     address = f"127.0.0.1:{port}"
     processor, trainer = Metrics(metrics_port), Metrics(trainer_port)
@@ -588,20 +603,31 @@ def test_paused_trainer_stalls_or_drops_within_the_queue_capacity(full_policy: s
         baseline = rss_bytes(pid)
         peak = baseline
         steps: list[tuple[float, float]] = []
+        attached: list[float] = []
 
         def sample() -> None:
             nonlocal peak
             peak = max(peak, rss_bytes(pid))
             steps.append((time.monotonic(), processor.get(processor_metric("agent_steps_total"), **behavior)))
+            attached.append(processor.get(processor_metric("queue_attached"), **queue))
 
         dropped_before = processor.get(processor_metric("queue_dropped_total"), **queue)  # a queue of 4 drops even so
         with stack.paused("trainer"):
             paused_at = time.monotonic()
-            sample_while(pause_s, 0.5, sample)
+            if full_policy == "block":
+                # The pause lasts past the processor's drop of the hung trainer (``hung_peer_bound_s``), so the env
+                # client is shown held back by a queue whose subscriber is gone (released only after 60 s).
+                detached_s = sample_until(
+                    lambda: attached[-1] == 0, "the stalled trainer dropped", HUNG_RECLAIM_DEADLINE_S, 0.5, sample
+                )
+                sample_while(max(STALL_SETTLE_S, paused_at + 2 * STALL_SETTLE_S - time.monotonic()), 0.5, sample)
+            else:
+                sample_while(DROP_PAUSE_S, 0.5, sample)
             versions_paused = int(processor.get(processor_metric("policy_version"), **behavior))
             blocked = processor.get(processor_metric("blocked_publishers"), **behavior)
             dropped = processor.get(processor_metric("queue_dropped_total"), **queue) - dropped_before
         resumed_at = time.monotonic()
+        pause_s = resumed_at - paused_at
         settled = [value for at, value in steps if at >= paused_at + STALL_SETTLE_S]
         stepped_while_paused = settled[-1] - settled[0]
         growth = peak - baseline
@@ -646,7 +672,8 @@ def test_paused_trainer_stalls_or_drops_within_the_queue_capacity(full_policy: s
         reconnects = trainer.get("stepstream_trainer_reconnects_total", **behavior)
         fault(
             f"trainer SIGSTOP {pause_s:.0f} s under {full_policy}",
-            f"env client {'stalled' if full_policy == 'block' else 'went on'} ({stepped_while_paused:.0f} agent steps "
+            (f"the processor dropped it after {detached_s:.1f} s, " if full_policy == "block" else "")
+            + f"env client {'stalled' if full_policy == 'block' else 'went on'} ({stepped_while_paused:.0f} agent steps "
             f"after the first {STALL_SETTLE_S:.0f} s), {dropped:.0f} trajectories dropped in the pause, "
             f"RSS +{growth / 2**20:.1f} MB (bound {(capacity_bytes + RSS_MARGIN_BYTES) / 2**20:.1f} MB), "
             f"trainer resubscribed {reconnects:.0f}x",
@@ -657,11 +684,6 @@ def test_paused_trainer_stalls_or_drops_within_the_queue_capacity(full_policy: s
 
 
 # -- 4. a hung env client; the processor's SIGTERM with a session open ---------------------------
-
-HUNG_RECLAIM_DEADLINE_S = 30.0
-"""Bound on reclaiming a SIGSTOPped env client's session. The processor disconnects a hung peer within
-``ServerOptions.hung_peer_bound_s`` (15 s) of its last frame, 20 s in the README; 30 s here is generous. Before
-the server bounded every ping's timeout (not only the keepalive's), it took 60 s."""
 
 
 def test_hung_env_client_is_reclaimed_within_the_keepalive_bound(tmp_path: Path) -> None:
