@@ -10,9 +10,11 @@
 * ``--resume`` continues above the first run's steps and policy versions;
 * ``--inference`` acts with the newest checkpoint without training;
 * SIGINT mid-run saves a checkpoint and exits with 130 (128 + SIGINT, as a shell reports Ctrl-C),
-  after which ``--resume`` continues from it.
+  after which ``--resume`` continues from it; the same run (``interrupted_run``) serves the processor's and the
+  trainer's metrics on ``--metrics-port`` while it trains.
 
-Runtime is dominated by TensorFlow's import: five training processes of a few seconds each.
+Runtime is dominated by TensorFlow's import, once per training process (each trains a few seconds); tests share
+runs through module-scoped fixtures where they only read them.
 """
 
 from __future__ import annotations
@@ -52,7 +54,8 @@ STATUS_KEYS = {"steps", "episodes", "mean_reward", "wall_seconds", "policy_versi
 RUN_TIMEOUT_S = 120.0
 """Liveness bound of one subprocess (a run takes a few seconds)."""
 INTERRUPT_AFTER_STEPS = 1000
-"""The SIGINT test interrupts once training_status.json reports this many steps."""
+"""The interrupted run is scraped once training_status.json reports this many steps and twice as many, then
+interrupted (``interrupted_run``)."""
 INTERRUPTED_EXIT_CODE = 130
 """What ``stepstream train`` returns after a SIGINT/SIGTERM that it handled (checkpoint saved)."""
 
@@ -407,17 +410,6 @@ def test_inference_without_a_checkpoint_is_a_clean_error(tmp_path: Path) -> None
 # -- Ctrl-C ----------------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def popen_cleanup() -> Iterator[list[subprocess.Popen[bytes]]]:
-    """Processes a test started; any still running at teardown is killed."""
-    procs: list[subprocess.Popen[bytes]] = []
-    yield procs
-    for proc in procs:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-
-
 def wait_for_steps(run_dir: Path, proc: subprocess.Popen[bytes], steps: int, log: Path) -> dict[str, Any]:
     """Poll training_status.json until it reports ``steps``; fail if the process ends first or after the timeout."""
     deadline = time.monotonic() + RUN_TIMEOUT_S
@@ -434,55 +426,38 @@ def wait_for_steps(run_dir: Path, proc: subprocess.Popen[bytes], steps: int, log
     pytest.fail(f"no training_status.json with {steps} steps after {RUN_TIMEOUT_S} s:\n{tail(log.read_text())}")
 
 
-def test_sigint_saves_a_checkpoint_and_resume_continues(tmp_path: Path, popen_cleanup: list[subprocess.Popen[bytes]]) -> None:
-    long_run = 50 * MAX_STEPS
-    config = write_config(
-        tmp_path / "long.yaml", max_steps=long_run, summary_freq=SUMMARY_FREQ, checkpoint_interval=long_run, keep_checkpoints=2
-    )
-    results, run_id = tmp_path / "results", "interrupted"
-    run_dir = results / run_id
-    log = tmp_path / "interrupted.log"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            [*stepstream_command(), *map(str, train_args(config, results, run_id))],
-            cwd=REPO,
-            env=subprocess_env(),
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    popen_cleanup.append(proc)
+@dataclass(frozen=True)
+class InterruptedRun:
+    """A long ``train --metrics-port`` run scraped at two step counts, then stopped with SIGINT (``interrupted_run``)."""
 
-    wait_for_steps(run_dir, proc, INTERRUPT_AFTER_STEPS, log)
-    assert checkpoint_steps(run_dir) == [], "checkpoint_interval is the whole budget: none before the interrupt"
-    proc.send_signal(signal.SIGINT)
-    returncode = proc.wait(timeout=RUN_TIMEOUT_S)
+    run_dir: Path
+    config: Path
+    returncode: int
+    output: str
+    checkpoints_before_interrupt: list[int]
+    scrapes: Scrapes
+    long_run: int
 
-    output = log.read_text(encoding="utf-8")
-    assert returncode == INTERRUPTED_EXIT_CODE, tail(output)
-    assert "interrupted" in output and "Traceback" not in output, tail(output)
-    status = read_status(run_dir)
-    assert INTERRUPT_AFTER_STEPS <= status["steps"] < long_run
-    assert checkpoint_steps(run_dir) == [status["steps"]], "the interrupt saves a checkpoint at the last step"
-    assert status["checkpoints"][-1]["policy_version"] == status["policy_version"]
-    rows = read_episodes(run_dir)
-    assert len(rows) == status["episodes"]
-
-    more = status["steps"] + 1000
-    resume_config = write_config(
-        tmp_path / "resume.yaml", max_steps=more, summary_freq=SUMMARY_FREQ, checkpoint_interval=long_run, keep_checkpoints=2
-    )
-    resumed = run_cli(train_args(resume_config, results, run_id, "--resume"))
-    assert resumed.returncode == 0, tail(resumed.stdout)
-    assert f"restored {run_dir / BEHAVIOR / 'checkpoints'}/ckpt-{status['steps']}" in resumed.stdout, tail(resumed.stdout)
-    assert_continued(run_dir, status, len(rows), more)
+    def copy_to(self, results_dir: Path) -> Path:
+        """A copy of the run folder under ``results_dir`` (same run id), for tests that change it."""
+        target = results_dir / self.run_dir.name
+        shutil.copytree(self.run_dir, target)
+        return target
 
 
-def test_train_serves_processor_and_trainer_metrics(tmp_path: Path, popen_cleanup: list[subprocess.Popen[bytes]]) -> None:
+@pytest.fixture(scope="module")
+def interrupted_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InterruptedRun]:
+    """One run for the SIGINT and the metrics tests (each training process costs a TensorFlow import): its
+    endpoint is scraped at ``INTERRUPT_AFTER_STEPS`` and twice that, then it gets SIGINT."""
+    root = tmp_path_factory.mktemp("interrupted")
     port = _free_port()  # free now; the run binds it a moment later
     long_run = 50 * MAX_STEPS
-    config = write_config(tmp_path / "long.yaml", max_steps=long_run, summary_freq=SUMMARY_FREQ, checkpoint_interval=long_run)
-    results, run_id = tmp_path / "results", "metrics"
-    log = tmp_path / "metrics.log"
+    config = write_config(
+        root / "long.yaml", max_steps=long_run, summary_freq=SUMMARY_FREQ, checkpoint_interval=long_run, keep_checkpoints=2
+    )
+    results, run_id = root / "results", "interrupted"
+    run_dir = results / run_id
+    log = root / "interrupted.log"
     with open(log, "wb") as out:
         proc = subprocess.Popen(
             [*stepstream_command(), *map(str, train_args(config, results, run_id, "--metrics-port", str(port)))],
@@ -491,15 +466,52 @@ def test_train_serves_processor_and_trainer_metrics(tmp_path: Path, popen_cleanu
             stdout=out,
             stderr=subprocess.STDOUT,
         )
-    popen_cleanup.append(proc)
-    wait_for_steps(results / run_id, proc, INTERRUPT_AFTER_STEPS, log)
-    scrapes = Scrapes(f"http://127.0.0.1:{port}/metrics")
-    scrapes.take()
-    wait_for_steps(results / run_id, proc, 2 * INTERRUPT_AFTER_STEPS, log)
-    scrapes.take()
-    proc.send_signal(signal.SIGINT)
-    assert proc.wait(timeout=RUN_TIMEOUT_S) == INTERRUPTED_EXIT_CODE, tail(log.read_text())
+    try:
+        wait_for_steps(run_dir, proc, INTERRUPT_AFTER_STEPS, log)
+        scrapes = Scrapes(f"http://127.0.0.1:{port}/metrics")
+        scrapes.take()
+        wait_for_steps(run_dir, proc, 2 * INTERRUPT_AFTER_STEPS, log)
+        scrapes.take()
+        before = checkpoint_steps(run_dir)
+        proc.send_signal(signal.SIGINT)
+        returncode = proc.wait(timeout=RUN_TIMEOUT_S)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    yield InterruptedRun(run_dir, config, returncode, log.read_text(encoding="utf-8"), before, scrapes, long_run)
 
+
+def test_sigint_saves_a_checkpoint_and_resume_continues(interrupted_run: InterruptedRun, tmp_path: Path) -> None:
+    assert interrupted_run.checkpoints_before_interrupt == [], "checkpoint_interval is the whole budget: none before"
+    output = interrupted_run.output
+    assert interrupted_run.returncode == INTERRUPTED_EXIT_CODE, tail(output)
+    assert "interrupted" in output and "Traceback" not in output, tail(output)
+    run_dir = interrupted_run.copy_to(tmp_path / "results")
+    status = read_status(run_dir)
+    assert INTERRUPT_AFTER_STEPS <= status["steps"] < interrupted_run.long_run
+    assert checkpoint_steps(run_dir) == [status["steps"]], "the interrupt saves a checkpoint at the last step"
+    assert status["checkpoints"][-1]["policy_version"] == status["policy_version"]
+    rows = read_episodes(run_dir)
+    assert len(rows) == status["episodes"]
+
+    more = status["steps"] + 1000
+    resume_config = write_config(
+        tmp_path / "resume.yaml",
+        max_steps=more,
+        summary_freq=SUMMARY_FREQ,
+        checkpoint_interval=interrupted_run.long_run,
+        keep_checkpoints=2,
+    )
+    resumed = run_cli(train_args(resume_config, run_dir.parent, run_dir.name, "--resume"))
+    assert resumed.returncode == 0, tail(resumed.stdout)
+    assert f"restored {run_dir / BEHAVIOR / 'checkpoints'}/ckpt-{status['steps']}" in resumed.stdout, tail(resumed.stdout)
+    assert_continued(run_dir, status, len(rows), more)
+
+
+def test_train_serves_processor_and_trainer_metrics(interrupted_run: InterruptedRun) -> None:
+    assert interrupted_run.returncode == INTERRUPTED_EXIT_CODE, tail(interrupted_run.output)
+    scrapes = interrupted_run.scrapes
     for metric, kind in {
         "stepstream_processor_agent_steps_total": "counter",
         "stepstream_processor_inference_seconds": "histogram",
