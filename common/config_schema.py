@@ -377,7 +377,6 @@ EXTRA_KEYS: dict[type, dict[str, ExtraKey]] = {
         "goal_conditioning_type": ExtraKey(choices=frozenset({"hyper", "none"})),
         "max_num_agents": ExtraKey(),
     },
-    PPOHyperparameters: {"shared_critic": ExtraKey(only=False, why="a critic shared with the policy")},
 }
 """Per section: the ML-Agents keys that are ignored, or not supported yet unless at their default."""
 

@@ -130,6 +130,9 @@ class PPOHyperparameters:
     """Schedule of beta (linear ends at 1e-5); None follows learning_rate_schedule, as in ML-Agents."""
     epsilon_schedule: ScheduleType | None = None
     """Schedule of epsilon (linear ends at 0.1); None follows learning_rate_schedule, as in ML-Agents."""
+    shared_critic: bool = False
+    """One encoder and body feed both the policy and the value heads, trained by both losses (ML-Agents' key and
+    default; its docs: useful with images); false: the critic has networks of its own."""
     # Stepstream's own keys (ML-Agents' YAML has none): the variants where the defaults follow SB3's PPO.
     clip_value_loss: bool = field(default=False, metadata=STEPSTREAM_KEY)
     """Clip the value loss around the old value estimates by epsilon, as ML-Agents does; false: SB3's plain MSE."""

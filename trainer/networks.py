@@ -176,7 +176,14 @@ class PolicyNetwork(tf.Module):
 
     def __call__(self, *normalized_obs: tf.Tensor) -> dict[str, tf.Tensor]:
         """Distribution parameters: ``mean``/``log_std`` [B, C] and/or ``logits`` [B, M]."""
-        h = self.body(encoded(self.encoder, normalized_obs))
+        return self.heads(self.features(*normalized_obs))
+
+    def features(self, *normalized_obs: tf.Tensor) -> tf.Tensor:
+        """The body's output [B, hidden_units]: the observations encoded, then the MLP (what the heads read)."""
+        return self.body(encoded(self.encoder, normalized_obs))
+
+    def heads(self, h: tf.Tensor) -> dict[str, tf.Tensor]:
+        """The distribution parameters of ``features`` ``h`` [B, hidden_units] (see ``__call__``)."""
         out: dict[str, tf.Tensor] = {}
         if self.mean_head is not None:
             out[MEAN] = self.mean_head(h)
@@ -249,6 +256,39 @@ class ValueNetwork(tf.Module):
     @property
     def variables(self) -> tuple[tf.Variable, ...]:
         """Every weight (all are trainable)."""
+        return self.trainable_variables
+
+
+class SharedValueHeads(tf.Module):
+    """PPO's critic with ``shared_critic`` (ML-Agents' ``SharedActorCritic``): value heads, one output per reward
+    signal, on the policy network's ``features``. The policy's encoder and body are the critic's too, so the value
+    loss trains them beside the policy loss; only the heads are this module's own weights (``trainable_variables``).
+    """
+
+    def __init__(self, policy: PolicyNetwork, hidden_units: int, outputs: int = 1, orthogonal_init: bool = False) -> None:
+        """``hidden_units``: the policy body's width; ``orthogonal_init`` gives the head gain 1, as ``ValueNetwork``."""
+        super().__init__(name="value")
+        self.policy = policy
+        head_init = orthogonal(1.0) if orthogonal_init else "glorot_uniform"
+        self.head = tf.keras.layers.Dense(outputs, kernel_initializer=head_init, name="value_head")
+        self.head.build((None, hidden_units))
+
+    def __call__(self, features: tf.Tensor) -> tf.Tensor:
+        """The policy's ``features`` [B, hidden_units] -> [B, outputs]."""
+        return self.head(features)
+
+    def evaluate(self, normalized_obs: Sequence[tf.Tensor]) -> tf.Tensor:
+        """V of the observations (one ``[B, *shape_i]`` each) through the policy's trunk and the heads: [B, outputs]."""
+        return self(self.policy.features(*normalized_obs))
+
+    @property
+    def trainable_variables(self) -> tuple[tf.Variable, ...]:
+        """The heads' weights only: the trunk's are the policy's (an optimiser over both lists each once)."""
+        return tuple(self.head.trainable_variables)
+
+    @property
+    def variables(self) -> tuple[tf.Variable, ...]:
+        """The heads' weights (all are trainable)."""
         return self.trainable_variables
 
 

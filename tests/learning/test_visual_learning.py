@@ -1,5 +1,6 @@
 """The 1-D goal task seen through a camera only (``SimpleEnv``'s image mode: uint8 ``[H, W, C]``, no vector), as
-ML-Agents' own visual tests learn it: PPO with ``simple`` and ``nature_cnn`` encoders, SAC and BC, through the real
+ML-Agents' own visual tests learn it: PPO with ``simple`` and ``nature_cnn`` encoders (each also with
+``shared_critic``), SAC and BC, through the real
 processor and trainer loop, at the thresholds and budgets of the vector tests (``test_ppo_learning``,
 ``test_sac_learning``, ``test_bc_learning``).
 
@@ -45,11 +46,25 @@ def with_encoder(settings: BehaviorSettings, encoder: EncoderType) -> BehaviorSe
     return dataclasses.replace(settings, network_settings=network)
 
 
-@pytest.mark.parametrize("encoder", [EncoderType.SIMPLE, EncoderType.NATURE_CNN], ids=["simple", "nature_cnn"])
-def test_ppo_learns_from_pixels(encoder: EncoderType) -> None:
+def with_shared_critic(settings: BehaviorSettings, shared_critic: bool) -> BehaviorSettings:
+    hyperparameters = dataclasses.replace(settings.hyperparameters, shared_critic=shared_critic)
+    return dataclasses.replace(settings, hyperparameters=hyperparameters)
+
+
+@pytest.mark.parametrize(
+    ("encoder", "shared_critic"),
+    [
+        pytest.param(EncoderType.SIMPLE, False, id="simple"),
+        pytest.param(EncoderType.NATURE_CNN, False, id="nature_cnn"),
+        pytest.param(EncoderType.SIMPLE, True, id="simple-shared_critic"),
+        pytest.param(EncoderType.NATURE_CNN, True, id="nature_cnn-shared_critic"),
+    ],
+)
+def test_ppo_learns_from_pixels(encoder: EncoderType, shared_critic: bool) -> None:
+    """Each encoder, with the critic's own networks (ML-Agents' default) and with ``shared_critic``."""
     budget = PPO_STEP_BUDGET[False]
     run = harness.train_on_simple_env(
-        with_encoder(ppo_settings(), encoder),
+        with_shared_critic(with_encoder(ppo_settings(), encoder), shared_critic),
         continuous=False,
         seed=0,
         max_trainer_steps=budget,

@@ -77,6 +77,7 @@ ML_AGENTS_DEFAULTS = [
             "num_epoch": 3,
             "beta_schedule": None,
             "epsilon_schedule": None,
+            "shared_critic": False,
         },
     ),
     (
@@ -503,10 +504,6 @@ def test_ignored_keys_are_accepted_and_named_in_one_log_line(caplog: pytest.LogC
         ({"behaviors": {"A": {"trainer_type": "poca"}}}, "behaviors.A.trainer_type"),
         ({"behaviors": {"A": {"reward_signals": {"rnd": {}}}}}, "behaviors.A.reward_signals.rnd"),
         (
-            {"behaviors": {"A": {"trainer_type": "ppo", "hyperparameters": {"shared_critic": True}}}},
-            "behaviors.A.hyperparameters.shared_critic",
-        ),
-        (
             {"environment_parameters": {"gravity": {"sampler_type": "uniform", "sampler_parameters": {"min_value": 9}}}},
             "environment_parameters.gravity",
         ),
@@ -520,7 +517,6 @@ def test_ignored_keys_are_accepted_and_named_in_one_log_line(caplog: pytest.LogC
         "init_path",
         "poca",
         "rnd",
-        "shared_critic",
         "env-params",
         "unity-build",
         "in-default",
@@ -533,6 +529,16 @@ def test_not_supported_yet_names_the_key(config: dict[str, Any], key: str) -> No
     assert not isinstance(info.value, ConfigError)
     assert info.value.key == key
     assert str(info.value).startswith(f"test.yaml: {key}: ") and "not supported yet" in str(info.value)
+
+
+def test_shared_critic_is_ml_agents_ppo_key() -> None:
+    """``hyperparameters.shared_critic`` (ML-Agents' PPOSettings, default false) parses, for PPO only."""
+    options = _behavior({"trainer_type": "ppo", "hyperparameters": {"shared_critic": True}})
+    hp = options.behaviors["CartPole"].hyperparameters
+    assert isinstance(hp, PPOHyperparameters) and hp.shared_critic is True
+    assert "shared_critic" not in _stepstream_keys(PPOHyperparameters)
+    with pytest.raises(ConfigKeyError, match=r"behaviors\.CartPole\.hyperparameters\.shared_critic"):
+        _behavior({"trainer_type": "sac", "hyperparameters": {"shared_critic": True}})
 
 
 @pytest.mark.parametrize("encoder", [e.value for e in EncoderType])

@@ -36,6 +36,7 @@ from common.trajectory import Trajectory, TrajectoryId
 from processor.inference import Policy
 from trainer.bc import BCLearner
 from trainer.checkpoint import Checkpointer
+from trainer.networks import SharedValueHeads
 from trainer.onnx_export import policy_to_onnx
 from trainer.ppo import PPOLearner
 from trainer.sac import SACLearner
@@ -92,11 +93,16 @@ def trajectory(
     )
 
 
-def ppo_settings(encoder: EncoderType = EncoderType.SIMPLE, **signals: RewardSignalSettings) -> BehaviorSettings:
+def ppo_settings(
+    encoder: EncoderType = EncoderType.SIMPLE, shared_critic: bool = False, **signals: RewardSignalSettings
+) -> BehaviorSettings:
     rewards = {RewardSignalType.EXTRINSIC: RewardSignalSettings()}
     rewards.update({RewardSignalType(k): v for k, v in signals.items()})
+    hyperparameters = PPOHyperparameters(
+        batch_size=8, buffer_size=32, num_epoch=2, learning_rate=1e-3, shared_critic=shared_critic
+    )
     return BehaviorSettings(
-        hyperparameters=PPOHyperparameters(batch_size=8, buffer_size=32, num_epoch=2, learning_rate=1e-3),
+        hyperparameters=hyperparameters,
         network_settings=network(encoder),
         reward_signals=rewards,
     )
@@ -131,6 +137,45 @@ def test_ppo_updates_policy_and_value_encoders_and_keeps_uint8_frames_in_its_buf
     assert changed(policy_before, visual_weights(learner.policy))
     assert changed(value_before, visual_weights(learner.value))
     assert learner.policy.encoder is not learner.value.encoder  # separate encoders, as ML-Agents' PPO
+
+
+def test_ppo_shared_critic_trains_one_trunk_that_checkpoints_and_exports_the_actor(tmp_path: Path) -> None:
+    """``shared_critic`` (ML-Agents' SharedActorCritic): one encoder and body feed the policy and value heads, the
+    value loss reaches that trunk, each weight is in the optimiser once, and checkpoint, resume and the exported
+    artifact (the actor alone) work as without it."""
+    learner = PPOLearner(brain(), ppo_settings(shared_critic=True), warm_up=False)
+    assert isinstance(learner.value, SharedValueHeads) and learner.value.policy is learner.policy
+    conv_kernels = [v for v in learner._variables if len(v.shape) == 4]
+    assert len(conv_kernels) == 2  # ``simple``'s two convolutions, once: the critic has none of its own
+    assert len({id(v) for v in learner._variables}) == len(learner._variables)
+    obs = [tf.constant(o) for o in observations(4, 3, UINT8, FRAME)]
+    with tf.GradientTape() as tape:
+        values = learner.value.evaluate(learner._normalized(obs))
+    assert values.shape == (4, 1)
+    gradients = tape.gradient(values, learner.policy.encoder.trainable_variables)
+    assert all(g is not None and np.any(g.numpy() != 0) for g in gradients)  # V's gradient reaches the trunk
+
+    before = visual_weights(learner.policy)
+    learner.add_trajectories([trajectory(32)])
+    stats = learner.update()
+    assert np.isfinite(stats["Losses/Policy Loss"]) and np.isfinite(stats["Losses/Value Loss"])
+    assert changed(before, visual_weights(learner.policy))
+
+    Checkpointer(tmp_path, learner, keep_checkpoints=2).save(step=32, version=1)
+    target = PPOLearner(brain(), ppo_settings(shared_critic=True), seed=2, warm_up=False)
+    assert Checkpointer(tmp_path, target, keep_checkpoints=2).restore_latest() == (32, 1)
+    for a, b in zip(learner._variables, target._variables, strict=True):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+    restored = visual_weights(target.policy)
+    target.add_trajectories([trajectory(32, seed=5)])
+    target.update()
+    assert changed(restored, visual_weights(target.policy))
+
+    expected = target.policy(*target._normalized(obs))
+    policy = Policy.from_update(target.export_policy(version=2, trainer_step=64))
+    got = policy.forward([o.numpy() for o in obs])
+    np.testing.assert_allclose(got["mean"], expected["mean"].numpy(), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(got["logits"], expected["logits"].numpy(), rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("frame_dtype", [UINT8, FLOAT32], ids=["uint8", "float32"])
