@@ -472,8 +472,10 @@ class PPOLearner:
     def __init__(
         self, brain_parameters: BrainParameters, settings: BehaviorSettings, seed: int = 0, warm_up: bool = True
     ) -> None:
-        """Builds the networks; with ``warm_up``, also traces and instantiates the update graph (~1-2 s on
-        2 cores), so the first update does not keep env clients waiting on a policy (tests skip it).
+        """Builds the networks; with ``warm_up``, the first ``add_trajectories`` also traces and instantiates the
+        update graph (~1-2 s of CPU on 2 cores), so the first update does not keep env clients waiting on a policy
+        (tests skip it). Not here: the trainer loop exports the first policy after building the learner, and the envs
+        wait for that policy; traced at the first trajectory, the warm-up runs while they act with it.
 
         Raises:
             ConfigKeyError: ``settings`` are not PPO's.
@@ -548,12 +550,17 @@ class PPOLearner:
         self._train_epoch = tf.function(self._epochs, input_signature=[stacked, scalar, scalar], autograph=False)
         rows_spec = tf.nest.map_structure(lambda spec: tf.TensorSpec(spec.shape[1:], spec.dtype), stacked)
         self._log_probs = tf.function(self._action_log_probs, input_signature=[rows_spec], autograph=False)
-        if warm_up:  # no rows: nothing trains, but the graphs are built and optimised
-            empty = tf.nest.map_structure(lambda spec: tf.zeros([0, 0, *spec.shape[2:]], spec.dtype), stacked)
-            self._train_epoch(empty, 0.0, 0.0)
-            # One row, not zero: a conv on an empty batch trips a TF graph-rewrite bug (image encoders).
-            self._value_estimates(tuple(tf.zeros([1, *spec.shape[1:]], spec.dtype) for spec in obs_specs))
+        self._warm_up_pending = warm_up
+        self._stacked_signature = stacked
         self._exporter = TFLiteExporter(self.policy, [spec.shape for spec in specs], observation_dtypes=dtypes)
+
+    def _warm_up(self) -> None:
+        """Traces and instantiates the update graph on no rows (nothing trains), once (``__init__``'s ``warm_up``)."""
+        if not self._warm_up_pending:
+            return
+        self._warm_up_pending = False
+        empty = tf.nest.map_structure(lambda spec: tf.zeros([0, 0, *spec.shape[2:]], spec.dtype), self._stacked_signature)
+        self._train_epoch(empty, 0.0, 0.0)
 
     def _normalized(self, obs: Sequence[tf.Tensor]) -> list[tf.Tensor]:
         if not self.normalize:
@@ -615,6 +622,7 @@ class PPOLearner:
         """
         if not trajectories:
             return 0
+        self._warm_up()
         n_obs = len(self.normalizers)
         obs, next_obs = observations(trajectories, n_obs)
         if self.normalize:  # as ML-Agents: fold the new observations in before estimating values with them

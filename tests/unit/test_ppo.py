@@ -245,11 +245,13 @@ def test_learner_schedules_follow_the_trainer_step() -> None:
 
 @pytest.mark.parametrize("spec", [CONTINUOUS, DISCRETE], ids=["continuous", "discrete"])
 def test_update_trains_both_networks_and_reports_ml_agents_tags(spec: ActionSpec) -> None:
-    learner = PPOLearner(brain(spec), settings(max_steps=96))  # warmed up: traced, but nothing trained yet
-    assert learner._train_epoch.experimental_get_tracing_count() == 1
+    learner = PPOLearner(brain(spec), settings(max_steps=96))  # warms up at its first trajectories
+    assert learner._train_epoch.experimental_get_tracing_count() == 0  # the first policy's export does not wait on it
     assert int(learner.optimizer.iterations.numpy()) == 0 and learner.update_buffer.num_experiences == 0
     before = [v.numpy().copy() for v in (*learner.policy.trainable_variables, *learner.value.trainable_variables)]
     learner.add_trajectories([trajectory(spec, 16, seed=s, done_reached=s == 1) for s in range(3)])  # 48 rows
+    assert learner._train_epoch.experimental_get_tracing_count() == 1  # warmed up: traced, but nothing trained yet
+    assert int(learner.optimizer.iterations.numpy()) == 0
     assert learner.ready_to_update()
     metrics = learner.update()
     assert set(metrics) == {POLICY_LOSS, VALUE_LOSS, ENTROPY, LEARNING_RATE, EPSILON, BETA, VALUE_ESTIMATE, EXTRINSIC_REWARD}
