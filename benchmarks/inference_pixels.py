@@ -6,7 +6,10 @@ The workload (issue 19, point 3): PPO's policy network for one uint8 RGB camera 
 exported by ``trainer.export.TFLiteExporter`` exactly as a trainer publishes it. Timed per batch size N:
 
 * ``forward_ms``: ``processor.inference.Policy.forward``, the LiteRT pass the processor runs (uint8 frames go
-  in as they are; the model scales them), ``num_threads=1`` as the processor runs it;
+  in as they are; the model scales them), with the processor's threads: one, or ``WIDE_THREADS`` for a batch of
+  ``WIDE_BATCH_VALUES`` values or more (``threads`` says which);
+* ``forward_1thread_ms``: the same pass always on one thread (``wide_threads=1``, the processor before), timed in
+  rounds alternating with ``forward_ms``'s, so both see the same load;
 * ``act_ms``: ``Policy.act``, the pass plus masking and sampling;
 * ``tf_function_ms``: the same network under a ``tf.function`` in TensorFlow (all cores), for comparison;
 
@@ -22,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import os
 import statistics
 import time
@@ -35,7 +39,7 @@ import tensorflow as tf
 
 from common.config import EncoderType
 from common.specs import ActionSpec, ObservationSpec
-from processor.inference import Policy
+from processor.inference import WIDE_BATCH_VALUES, WIDE_THREADS, Policy
 from protos import pb
 from trainer.encoders import ObservationEncoder
 from trainer.export import TFLiteExporter, make_policy_update
@@ -64,6 +68,12 @@ def seconds_per_call(fn: Callable[[], Any], rounds: int, min_seconds: float) -> 
     return statistics.median(medians)
 
 
+def alternating_seconds_per_call(fns: list[Callable[[], Any]], rounds: int, min_seconds: float) -> list[float]:
+    """``seconds_per_call`` of each of ``fns``, their rounds interleaved (A B A B ...): one median per function."""
+    per_round = [[seconds_per_call(fn, 1, min_seconds) for fn in fns] for _ in range(rounds)]
+    return [statistics.median(times[k] for times in per_round) for k in range(len(fns))]
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--batches", default="1,32,256", help="comma-separated batch sizes N")
@@ -86,7 +96,9 @@ def main(argv: list[str] | None = None) -> None:
     start = time.perf_counter()
     model = exporter.export()
     export_patched_ms = (time.perf_counter() - start) * 1e3
-    policy = Policy.from_update(make_policy_update("Pixels", 1, 0, model, pb.ActionSpec(discrete_branches=BRANCHES)))
+    update = make_policy_update("Pixels", 1, 0, model, pb.ActionSpec(discrete_branches=BRANCHES))
+    policy = Policy.from_update(update)
+    one_thread = Policy.from_update(update, wide_threads=1)
     serve = tf.function(network, input_signature=[tf.TensorSpec([None, *FRAME], tf.uint8)], autograph=False)
 
     rng = np.random.default_rng(0)
@@ -94,6 +106,7 @@ def main(argv: list[str] | None = None) -> None:
         "encoder": encoder_type.value,
         "frame": list(FRAME),
         "cores": os.cpu_count(),
+        "load": round(os.getloadavg()[0], 2),
         "model_bytes": len(model),
         "export_first_s": round(export_first_s, 3),
         "export_patched_ms": round(export_patched_ms, 3),
@@ -106,22 +119,28 @@ def main(argv: list[str] | None = None) -> None:
         def forward_pass(frames: list[np.ndarray] = frames) -> object:
             return policy.forward(frames)
 
+        def one_thread_pass(frames: list[np.ndarray] = frames) -> object:
+            return one_thread.forward(frames)
+
         def act_pass(frames: list[np.ndarray] = frames) -> object:
             return policy.act(frames, None, rng, check=False)
 
         def tf_pass(tensor: tf.Tensor = tensor) -> object:
             return serve(tensor)["logits"].numpy()
 
-        forward = seconds_per_call(forward_pass, args.rounds, args.min_seconds)
+        forward, forward_1thread = alternating_seconds_per_call([forward_pass, one_thread_pass], args.rounds, args.min_seconds)
         act = seconds_per_call(act_pass, args.rounds, args.min_seconds)
         tf_time = seconds_per_call(tf_pass, args.rounds, args.min_seconds)
         result[f"n{n}"] = {
             "forward_ms": round(forward * 1e3, 3),
             "per_row_us": round(forward * 1e6 / n, 1),
+            "threads": WIDE_THREADS if n * math.prod(FRAME) >= WIDE_BATCH_VALUES else 1,
+            "forward_1thread_ms": round(forward_1thread * 1e3, 3),
             "act_ms": round(act * 1e3, 3),
             "tf_function_ms": round(tf_time * 1e3, 3),
         }
         logger.info("N=%d: %s", n, result[f"n{n}"])
+    result["load_end"] = round(os.getloadavg()[0], 2)
     print(json.dumps(result))
 
 

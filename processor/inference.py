@@ -28,9 +28,12 @@ The model's inputs and outputs, and the constants below, follow ``common.policy_
   every row must allow at least one option.
 
 Runtime choices, by measurement on 2 cores: one interpreter per policy with ``num_threads=1``
-(a second thread only pays off from ~256 rows, and the cores are shared with the event loop and
-the trainers); ``set_tensor``/``invoke``/``get_tensor`` on tensors allocated once per batch size,
-reallocated only when ``N`` changes (3-5 us, less than padding to a size bucket costs in compute).
+(for vector policies a second thread only pays off from ~256 rows, and the cores are shared with the
+event loop and the trainers); ``set_tensor``/``invoke``/``get_tensor`` on tensors allocated once per
+batch size, reallocated only when ``N`` changes (3-5 us, less than padding to a size bucket costs in
+compute). A batch of at least ``WIDE_BATCH_VALUES`` observation values (N x the values of one row: ten
+84x84x3 frames; a vector batch never gets there) runs on a second interpreter of the same model with
+``WIDE_THREADS`` threads, made at the first such batch (see ``WIDE_BATCH_VALUES`` for the figures).
 A ``Policy`` is not thread-safe: call it from one thread (the processor's event loop).
 """
 
@@ -155,6 +158,12 @@ def _check_action_spec(spec: pb.ActionSpec, tanh_squash: bool, clip: float) -> N
         raise ProtocolError(f"artifact.clip: {clip} must be > 0 (or inf) for clipped continuous actions")
 
 
+WIDE_THREADS = 2
+"""LiteRT threads of a pass over a batch of at least ``WIDE_BATCH_VALUES`` values (the machine's 2 cores)."""
+WIDE_BATCH_VALUES = 200_000
+"""Observation values in a batch (N x the values of one row) from which a pass takes ``WIDE_THREADS`` threads."""
+
+
 class Policy:
     """One policy version of one behavior, ready to act.
 
@@ -167,7 +176,7 @@ class Policy:
         tanh_squash, clip: how continuous samples become env actions (module docstring).
     """
 
-    def __init__(self, update: pb.PolicyUpdate, interpreter: Interpreter) -> None:
+    def __init__(self, update: pb.PolicyUpdate, interpreter: Interpreter, wide_threads: int = WIDE_THREADS) -> None:
         """Use ``Policy.from_update``; this assumes the artifact's format is already checked."""
         artifact = update.artifact
         self.behavior_name: str = update.behavior_name
@@ -186,10 +195,17 @@ class Policy:
         self._rows = np.zeros((0, 1), np.intp)  # np.arange(N)[:, None], kept for the last N
         self._batch = -1  # rows the interpreter's tensors are allocated for
         self._in_buffers: list[np.ndarray] = []
+        self._buffer_rows = -1  # rows of the normalisation scratch
+        self._model = artifact.model
+        self._wide_threads = wide_threads
+        self._wide: Interpreter | None = None  # the WIDE_THREADS interpreter, made at the first wide batch
+        self._wide_batch = -1
+        self._row_values = sum(math.prod(shape) for shape in self.observation_shapes)
 
     @classmethod
-    def from_update(cls, update: pb.PolicyUpdate) -> Policy:
-        """Loads the artifact of a ``PolicyUpdate``.
+    def from_update(cls, update: pb.PolicyUpdate, wide_threads: int = WIDE_THREADS) -> Policy:
+        """Loads the artifact of a ``PolicyUpdate``; ``wide_threads``: the threads of a pass over a batch of at least
+        ``WIDE_BATCH_VALUES`` values (1: every pass on one thread).
 
         Raises:
             ProtocolError: an unknown format, a model the runtime cannot load, or one whose
@@ -206,7 +222,7 @@ class Policy:
             "artifact.model is not a loadable TFLite model", lambda: Interpreter(model_content=artifact.model, num_threads=1)
         )
         # Reading the model's tensors can fail too (a name that is not UTF-8): refuse it the same way.
-        policy: Policy = _protocol_guard("artifact.model", cls, update, interpreter)
+        policy: Policy = _protocol_guard("artifact.model", cls, update, interpreter, wide_threads)
         logger.debug("loaded policy %s v%d (%d bytes)", policy.behavior_name, policy.version, len(artifact.model))
         return policy
 
@@ -297,16 +313,19 @@ class Policy:
             ``"logits"`` float32 [N, M] (unmasked).
         """
         n = observations[0].shape[0]
-        interp = self._interpreter
-        if n != self._batch:
-            for index, shape in zip(self._inputs, self.observation_shapes, strict=True):
-                interp.resize_tensor_input(index, [n, *shape])
-            interp.allocate_tensors()
+        if self._wide_threads > 1 and n * self._row_values >= WIDE_BATCH_VALUES:
+            interp = self._wide_interpreter(n)
+        else:
+            interp = self._interpreter
+            if n != self._batch:
+                self._allocate(interp, n)
+                self._batch = n
+        if n != self._buffer_rows:
             # Normalisation scratch, for vectors only: images go in as they are.
             self._in_buffers = [
                 np.empty((n, *shape) if not is_image_shape(shape) else 0, np.float32) for shape in self.observation_shapes
             ]
-            self._batch = n
+            self._buffer_rows = n
         for i, (index, obs) in enumerate(zip(self._inputs, observations, strict=True)):
             norm = self._normalizers[i] if self._normalizers is not None else None
             if norm is None:  # no normalisation, or an image: as it came, in the input's dtype
@@ -319,6 +338,21 @@ class Policy:
             interp.set_tensor(index, buf)
         interp.invoke()
         return {name: interp.get_tensor(index) for name, index in self._outputs.items()}
+
+    def _allocate(self, interp: Interpreter, n: int) -> None:
+        """Sizes ``interp``'s input tensors for ``n`` rows."""
+        for index, shape in zip(self._inputs, self.observation_shapes, strict=True):
+            interp.resize_tensor_input(index, [n, *shape])
+        interp.allocate_tensors()
+
+    def _wide_interpreter(self, n: int) -> Interpreter:
+        """The ``wide_threads`` interpreter (the same model: the same tensor indices), sized for ``n`` rows."""
+        if self._wide is None:
+            self._wide = Interpreter(model_content=self._model, num_threads=self._wide_threads)
+        if n != self._wide_batch:
+            self._allocate(self._wide, n)
+            self._wide_batch = n
+        return self._wide
 
     def act(
         self, observations: list[np.ndarray], action_mask: np.ndarray | None, rng: np.random.Generator, *, check: bool = True

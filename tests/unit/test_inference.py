@@ -12,6 +12,7 @@ import pytest
 
 from common.errors import ProtocolError
 from common.policy_contract import NORMALIZATION_CLIP
+from processor import inference
 from processor.inference import Policy
 from protos import pb
 from tests.policies import build_mlp_model, build_mlp_policy_update
@@ -196,6 +197,33 @@ def test_batch_size_changes_and_empty_requests() -> None:
         np.testing.assert_allclose(p.forward(obs)["mean"], tf_outputs(HYBRID, obs)["mean"], atol=1e-5)
     out = p.act([np.zeros((0, 8), np.float32), np.zeros((0, 3), np.float32)], None, np.random.default_rng(0))
     assert [a.shape for a in out[:5]] == [(0, 2), (0, 2), (0, 2), (0, 2), (0, 2)]
+
+
+def test_a_wide_batch_runs_on_the_second_interpreter_with_the_same_outputs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """From ``WIDE_BATCH_VALUES`` values on (here lowered to 40 rows of 11 values), a pass runs on a ``WIDE_THREADS``
+    interpreter made at the first such batch; smaller ones stay on the first, and normalisation applies on both."""
+    monkeypatch.setattr(inference, "WIDE_BATCH_VALUES", 40 * sum(math.prod(s) for s in OBS))
+    rng = np.random.default_rng(3)
+    norms = [(rng.standard_normal(s).astype(np.float32), rng.uniform(0.5, 2, s).astype(np.float32)) for s in OBS]
+    p, single = (
+        policy(normalizers=norms),
+        Policy.from_update(build_mlp_policy_update("Walker", OBS, HYBRID, 3, 0, normalizers=norms), wide_threads=1),
+    )
+    made = False
+    for n in (5, 39, 40, 64, 5, 64, 1):
+        obs = make_obs(n, seed=n)
+        normalised = [
+            np.clip((o - m) / np.sqrt(v + 1e-8), -NORMALIZATION_CLIP, NORMALIZATION_CLIP)
+            for o, (m, v) in zip(obs, norms, strict=True)
+        ]
+        want = tf_outputs(HYBRID, normalised)
+        for got in (p.forward(obs), single.forward(obs)):
+            for key in want:
+                np.testing.assert_allclose(got[key], want[key], atol=1e-5, err_msg=f"{key} at N={n}")
+        made = made or n >= 40
+        assert (p._wide is not None) == made, n
+    assert p._wide_batch == 64 and p._batch == 1
+    assert single._wide is None  # wide_threads=1: every pass on one thread
 
 
 def update_with(**artifact_fields: object) -> pb.PolicyUpdate:
