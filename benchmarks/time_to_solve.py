@@ -37,6 +37,15 @@ machines are noisy, compare ratios), from the repository root::
 
 usage: time_to_solve.py ppo-cartpole|sac-pendulum|ppo-pixel [seed] [--wall-limit-s S] [--results-dir DIR] [--poll-s S]
 
+Measured, ``ppo-pixel`` beside ``sb3_pixel.py``, alternating per seed (ours, then the peer), all solved:
+
+* 2026-12-02, before ``shared_critic`` (load 2-9, two rounds): ours 44.5 / 42.2 / 101.0 s and 81.4 / 77.4 / 55.4 s,
+  peer 23.8 / 36.0 / 73.8 s and 84.5 / 38.1 / 46.2 s: medians 1.24x and 1.68x the peer's.
+* 2026-12-02 02:25-02:37 UTC, ``shared_critic: true``, the update warm-up after the first policy, TensorFlow without
+  scikit-learn (load 8-10): seeds 0 / 1 / 2 ours 152.5 / 102.7 / 73.9 s (8,401 / 9,272 / 10,299 steps), peer
+  107.7 / 68.8 / 90.1 s (7,712 / 7,104 / 7,400 steps): medians 102.7 against 90.1 s, 1.14x. The goal (no slower)
+  is not met; the steps are still 1.1-1.4x the peer's.
+
 Prints one JSON line last: ``{"algo_env", "solved", "steps", "wall_s"}``. The run's own output goes
 to ``<results-dir>/train.log`` (its tail is logged if the run fails); the load average is logged
 at start and end, since the figures depend on what else runs on the machine.
