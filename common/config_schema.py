@@ -125,6 +125,13 @@ class BehaviorSettings:
         return None
 
     @property
+    def noise_hold_steps(self) -> int:
+        """Steps the processor holds each agent's action noise (``PPOHyperparameters.noise_hold_steps``); 1 for
+        other trainer types (fresh noise every step)."""
+        hp = self.hyperparameters
+        return hp.noise_hold_steps if isinstance(hp, PPOHyperparameters) else 1
+
+    @property
     def demo_path(self) -> str | None:
         """The demonstrations a ``bc`` trainer learns from; None for other trainer types."""
         return self.hyperparameters.demo_path if isinstance(self.hyperparameters, BCHyperparameters) else None

@@ -152,6 +152,11 @@ class PPOHyperparameters:
     log_std_init: float = field(default=0.0, metadata=STEPSTREAM_KEY)
     """Initial log standard deviation of the continuous actions' Gaussian (SB3's ``log_std_init``; 0: std 1, as
     ML-Agents and SB3's default); in [-20, 2], the clip of the policy's log_std."""
+    noise_hold_steps: int = field(default=1, metadata=STEPSTREAM_KEY)
+    """Agent steps each agent keeps one draw of its continuous actions' Gaussian noise (the processor's, per agent,
+    redrawn every this many of its steps and at its episode start); >= 1; 1: fresh noise every step (ML-Agents). Held
+    noise explores in time-correlated pushes, as SB3's gSDE with ``sde_sample_freq`` does; each step's action is
+    still N(mean, std), so the log-prob is unchanged (``processor.exploration``)."""
 
     def __post_init__(self) -> None:
         at_least(self.batch_size, 1, "batch_size")
@@ -164,6 +169,7 @@ class PPOHyperparameters:
         if self.max_grad_norm is not None:
             positive(self.max_grad_norm, "max_grad_norm")
         require(-20.0 <= self.log_std_init <= 2.0, "log_std_init", f"must be in [-20, 2], got {self.log_std_init!r}")
+        at_least(self.noise_hold_steps, 1, "noise_hold_steps")
 
     @property
     def num_minibatches(self) -> int:

@@ -71,6 +71,7 @@ class _Request:
     action_mask: np.ndarray | None
     rows: int
     future: asyncio.Future[ActionOutput]
+    noise: np.ndarray | None = None
 
 
 def _slice(output: ActionOutput, start: int, stop: int) -> ActionOutput:
@@ -183,12 +184,16 @@ class InferenceBatcher:
         assert self._policy is not None  # set before the event
         return self._policy
 
-    async def act(self, observations: list[np.ndarray], action_mask: np.ndarray | None) -> ActionOutput:
+    async def act(
+        self, observations: list[np.ndarray], action_mask: np.ndarray | None, noise: np.ndarray | None = None
+    ) -> ActionOutput:
         """Actions for one request's N rows, computed in a pass shared with concurrent requests.
 
         Args:
             observations: one array ``[N, *shape_i]`` per observation spec.
             action_mask: bool/uint8 [N, M], 1 = allowed, or None.
+            noise: float32 [N, C], the continuous actions' held standard-normal noise
+                (``processor.exploration``), or None: drawn fresh.
 
         Returns:
             This request's rows of the pass, in order, with the version of the policy that acted.
@@ -201,11 +206,11 @@ class InferenceBatcher:
         rows = policy.check_request(observations, action_mask)
         if rows == 0:
             self.counters.requests += 1
-            return policy.act(observations, action_mask, self._rng, check=False)
+            return policy.act(observations, action_mask, self._rng, check=False, noise=noise)
         if self._pending and self._pending_rows + rows > self.max_batch_rows:
             self._flush()
         future: asyncio.Future[ActionOutput] = asyncio.get_running_loop().create_future()
-        self._pending.append(_Request(observations, action_mask, rows, future))
+        self._pending.append(_Request(observations, action_mask, rows, future, noise))
         self._pending_rows += rows
         if self._pending_rows >= self.max_batch_rows or 0 < self._active_sessions <= len(self._pending):
             self._flush()
@@ -226,7 +231,7 @@ class InferenceBatcher:
         assert policy is not None  # requests are only queued once a policy exists
         started = time.perf_counter()
         try:
-            output = policy.act(*self._concatenate(batch), self._rng, check=False)
+            output = policy.act(*self._concatenate(batch), self._rng, check=False, noise=self._noise(batch, policy))
         except Exception as err:  # the pass failed: every request in it gets the error
             self.counters.forward_passes += 1
             self.counters.failed_passes += 1
@@ -247,6 +252,14 @@ class InferenceBatcher:
         for request in batch:
             request.future.set_result(_slice(output, start, start + request.rows))
             start += request.rows
+
+    def _noise(self, batch: list[_Request], policy: Policy) -> np.ndarray | None:
+        """The pass's continuous noise ``[sum N, C]`` (fresh draws for the requests that hold none), or None if none holds any."""
+        if all(r.noise is None for r in batch):
+            return None
+        c = int(policy.action_spec.continuous_size)
+        parts = [self._rng.standard_normal((r.rows, c), dtype=np.float32) if r.noise is None else r.noise for r in batch]
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
     @staticmethod
     def _concatenate(batch: list[_Request]) -> tuple[list[np.ndarray], np.ndarray | None]:

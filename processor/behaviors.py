@@ -29,6 +29,7 @@ from common.specs import ActionSpec, BrainParameters
 from common.topics import DEFAULT_RELEASE_AFTER_S, TRAINER_SUBSCRIBER, FullPolicy, TopicRegistry
 from common.trajectory import Trajectory
 from processor.batching import InferenceBatcher
+from processor.exploration import HeldNoise
 from processor.inference import Policy
 from processor.wire import quoted
 from protos import pb
@@ -48,11 +49,15 @@ class BehaviorRuntime:
     trajectory_queue_size: int | None = None
     """Capacity (trajectories, queued + unacknowledged) of each subscriber queue of this behavior;
     None: ``ProcessorSettings.trajectory_queue_size``."""
+    noise_hold_steps: int = 1
+    """Steps each agent keeps one draw of its continuous action noise (``processor.exploration``); 1: fresh every step."""
 
     @classmethod
     def from_settings(cls, settings: BehaviorSettings) -> BehaviorRuntime:
         """The processor's view of one behavior's config (queue size: ``BehaviorSettings.trajectory_queue_size``)."""
-        return cls(settings.time_horizon, settings.effective_max_policy_lag, settings.trajectory_queue_size)
+        return cls(
+            settings.time_horizon, settings.effective_max_policy_lag, settings.trajectory_queue_size, settings.noise_hold_steps
+        )
 
 
 @dataclass(frozen=True)
@@ -151,6 +156,9 @@ class Behavior:
             first_policy_timeout_s=settings.first_policy_timeout_s,
             rng=np.random.default_rng(settings.seed),
         )
+        # Held exploration noise gets one generator per session, spawned from the run's seed: reproducible, and no
+        # two sessions draw the same sequence.
+        self._noise_seeds = np.random.SeedSequence(settings.seed)
         self._follower: asyncio.Task[None] | None = None
         self._loaded: dict[int, tuple[pb.PolicyUpdate, Policy]] = {}
         self.active_sessions = 0
@@ -162,6 +170,14 @@ class Behavior:
     @property
     def name(self) -> str:
         return self.params.behavior_name
+
+    def held_noise(self) -> HeldNoise | None:
+        """A new session's per-agent held action noise, or None where noise is fresh every step (``noise_hold_steps``
+        1, or no continuous actions)."""
+        size = self.params.action_spec.continuous_size
+        if self.runtime.noise_hold_steps <= 1 or size == 0:
+            return None
+        return HeldNoise(size, self.runtime.noise_hold_steps, np.random.default_rng(self._noise_seeds.spawn(1)[0]))
 
     def session_started(self) -> None:
         """A session that declared this behavior opened: the batcher waits for one more request."""

@@ -363,7 +363,13 @@ class Policy:
         return self._wide
 
     def act(
-        self, observations: list[np.ndarray], action_mask: np.ndarray | None, rng: np.random.Generator, *, check: bool = True
+        self,
+        observations: list[np.ndarray],
+        action_mask: np.ndarray | None,
+        rng: np.random.Generator,
+        *,
+        check: bool = True,
+        noise: np.ndarray | None = None,
     ) -> ActionOutput:
         """Samples actions for N rows.
 
@@ -373,6 +379,8 @@ class Policy:
             rng: the random generator for the samples.
             check: validate shapes and mask first (``check_request``); callers that already did,
                 per request, pass False.
+            noise: float32 [N, C], the standard-normal ``eps`` of the continuous actions (held per agent,
+                ``processor.exploration``), or None to draw it from ``rng``.
 
         Returns:
             The actions and log-probs (see ``ActionOutput`` for shapes), with this version.
@@ -389,7 +397,7 @@ class Policy:
             )
         outputs = self.forward(observations)
         if c:
-            env_actions, actions, log_probs = self._sample_continuous(outputs[MEAN], outputs[LOG_STD], rng)
+            env_actions, actions, log_probs = self._sample_continuous(outputs[MEAN], outputs[LOG_STD], rng, noise)
         else:
             env_actions = actions = log_probs = np.zeros((n, 0), np.float32)
         if b:
@@ -399,10 +407,10 @@ class Policy:
         return ActionOutput(env_actions, actions, log_probs, discrete, discrete_log_probs, self.version)
 
     def _sample_continuous(
-        self, mean: np.ndarray, log_std: np.ndarray, rng: np.random.Generator
+        self, mean: np.ndarray, log_std: np.ndarray, rng: np.random.Generator, noise: np.ndarray | None = None
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(env actions, stored actions, log-probs), each float32 [N, C]."""
-        eps = rng.standard_normal(mean.shape, dtype=np.float32)
+        """(env actions, stored actions, log-probs), each float32 [N, C]; ``noise`` [N, C]: the eps to use."""
+        eps = rng.standard_normal(mean.shape, dtype=np.float32) if noise is None else noise
         u = mean + np.exp(log_std) * eps
         # log N(u; mean, std) = -(u - mean)^2 / (2 std^2) - log std - log(2 pi) / 2, with (u - mean) / std = eps.
         log_probs = -0.5 * eps * eps - log_std - _HALF_LOG_2PI

@@ -225,7 +225,9 @@ class AgentProcessorServicer(pb_grpc.AgentProcessorServicer):
         )
         if info.environment_stats:  # for the behavior's trainer summaries (common.environment_stats)
             behavior.add_environment_stats(info.environment_stats)
-        out = await behavior.batcher.act(info.observations, info.action_mask)
+        held = session.noise.get(behavior.name)
+        noise = None if held is None else held.draw(info.agent_ids, info.done)
+        out = await behavior.batcher.act(info.observations, info.action_mask, noise)
         self._check_live(session)  # replaced while waiting: its agents were flushed, this row is not theirs any more
         actions = StepActions(
             out.continuous_actions, out.discrete_actions, out.continuous_log_probs, out.discrete_log_probs, out.policy_version

@@ -14,6 +14,7 @@ from common.errors import ConfigError, ProtocolError, UnknownBehaviorError
 from common.trajectory import Trajectory
 from processor.assembly import FLUSH_BATCH_AGENTS, AgentBudget, TrajectoryAssembler
 from processor.behaviors import Behavior
+from processor.exploration import HeldNoise
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +44,8 @@ class Session:
     """A newer Hello with this client id took over; the old stream ends ABORTED at its next message."""
     closed: bool = False
     steps: int = field(default=0)
+    noise: dict[str, HeldNoise] = field(default_factory=dict)
+    """Per behavior with ``noise_hold_steps`` > 1: its agents' held action noise (``processor.exploration``)."""
 
     def behavior(self, name: str) -> tuple[Behavior, TrajectoryAssembler]:
         """The behavior and assembler for a BrainInfo's behavior name.
@@ -66,6 +69,8 @@ class Session:
         flush at once, and every other session waited that long for its next answer.
         """
         self.closed = True
+        for held in self.noise.values():
+            held.clear()
         for name, assembler in self.assemblers.items():
             for batch in assembler.flush_batches(agents_per_batch):
                 if batch:
@@ -144,6 +149,7 @@ class SessionTable:
             assemblers={b.name: TrajectoryAssembler(b.params, session_id, b.runtime.time_horizon, budget) for b in behaviors},
             behaviors={b.name: b for b in behaviors},
             task=task,
+            noise={b.name: held for b in behaviors if (held := b.held_noise()) is not None},
         )
         old = self._by_client.get(client_id)
         if old is not None and not old.closed:

@@ -172,6 +172,7 @@ def test_stepstream_ppo_keys_default_to_sb3s_variants() -> None:
         "proximal_clip": False,
         "normalize_reward": False,
         "log_std_init": 0.0,
+        "noise_hold_steps": 1,
     }
     for cls in (SACHyperparameters, BCHyperparameters, NetworkSettings, RewardSignalSettings, BehaviorSettings):
         assert _stepstream_keys(cls) == set(), cls
@@ -208,6 +209,13 @@ def test_stepstream_ppo_keys_parse_strictly() -> None:
     assert parsed.hyperparameters == PPOHyperparameters(log_std_init=-1.5)
     with pytest.raises(ConfigKeyError, match=rf"{key}\.log_std_init: must be in \[-20, 2\], got 3\.0"):
         _behavior({"trainer_type": "ppo", "hyperparameters": {"log_std_init": 3}})
+    held = _behavior({"trainer_type": "ppo", "hyperparameters": {"noise_hold_steps": 8}}).behaviors["CartPole"]
+    assert held.hyperparameters == PPOHyperparameters(noise_hold_steps=8) and held.noise_hold_steps == 8
+    assert _behavior({"trainer_type": "sac"}).behaviors["CartPole"].noise_hold_steps == 1  # fresh noise off PPO
+    with pytest.raises(ConfigKeyError, match=rf"{key}\.noise_hold_steps: must be >= 1, got 0"):
+        _behavior({"trainer_type": "ppo", "hyperparameters": {"noise_hold_steps": 0}})
+    with pytest.raises(ConfigKeyError, match=rf"{key}\.noise_hold_steps: expected"):
+        _behavior({"trainer_type": "ppo", "hyperparameters": {"noise_hold_steps": 2.5}})
     with pytest.raises(ConfigKeyError, match=r"'max_grad_norm' is a ppo hyperparameter"):
         _behavior({"trainer_type": "sac", "hyperparameters": {"max_grad_norm": 0.5}})
 
