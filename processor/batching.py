@@ -254,7 +254,7 @@ class InferenceBatcher:
             start += request.rows
 
     def _noise(self, batch: list[_Request], policy: Policy) -> np.ndarray | None:
-        """The pass's continuous noise ``[sum N, C]`` (fresh draws for the requests that hold none), or None if none holds any."""
+        """The pass's continuous noise ``[sum N, C]``, fresh draws for the requests that hold none; None if none holds any."""
         if all(r.noise is None for r in batch):
             return None
         c = int(policy.action_spec.continuous_size)
