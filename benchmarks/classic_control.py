@@ -30,7 +30,8 @@ Deviations of the translation (each config's comments say which apply):
 * ``use_sde`` / ``sde_sample_freq`` / ``log_std_init`` / ``use_expln`` (MountainCarContinuous, Pendulum PPO):
   no gSDE in stepstream; a plain Gaussian (PPO: state-independent log_std starting at the stepstream key
   ``log_std_init``, default 0). The zoo's ``log_std_init`` is gSDE's, not a Gaussian's: translate by measuring
-  (MountainCarContinuous: -1.0, below).
+  (MountainCarContinuous: -1.0, below). gSDE's noise held for ``sde_sample_freq`` steps (or one rollout) is the
+  PPO key ``noise_hold_steps``, without the state dependence; measured below, not set in the configs.
 * ``vf_coef`` (MountainCarContinuous PPO, 0.19): stepstream's value loss weight is fixed at 0.5.
 * SAC ``ent_coef`` fixed (MountainCarContinuous, 0.1): stepstream's SAC learns it from ``init_entcoef``;
   ``train_freq`` / ``gradient_steps`` 32 / 32 -> ``steps_per_update`` 1 (the same ratio).
@@ -93,8 +94,23 @@ SB3: 77.1 / 91.1 / 92.6, solved at 5.3k / 5.7k / 3.5k steps.
   more, 198 / 254 s against ~100-130 s): at lag 2, 1638 updates of ~12 rows each take 20k steps (mean lag 1.2),
   where SB3 makes 2500 updates of 8 on-policy rows. ``proximal_clip: true`` (which lets the stale rows train):
   84.5 / 94.7 (- / 12.0k), no better; left off.
-* not done: a gSDE-like temporally correlated exploration (noise held per agent for ``sde_sample_freq`` steps, in
-  the processor's sampling): what SB3's faster time to the threshold needs.
+* held exploration noise, 2026-12-02 (load 2-11, other helpers' work beside it): the PPO key ``noise_hold_steps``
+  (each agent's Gaussian noise held for k of its steps by the processor, drawn anew at episode start; the
+  per-step marginal and log-prob unchanged: ``processor/exploration.py``), our side only, 20k steps, alternating
+  per seed (``/tmp`` driver: ``stepstream train`` of a copy of the config, figures by ``episode_figures``).
+  Figures: last-20 mean, steps / s to 90, steps to the first flag, mean length of the last 20 episodes.
+  With ``log_std_init: -1.0``: k 1 (as shipped): seed 0 95.8, 15.0k / 56.8 s, flag 8.4k, 274 steps; seed 1
+  95.3, 11.3k / 115.6 s, flag 5.6k, 183 steps. k 8 (the zoo's 8-step rollout): seed 0 95.7, 16.8k / 176.5 s,
+  flag 2.7k, 264 steps; seed 1 95.2, 14.8k / 70.6 s, flag 0.7k, 219 steps. k 32, seed 0: 94.3, 15.8k / 109.3 s,
+  flag 5.4k, 164 steps. k 8 with ``normalize_reward``, seed 0: 77.4, never. k 8 with ``log_std_init`` -1.5:
+  26.4, never (flag at 5.8k, then it learned to stand still); -2.0 and k 16 with -2.0: -1.8 / -1.6, never at
+  the flag. Held noise finds the flag 3-8x sooner but does not shorten the time to 90: after the first
+  flag our episodes stay 250-800 steps long for the next ~20 episodes (the window needs 20), where SB3's
+  (``classic_control_sb3.py`` seed 0 with an episode log) failed twice (-4.7, -0.4: its gSDE start std is
+  ~0.065, a failure costs little), reached the flag at 2.4k steps and then never failed, in 120-270 steps
+  an episode. What is left is gSDE's state-dependent noise (``latent(s) @ W``, which the policy's features
+  make near-deterministic per state) or the synchronous 8-row updates (our lag 1.2 versions): not built.
+  Kept: ``noise_hold_steps`` 1 in configs/mountaincarcontinuous_ppo.yaml.
 
 Suite runs (record each with its date):
 

@@ -7,7 +7,9 @@ import asyncio
 import numpy as np
 import pytest
 
+from common.config import BehaviorSettings, PPOHyperparameters, SACHyperparameters, TrainerType
 from processor.batching import InferenceBatcher
+from processor.behaviors import BehaviorRuntime
 from processor.exploration import HeldNoise
 from processor.inference import Policy
 from protos import pb
@@ -112,3 +114,11 @@ async def test_a_pass_mixes_requests_with_held_noise_and_without() -> None:
     raw = policy().forward(obs)
     np.testing.assert_allclose(with_noise.continuous_actions, raw["mean"] + np.exp(raw["log_std"]) * eps, rtol=1e-6)
     assert not np.allclose(fresh.continuous_actions, with_noise.continuous_actions)
+
+
+def test_the_processor_reads_noise_hold_steps_from_the_ppo_config() -> None:
+    held = BehaviorSettings(hyperparameters=PPOHyperparameters(noise_hold_steps=8))
+    assert BehaviorRuntime.from_settings(held).noise_hold_steps == 8
+    assert BehaviorRuntime.from_settings(BehaviorSettings()).noise_hold_steps == 1
+    sac = BehaviorSettings(trainer_type=TrainerType.SAC, hyperparameters=SACHyperparameters())
+    assert BehaviorRuntime.from_settings(sac).noise_hold_steps == 1
