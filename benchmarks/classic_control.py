@@ -112,6 +112,11 @@ SB3: 77.1 / 91.1 / 92.6, solved at 5.3k / 5.7k / 3.5k steps.
   make near-deterministic per state) or the synchronous 8-row updates (our lag 1.2 versions): not built.
   Kept: ``noise_hold_steps`` 1 in configs/mountaincarcontinuous_ppo.yaml.
 
+Held noise on Pendulum-v1 (the zoo's ``sde_sample_freq: 4``), 2026-12-02 (load 7.6-10.3), our side only, 100k
+steps, the same driver, seeds 0 / 1: ``noise_hold_steps`` 1 (as shipped) final -163.2 / -180.9, at -200 by 58.4k /
+51.2k steps, 75.4 / 84.3 s (CPU 58.5 / 55.9 s); 4: -171.0 / -181.6, by 72.0k / 60.0k steps, 73.2 / 69.1 s (CPU
+58.0 / 53.9 s). More steps with the noise held, seconds within the load's noise: not set in pendulum_ppo.yaml.
+
 Suite runs (record each with its date):
 
 * 2026-12-01, ``classic_control.py --tasks ppo-acrobot --seeds 0`` (load 7.8-9.2, other work beside it):
