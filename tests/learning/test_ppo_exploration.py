@@ -18,6 +18,7 @@ import dataclasses
 import numpy as np
 import pytest
 
+from common.config import PPOHyperparameters
 from envclient.runner import RunStats, run_env
 from envclient.session import EnvSession
 from envclient.simple_env import SimpleEnv
@@ -49,6 +50,7 @@ def reached(result: TrainerResult) -> bool:
 
 def test_ppo_reaches_a_far_goal_with_noise_held_for_the_episode() -> None:
     settings = ppo_settings()
+    assert isinstance(settings.hyperparameters, PPOHyperparameters)
     hyperparameters = dataclasses.replace(settings.hyperparameters, log_std_init=-1.0, noise_hold_steps=100)
     run = harness.train_on_simple_env(
         dataclasses.replace(settings, hyperparameters=hyperparameters),
