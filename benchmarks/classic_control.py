@@ -45,7 +45,7 @@ Figures per seed: ``final`` = the mean of the last 20 finished episodes at the e
 benchmarks/time_to_solve.py; the peer's after its imports); null if never (Infinity in the median).
 
 usage: classic_control.py [--seeds 0 1 2] [--tasks ppo-acrobot ...] [--results-dir DIR] [--sb3-python PATH]
-                          [--skip-sb3]
+                          [--skip-sb3] [--config VARIANT.yaml (one task: our side runs it instead)]
 
 Prints one JSON line last: ``{"workload": "classic_control", "date": ..., "<algo_env>": {"ours_final": [...],
 "sb3_final": [...], "ours_solve_s": [...], "sb3_solve_s": [...], "ours_solve_steps": [...], "sb3_solve_steps":
@@ -213,9 +213,10 @@ def episode_figures(csv_path: Path, threshold: float) -> Figures:
     return Figures(final, solve_steps, solve_s)
 
 
-def run_ours(name: str, task: Task, seed: int, results_dir: Path) -> Figures:
-    """``stepstream train`` for the whole budget (no early stop: the final mean is a figure too)."""
-    config = REPO / "configs" / task.config
+def run_ours(name: str, task: Task, seed: int, results_dir: Path, config: Path | None = None) -> Figures:
+    """``stepstream train`` for the whole budget (no early stop: the final mean is a figure too); ``config``
+    replaces the task's own (an A/B variant)."""
+    config = config or REPO / "configs" / task.config
     never = Workload(config, window=WINDOW, threshold=math.inf)
     outcome, run_ok = run(name, seed, results_dir, wall_limit_s=7200.0, poll_s=1.0, workload=never)
     if not run_ok:
@@ -253,15 +254,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--results-dir", type=Path, help="keep our runs here (default: a temporary folder)")
     parser.add_argument("--sb3-python", type=Path, default=SB3_PYTHON, help=f"the peer's interpreter ({SB3_PYTHON})")
     parser.add_argument("--skip-sb3", action="store_true", help="our side only (A/B runs); sb3 lists stay empty")
+    parser.add_argument("--config", type=Path, help="our side runs this config instead of the task's (one task only)")
     args = parser.parse_args(argv)
+    if args.config is not None and len(args.tasks) != 1:
+        parser.error("--config needs exactly one --tasks entry")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     for name in args.tasks:  # the budget lives in the config: check they agree before hours of running
         from common.config import load_config
 
-        options = load_config(REPO / "configs" / TASKS[name].config)
+        path = args.config or REPO / "configs" / TASKS[name].config
+        options = load_config(path)
         behavior = next(iter(options.env_settings.behavior_names))
         if options.settings_for(behavior).max_steps != TASKS[name].budget:
-            raise SystemExit(f"{name}: configs/{TASKS[name].config} max_steps differs from the budget {TASKS[name].budget}")
+            raise SystemExit(f"{name}: {path} max_steps differs from the budget {TASKS[name].budget}")
     with tempfile.TemporaryDirectory(prefix="stepstream-cc-") as tmp:
         results_dir = (args.results_dir or Path(tmp)).resolve()
         results_dir.mkdir(parents=True, exist_ok=True)
@@ -272,7 +277,7 @@ def main(argv: list[str] | None = None) -> int:
             entry: dict[str, list[Any]] = {k: [] for k in ("ours_final", "sb3_final", "ours_solve_s", "sb3_solve_s")}
             entry.update({"ours_solve_steps": [], "sb3_solve_steps": []})
             for seed in args.seeds:
-                sides = [("ours", run_ours(name, task, seed, results_dir))]
+                sides = [("ours", run_ours(name, task, seed, results_dir, args.config))]
                 if not args.skip_sb3:
                     sides.append(("sb3", run_sb3(task, seed, args.sb3_python)))
                 for side, figures in sides:
