@@ -131,9 +131,11 @@ Suite runs (record each with its date):
   final 44.9 / 20.9 / 86.5, never at the threshold; SB3 77.1 / 91.1 / 92.6, at 5.3k / 5.7k / 3.5k steps.
   ppo-cartpole: ours final 500 / 500 / 500, threshold at 30.3k / 25.8k / 27.1k steps, 13.3 / 14.0 / 56.2 s (median
   14.0 s); SB3 final 500 / 500 / 500, at 30.3k / 30.6k / 34.8k steps, 14.5 / 23.6 / 97.8 s (median 23.6 s).
-* 2026-12-02 02:44, ``classic_control.py --tasks ppo-pendulum --seeds 0`` (as shipped, fresh noise; load 8.4-12.3,
-  other helpers' work beside it): ours final -182.6, threshold at 58.4k steps / 75.7 s; SB3 (gSDE,
-  ``sde_sample_freq`` 4) final -216.2, at 67.2k steps / 135.7 s.
+* 2026-12-02 02:44 and 02:50, ``classic_control.py --tasks ppo-pendulum --seeds 0``, then ``--seeds 1 2`` (as
+  shipped, fresh noise; load 5.9-12.3, other helpers' work beside it): ours final -182.6 / -180.1 / -190.8 (median
+  -182.6), threshold at 58.4k / 51.2k / 52.0k steps, 75.7 / 71.5 / 50.5 s (median 71.5 s); SB3 (gSDE,
+  ``sde_sample_freq`` 4) final -216.2 / -204.7 / -204.5 (median -204.7), at 67.2k / 46.4k / 52.0k steps, 135.7 /
+  155.0 / 67.1 s (median 135.7 s). Goal met for ppo-pendulum.
 * 2026-12-02, ``classic_control.py --tasks sac-pendulum --seeds 0`` (seeds 1-2 stopped for time; load 5-7): ours
   final -169.3, threshold at 6,864 steps / 371.5 s; SB3 final -159.9, at 8,400 steps / 281.0 s.
 """
