@@ -110,6 +110,8 @@ SB3: 77.1 / 91.1 / 92.6, solved at 5.3k / 5.7k / 3.5k steps.
   ~0.065, a failure costs little), reached the flag at 2.4k steps and then never failed, in 120-270 steps
   an episode. What is left is gSDE's state-dependent noise (``latent(s) @ W``, which the policy's features
   make near-deterministic per state) or the synchronous 8-row updates (our lag 1.2 versions): not built.
+  Seed 2 (03:05, load 5.9-9.3, ``classic_control.py --tasks ppo-mountaincarcontinuous --seeds 2 --skip-sb3
+  [--config the k 8 copy]``): k 8 95.4, 16.0k / 59.4 s; k 1 96.1, 14.3k / 62.0 s.
   Kept: ``noise_hold_steps`` 1 in configs/mountaincarcontinuous_ppo.yaml.
 
 Held noise on Pendulum-v1 (the zoo's ``sde_sample_freq: 4``), 2026-12-02 (load 7.6-10.3), our side only, 100k
