@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import functools
 import logging
 import ssl
 import threading
@@ -109,6 +110,7 @@ class JetStreamConnection:
         self._closed = False
         self._closing = False
         self._refusal: BaseException | None = None
+        self._hops = _Hops(self._loop)
         try:
             self.nc: Client = self.run(self._connect(url.split(","), name, token, tls, connect_timeout_s))
         except BaseException:
@@ -220,8 +222,16 @@ class JetStreamConnection:
 
     async def arun(self, coro: Awaitable[T]) -> T:
         """Run ``coro`` on the connection's loop and await its result from another loop (shielded:
-        cancelling the caller does not cancel ``coro``)."""
-        return await asyncio.shield(asyncio.wrap_future(self.submit(coro)))
+        cancelling the caller does not cancel ``coro``).
+
+        Calls from many coroutines share the wakeups of both loops (``_Hops``): under load one
+        wakeup carries a batch each way instead of one per call.
+        """
+        if self._closed:
+            raise TopicClosedError(f"the connection to {self.url} is closed")
+        future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+        self._hops.put(coro, future)
+        return await future
 
     def close(self) -> None:
         """Drain nothing, close the client and stop the loop thread. Idempotent."""
@@ -246,6 +256,69 @@ class JetStreamConnection:
             self._thread.join(5.0)
         if not self._thread.is_alive():
             self._loop.close()
+
+
+class _Hops:
+    """Coroutines sent from other event loops to run on ``loop``, their results sent back.
+
+    A hop between loops costs a wakeup of the other loop's thread (a write to its self-pipe, then a
+    wait for the GIL). ``put`` wakes ``loop`` only when no batch is already on its way, and a
+    caller's loop is woken once for every result that finished meanwhile, so publishes from many
+    sessions share wakeups (each of ``asyncio.run_coroutine_threadsafe`` and ``wrap_future`` has
+    its own, both ways).
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._lock = threading.Lock()
+        self._incoming: list[tuple[Awaitable[Any], asyncio.Future[Any]]] = []
+        self._starting = False
+        self._results: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Any], asyncio.Task[Any]]]] = {}
+
+    def put(self, coro: Awaitable[Any], future: asyncio.Future[Any]) -> None:
+        """Run ``coro`` on ``loop``; resolve ``future`` (of the caller's loop) with its outcome."""
+        with self._lock:
+            self._incoming.append((coro, future))
+            if self._starting:
+                return
+            self._starting = True
+        self._loop.call_soon_threadsafe(self._start)
+
+    def _start(self) -> None:
+        with self._lock:
+            batch, self._incoming = self._incoming, []
+            self._starting = False
+        for coro, future in batch:
+            task = self._loop.create_task(coro)  # type: ignore[arg-type]
+            task.add_done_callback(functools.partial(self._finished, future))
+
+    def _finished(self, future: asyncio.Future[Any], task: asyncio.Task[Any]) -> None:
+        if not task.cancelled():
+            task.exception()  # retrieved here, even when the caller is gone
+        caller = future.get_loop()
+        with self._lock:
+            results = self._results.setdefault(caller, [])
+            results.append((future, task))
+            if len(results) > 1:
+                return  # a delivery to that loop is already on its way
+        try:
+            caller.call_soon_threadsafe(self._deliver, caller)
+        except RuntimeError:  # the caller's loop is closed: nobody waits for these
+            with self._lock:
+                self._results.pop(caller, None)
+
+    def _deliver(self, caller: asyncio.AbstractEventLoop) -> None:
+        with self._lock:
+            results = self._results.pop(caller, [])
+        for future, task in results:
+            if future.done():  # the caller was cancelled; the call ran on
+                continue
+            if task.cancelled():
+                future.cancel()
+            elif (err := task.exception()) is not None:
+                future.set_exception(err)
+            else:
+                future.set_result(task.result())
 
 
 async def _cancel_other_tasks() -> None:
