@@ -9,8 +9,14 @@ would miss the others where it matters:
   ``docker compose up``) would run on;
 * the BrainParameters wait would hang when the processor it reached has no env client yet.
 
-:func:`replica_targets` resolves the name to each address; :func:`replica_security` keeps TLS
-checking the processor's certificate against the name the user gave, not the address.
+:func:`replica_targets` gives each processor ``--processor`` names: each entry of a list of IP
+literals (``a:50051,b:50051``, or the ``ipv4:``/``ipv6:`` target an env client's channel balances
+over), each address a name resolves to (``processor:50051``, or ``dns:///processor:50051``). gRPC
+Python does not hand out the addresses its resolver found, so a name is resolved here by the
+system resolver (``getaddrinfo``: ``/etc/hosts``, then the system's DNS servers; Docker's embedded
+DNS in the stack): a ``dns://SERVER/name`` target's own DNS server is not asked.
+:func:`replica_security` keeps TLS checking the processor's certificate against the name the user
+gave, not the address.
 """
 
 from __future__ import annotations
@@ -22,17 +28,38 @@ from common.security import ClientSecurity
 
 
 def replica_targets(address: str) -> list[str]:
-    """``host:port`` of each IPv4 address ``address``'s host resolves to (IPv6 where it has none), in resolver order.
+    """``host:port`` of each processor ``address`` names, in the order given or resolved.
+
+    * a list (``"10.0.0.1:50051,10.0.0.2:50051"``, or ``"ipv4:..."``/``"ipv6:..."``): each entry;
+    * ``dns:[//authority]/host:port``: as ``host:port``;
+    * ``host:port``: each IPv4 address ``host`` resolves to (IPv6 where it has none).
 
     A host that does not resolve now, or a malformed address, gives ``[address]``: the caller's call
     then reports the failure as it would have without replicas.
     """
+    target = address.strip()
+    if target.startswith(("ipv4:", "ipv6:")):
+        target = target.split(":", 1)[1]
+    elif target.startswith("dns:"):
+        target = target[len("dns:") :].lstrip("/")
+        if "/" in target:  # dns://authority/host:port: the authority (a DNS server) is not asked, see the module
+            target = target.split("/", 1)[1]
+    parts = [part.strip() for part in target.split(",") if part.strip()]
+    if len(parts) > 1:
+        return list(dict.fromkeys(parts))
+    if not parts:
+        return [address]
+    return _resolved(parts[0]) or [address]
+
+
+def _resolved(address: str) -> list[str]:
+    """Each address of ``host:port``'s host, one family; [] if it does not resolve."""
     host, _, port = address.rpartition(":")
     host = host.strip("[]")
     try:
         infos = socket.getaddrinfo(host, int(port), type=socket.SOCK_STREAM)
     except (OSError, ValueError):
-        return [address]
+        return []
     # One family only: `localhost` gives 127.0.0.1 and ::1, one processor reached twice (or once, and once refused).
     family = socket.AF_INET if any(info[0] == socket.AF_INET for info in infos) else socket.AF_INET6
     targets: list[str] = []
@@ -43,11 +70,17 @@ def replica_targets(address: str) -> list[str]:
         target = f"[{ip}]:{port}" if family == socket.AF_INET6 else f"{ip}:{port}"
         if target not in targets:
             targets.append(target)
-    return targets or [address]
+    return targets
 
 
 def replica_security(security: ClientSecurity, address: str) -> ClientSecurity:
-    """``security`` for a channel to one of ``address``'s replicas by IP: TLS verifies the name in ``address``."""
+    """``security`` for a channel to one of ``address``'s replicas by IP: TLS verifies the name in ``address``.
+
+    A list of IP literals names no host: each replica's certificate is checked against its own address.
+    """
     if not security.tls or security.server_name:
         return security
-    return dataclasses.replace(security, server_name=address.rpartition(":")[0].strip("[]"))
+    if address.startswith(("ipv4:", "ipv6:")) or len(address.split(",")) > 1:
+        return security
+    name = address.split("/")[-1] if address.startswith("dns:") else address
+    return dataclasses.replace(security, server_name=name.rpartition(":")[0].strip("[]"))

@@ -89,29 +89,36 @@ FINISH_STEPS = 1500
 """max_steps of the finished-run test: a few updates of the 1-D task, then the end."""
 
 
-def test_a_finished_run_ends_every_service_through_jetstream(tmp_path: Path) -> None:
+@pytest.mark.parametrize("processors", [1, 2])
+def test_a_finished_run_ends_every_service_through_jetstream(tmp_path: Path, processors: int) -> None:
     """The compose stack's end (``docker compose up`` returns) as local processes on the broker: the trainer
     reaches max_steps and exits 0; the env clients, blocked on the full ``block`` stream as the trainer stops
     taking trajectories, are woken (the finished behavior's durable consumer is removed, the broker frees its
     messages), told to end and exit 0; the processor, with ``--exit-when-finished``, exits 0 once no session is
-    open. No process is signalled; no traceback is logged."""
+    open. No process is signalled; no traceback is logged.
+
+    With two processors the trainer is given both (``--processor A,B``, the list an env client balances over
+    with round_robin): its FinishTraining reaches each, so each processor and its env client end too."""
     config = tmp_path / "simple_ppo.yaml"
     settings = yaml.safe_load(CONFIG.read_text(encoding="utf-8"))
     settings["behaviors"][BEHAVIOR].update(max_steps=FINISH_STEPS, summary_freq=500, checkpoint_interval=FINISH_STEPS)
     config.write_text(yaml.safe_dump(settings, sort_keys=False), encoding="utf-8")
     broker = NatsServer(tmp_path / "nats").start()
-    port = _free_port()
-    address = f"127.0.0.1:{port}"
+    addresses = [f"127.0.0.1:{_free_port()}" for _ in range(processors)]
     topics = ("--topics", broker.url)
     try:
         with Stack(tmp_path) as stack:
-            stack.start("processor", "processor", str(config), "--port", str(port), *topics, "--exit-when-finished")
-            stack.wait_until(lambda: serving(address), "processor SERVING")
+            for i, address in enumerate(addresses):
+                port = address.rsplit(":", 1)[1]
+                stack.start(f"processor{i}", "processor", str(config), "--port", port, *topics, "--exit-when-finished")
+            for address in addresses:
+                stack.wait_until(lambda address=address: serving(address), f"processor at {address} SERVING")
             stack.start(
-                *("trainer", "trainer", str(config), "--behavior", BEHAVIOR, "--processor", address, *topics),
+                *("trainer", "trainer", str(config), "--behavior", BEHAVIOR, "--processor", ",".join(addresses), *topics),
                 *("--results-dir", str(tmp_path / "results"), "--run-id", RUN_ID, "--seed", "0"),
             )
             for i in range(2):
+                address = addresses[i % processors]
                 stack.start(f"env{i}", "env", str(config), "--processor", address, "--client-id", f"env-{i}", "--seed", "0")
             deadline = time.monotonic() + LIVENESS_TIMEOUT_S
             while any(p.poll() is None for p in stack.processes.values()):

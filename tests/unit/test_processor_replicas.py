@@ -16,6 +16,21 @@ def test_a_name_resolves_to_each_address_once_and_in_one_family() -> None:
     assert replica_targets("[::1]:50051") == ["[::1]:50051"]
 
 
+def test_a_list_gives_each_processor_it_names() -> None:
+    # the --processor list an env client's round_robin channel balances over: FinishTraining goes to each
+    assert replica_targets("127.0.0.1:1,127.0.0.2:2") == ["127.0.0.1:1", "127.0.0.2:2"]
+    assert replica_targets("127.0.0.1:1, 127.0.0.2:2,127.0.0.1:1") == ["127.0.0.1:1", "127.0.0.2:2"]  # once each
+    assert replica_targets("ipv4:127.0.0.1:1,127.0.0.2:2") == ["127.0.0.1:1", "127.0.0.2:2"]
+    assert replica_targets("ipv6:[::1]:1,[::1]:2") == ["[::1]:1", "[::1]:2"]
+
+
+def test_a_dns_target_resolves_its_name() -> None:
+    assert replica_targets("dns:///localhost:50051") == ["127.0.0.1:50051"]
+    assert replica_targets("dns:localhost:50051") == ["127.0.0.1:50051"]
+    assert replica_targets("dns://8.8.8.8/localhost:50051") == ["127.0.0.1:50051"]  # by the system resolver
+    assert replica_targets("dns:///no-such-host.invalid:1") == ["dns:///no-such-host.invalid:1"]
+
+
 def test_an_address_that_does_not_resolve_is_kept_as_given() -> None:
     assert replica_targets("no-such-host.invalid:50051") == ["no-such-host.invalid:50051"]
     assert replica_targets("processor") == ["processor"]  # no port: the caller's call reports it
@@ -27,3 +42,5 @@ def test_tls_to_a_replica_checks_the_name_that_was_given() -> None:
     named = ClientSecurity(tls=True, server_name="stepstream.example")
     assert replica_security(named, "processor:50051") is named
     assert replica_security(PLAINTEXT, "processor:50051") is PLAINTEXT
+    assert replica_security(tls, "dns:///processor:50051").server_name == "processor"
+    assert replica_security(tls, "10.0.0.1:1,10.0.0.2:1") is tls  # no name given: each address is checked
