@@ -20,8 +20,11 @@ acting) over 1 and over 2 real ``stepstream processor --topics`` processes on on
 CPU per agent-step: on 2 cores a second processor cannot add throughput, so the figure to read is
 that it costs none.
 
-Prints one JSON line last. On a shared 2-core machine the figures are noisy: compare the two
-transports within one run, not across runs.
+Prints one JSON line last. On a shared 2-core machine the wall-clock figures are noisy: compare the
+two transports within one run, not across runs, and read ``*_cpu_us_per_trajectory_*`` (this
+process, which holds both sides of the topic, plus the broker for JetStream) and
+``jetstream_to_grpc_cpu_ratio_*`` (trajectories per CPU-second, JetStream's over gRPC's), which the
+load barely moves.
 
 usage: broker.py [--count 2000] [--publishers 8] [--latency-count 200] [--policies 30] [--processors 4]
                  [--fleet-clients 4] [--fleet-agents 16] [--fleet-seconds 10]
@@ -155,10 +158,23 @@ class Learner:
         self._thread.join(5.0)
 
 
+def _own_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
 async def throughput(
-    publish: Callable[[Trajectory], Any], learner: Learner, items: list[Trajectory], publishers: int
-) -> float:
-    """Trajectories/s from the first publish to the learner holding them all."""
+    publish: Callable[[Trajectory], Any],
+    learner: Learner,
+    items: list[Trajectory],
+    publishers: int,
+    figures: dict[str, float],
+    key: str,
+    broker_pid: int | None = None,
+) -> None:
+    """Trajectories/s from the first publish to the learner holding them all, as ``figures[key]``; and the CPU
+    per trajectory of this process (both sides of the topic) plus the broker's, as ``figures[key + "_cpu_us"]``:
+    on a loaded machine the wall clock measures the load, the CPU what the transport costs."""
     queue: asyncio.Queue[Trajectory] = asyncio.Queue()
     for item in items:
         queue.put_nowait(item)
@@ -167,10 +183,13 @@ async def throughput(
         while not queue.empty():
             await publish(queue.get_nowait())
 
-    started = time.monotonic()
+    started, cpu_started = time.monotonic(), _own_cpu_s()
+    broker_started = 0.0 if broker_pid is None else _cpu_s(broker_pid)
     await asyncio.gather(*(publisher() for _ in range(publishers)))
     await learner.wait(len(items))
-    return len(items) / (time.monotonic() - started)
+    figures[key] = len(items) / (time.monotonic() - started)
+    cpu_s = _own_cpu_s() - cpu_started + (0.0 if broker_pid is None else _cpu_s(broker_pid) - broker_started)
+    figures[f"{key}_cpu_us"] = cpu_s * 1e6 / len(items)
 
 
 async def latencies_ms(publish: Callable[[Trajectory], Any], learner: Learner, items: list[Trajectory]) -> list[float]:
@@ -188,7 +207,9 @@ def percentile(values: list[float], q: float) -> float:
     return float(np.percentile(np.asarray(values), q))
 
 
-async def measure_jetstream(url: str, args: argparse.Namespace, batches: dict[str, list[Trajectory]]) -> dict[str, float]:
+async def measure_jetstream(
+    url: str, args: argparse.Namespace, batches: dict[str, list[Trajectory]], broker_pid: int | None = None
+) -> dict[str, float]:
     figures: dict[str, float] = {}
     for label, items in batches.items():
         processor = JetStreamTopics(url, name="processor")
@@ -198,7 +219,8 @@ async def measure_jetstream(url: str, args: argparse.Namespace, batches: dict[st
         subscription = await asyncio.to_thread(trainer.trajectories(f"{BEHAVIOR}{label}").subscribe, TRAINER_SUBSCRIBER)
         learner = Learner(subscription, len(items) + args.latency_count)
         publish = functools.partial(topic.publish, timeout_s=TIMEOUT_S)
-        figures[f"jetstream_trajectories_per_s_{label}"] = await throughput(publish, learner, items, args.publishers)
+        key = f"jetstream_trajectories_per_s_{label}"
+        await throughput(publish, learner, items, args.publishers, figures, key, broker_pid)
         if label == "16k":
             shifted = [make_trajectory(len(items) + i, items[0].obs[0].shape[1]) for i in range(args.latency_count)]
             lat = await latencies_ms(publish, learner, shifted)
@@ -224,7 +246,7 @@ async def measure_grpc(args: argparse.Namespace, batches: dict[str, list[Traject
         subscription = GrpcTrajectorySubscription(f"127.0.0.1:{port}", name, TRAINER_SUBSCRIBER)
         learner = Learner(subscription, len(items) + args.latency_count)
         publish = functools.partial(topic.publish, timeout_s=TIMEOUT_S)
-        figures[f"grpc_trajectories_per_s_{label}"] = await throughput(publish, learner, items, args.publishers)
+        await throughput(publish, learner, items, args.publishers, figures, f"grpc_trajectories_per_s_{label}")
         if label == "16k":
             shifted = [make_trajectory(len(items) + i, items[0].obs[0].shape[1]) for i in range(args.latency_count)]
             lat = await latencies_ms(publish, learner, shifted)
@@ -323,7 +345,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="stepstream-broker-") as store:
         broker = NatsServer(Path(store)).start()
         try:
-            figures = await measure_jetstream(broker.url, args, batches)
+            assert broker.process is not None
+            figures = await measure_jetstream(broker.url, args, batches, broker.process.pid)
             figures.update(await measure_policy_propagation(broker.url, args))
         finally:
             broker.stop()
@@ -337,6 +360,13 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             out[f"{transport}_mb_per_s_{label}"] = round(per_s * sizes[label] / 1e6, 2)
         out[f"jetstream_to_grpc_ratio_{label}"] = round(
             figures[f"jetstream_trajectories_per_s_{label}"] / figures[f"grpc_trajectories_per_s_{label}"], 3
+        )
+        for transport in ("jetstream", "grpc"):
+            cpu_us = figures[f"{transport}_trajectories_per_s_{label}_cpu_us"]
+            out[f"{transport}_cpu_us_per_trajectory_{label}"] = round(cpu_us, 1)
+        # trajectories per CPU-second, JetStream's over gRPC's: the throughput ratio of a machine the run has to itself
+        out[f"jetstream_to_grpc_cpu_ratio_{label}"] = round(
+            figures[f"grpc_trajectories_per_s_{label}_cpu_us"] / figures[f"jetstream_trajectories_per_s_{label}_cpu_us"], 3
         )
     for key in (
         "publish_to_learner_p50_ms",
