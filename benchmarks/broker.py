@@ -135,7 +135,7 @@ class Learner:
                 return
             self._waiter = None
         loop, future, _ = waiter
-        loop.call_soon_threadsafe(lambda: future.done() or future.set_result(None))
+        loop.call_soon_threadsafe(_resolve, future)
 
     async def wait(self, count: int, sequence: int | None = None) -> None:
         """Until ``count`` trajectories arrived, and the one of ``sequence`` among them."""
@@ -161,6 +161,11 @@ class Learner:
 def _own_cpu_s() -> float:
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():  # not timed out meanwhile
+        future.set_result(None)
 
 
 async def throughput(

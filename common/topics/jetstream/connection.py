@@ -289,7 +289,7 @@ class _Hops:
             batch, self._incoming = self._incoming, []
             self._starting = False
         for coro, future in batch:
-            task = self._loop.create_task(coro)  # type: ignore[arg-type]
+            task: asyncio.Task[Any] = self._loop.create_task(coro)  # type: ignore[arg-type]
             task.add_done_callback(functools.partial(self._finished, future))
 
     def _finished(self, future: asyncio.Future[Any], task: asyncio.Task[Any]) -> None:

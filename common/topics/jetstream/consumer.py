@@ -177,6 +177,9 @@ class JetStreamSubscription:
         as it is. A request's messages that arrive after it returned stay in that queue for the next call
         (and ``detach`` returns them). Each call with nothing delivered issues a new request that expires
         within ``timeout_s``, so one lost with a restarted broker is re-issued (nats.py#504).
+
+        It reads the ``PullSubscription``'s request subject and queue (``_nms``, ``_deliver``,
+        ``_sub._pending_queue``: nats-py 2.15 to 2.16 name them so; the role tests run through here).
         """
         sub = self._psub._sub
         msgs = self._delivered_already(sub, batch)
