@@ -69,6 +69,31 @@ def test_subject_token_is_injective_and_valid() -> None:
         subject_token("")
 
 
+@pytest.mark.parametrize("timeout_s", [0.0, 0.05, 0.3])
+def test_short_polls_take_what_is_stored(nats_server: NatsServer, timeout_s: float) -> None:
+    """A trainer polls (``get(n, poll_s)``, trainer.loop): each short pull request lives long enough for the
+    broker to deliver what it holds (one that expired at once took nothing, and the trainer never trained)."""
+    processor = JetStreamTopics(nats_server.url, name="processor")
+    trainer = JetStreamTopics(nats_server.url, name="trainer", follow_policies=False)
+    try:
+        topic = processor.trajectories(BEHAVIOR)
+        topic.declare(TRAINER_SUBSCRIBER, 64)
+        for sequence in range(5):
+            topic.publish_blocking(make_trajectory(sequence), timeout_s=LIVENESS_S)
+        with trainer_subscription(trainer) as subscription:
+            taken: list[int] = []
+            deadline = time.monotonic() + LIVENESS_S
+            while len(taken) < 5 and time.monotonic() < deadline:
+                deliveries = subscription.get(2, timeout_s=timeout_s)
+                assert len(deliveries) <= 2
+                taken.extend(d.item.id.sequence for d in deliveries)
+                subscription.ack(d.tag for d in deliveries)
+            assert taken == list(range(5))
+    finally:
+        trainer.close()
+        processor.close()
+
+
 async def test_broker_sigkill_mid_publish_loses_no_acknowledged_trajectory(nats_server: NatsServer) -> None:
     """SIGKILL the broker while a publisher and a subscriber run, restart it on the same store.
 

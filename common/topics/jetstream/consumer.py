@@ -185,7 +185,8 @@ class JetStreamSubscription:
         msgs = self._delivered_already(sub, batch)
         if msgs:
             return msgs
-        request = {"batch": batch, "expires": max(1, int(timeout_s * 1e9) - 100_000_000)}
+        # expires a little before the wait ends (as fetch does), so the broker ends the request, not the wait
+        request = {"batch": batch, "expires": max(1_000_000, int(timeout_s * 1e9) - 100_000)}
         await self._conn.nc.publish(self._psub._nms, json.dumps(request).encode(), self._psub._deliver)
         deadline = time.monotonic() + timeout_s
         while True:
