@@ -819,10 +819,10 @@ class ProcessingBuffer(Mapping[Hashable, AgentBuffer]):
             c = self.chunk_rows
             chunks = self._take_chunks(len(k))
             full = at[k]
-            linked = full > 0
-            if linked.all():
+            if 0 not in full:  # every slot has a chunk (``in``, not ``.all()``: no Python-level numpy wrapper)
                 self._chunk_next[full // c - 1] = chunks
             else:
+                linked = full > 0
                 self._chunk_next[full[linked] // c - 1] = chunks[linked]
                 self._head[slots[k[~linked]]] = chunks[~linked]
             at[k] = chunks * c

@@ -220,7 +220,7 @@ class TrajectoryAssembler:
             # Every row continues an agent (the usual step): no row selection, and the pending rows
             # taken out of the store become this step's pending rows.
             lengths, previous = self._append_experiences(slots, info.rewards)
-            ends = np.flatnonzero(info.done | (lengths >= self.time_horizon))
+            ends = (info.done | (lengths >= self.time_horizon)).nonzero()[0]  # ndarray.nonzero: no np.flatnonzero wrapper per step
         else:
             # A new agent's pending row is zeros (see _release): its first prev_action is zeros.
             previous = [pending.take(slots, axis=0) for pending in buffer.pending]
@@ -233,7 +233,7 @@ class TrajectoryAssembler:
         if len(ends):
             cut = [self._cut(held[r], id_list[r], info, r) for r in ends.tolist()]
         if info.done.any():
-            done_ids = [id_list[r] for r in np.flatnonzero(info.done).tolist()]
+            done_ids = [id_list[r] for r in info.done.nonzero()[0].tolist()]
             self._remember(slots, info, actions, previous, ~info.done)
             self._release(done_ids)
         else:
@@ -288,7 +288,7 @@ class TrajectoryAssembler:
         clp, dlp = actions.continuous_log_probs, actions.discrete_log_probs
         s, rows = slots, previous
         if live is not None:
-            kept = np.flatnonzero(live)
+            kept = live.nonzero()[0]
             if not len(kept):
                 return
             s, rows = slots[kept], [plane[kept] for plane in previous]
