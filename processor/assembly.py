@@ -21,10 +21,14 @@ The store is a ``common.buffer.ProcessingBuffer`` (ML-Agents' noun for it), vect
 are the Trajectory's per-step arrays under their update-buffer keys (``common.trajectory``); each
 agent's *pending* row is its previous row plus what the processor returned for it, laid out as a
 step, so an experience is that row with the current row's reward, appended for all agents of a
-BrainInfo in one scatter per storage plane. Python only loops over new agents and over the agents
-whose trajectory is cut; per-agent Python work on every step would cap throughput at a few hundred
-thousand agent-steps/s. Every agent the store holds has a pending row (one done at its first
-sighting is never stored), so an agent continues exactly when the store already holds it.
+BrainInfo in one scatter per storage plane (``ProcessingBuffer.append_pending``). The pending rows
+taken out for it are then overwritten in place with the current rows, their action columns shifted
+to prev_action first, and put back: one gather and two scatters per plane per step. The episode
+totals move only at cuts (they hold the episode's earlier trajectories). Python only loops over new
+agents and over the agents whose trajectory is cut; per-agent Python work on every step would cap
+throughput at a few hundred thousand agent-steps/s. Every agent the store holds has a pending row
+(one done at its first sighting is never stored), so an agent continues exactly when the store
+already holds it.
 
 Memory (the ProcessingBuffer's model; ``chunk_rows`` = 8): a live agent holding ``r`` steps takes
 ``W + 150 + ceil(r / 8) * (8 * W + 16)`` bytes, ``r`` <= ``time_horizon``, up to twice that at a
@@ -220,7 +224,8 @@ class TrajectoryAssembler:
             # Every row continues an agent (the usual step): no row selection, and the pending rows
             # taken out of the store become this step's pending rows.
             lengths, previous = self._append_experiences(slots, info.rewards)
-            ends = (info.done | (lengths >= self.time_horizon)).nonzero()[0]  # ndarray.nonzero: no np.flatnonzero wrapper per step
+            # ndarray.nonzero, not np.flatnonzero: no Python-level numpy wrapper per step.
+            ends = (info.done | (lengths >= self.time_horizon)).nonzero()[0]
         else:
             # A new agent's pending row is zeros (see _release): its first prev_action is zeros.
             previous = [pending.take(slots, axis=0) for pending in buffer.pending]

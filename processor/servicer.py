@@ -138,7 +138,8 @@ class AgentProcessorServicer(pb_grpc.AgentProcessorServicer):
         """The server's receive limit, told to each env client in its HelloReply (the SDK measures against it)."""
         self.max_trajectory_bytes = min(max_message_bytes, MAX_MESSAGE_BYTES)
         """The largest DeliveryBatch of one trajectory both ends pass; Hello refuses what could exceed it."""
-        self._max_agents_per_brain_info = behaviors.settings.max_agents_per_brain_info  # frozen settings: read once, not per step
+        # The settings are frozen: read once, not per step.
+        self._max_agents_per_brain_info = behaviors.settings.max_agents_per_brain_info
 
     # -- env clients -----------------------------------------------------------------------------
 
