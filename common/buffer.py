@@ -23,7 +23,7 @@ import os
 import sys
 from collections.abc import Hashable, Iterable, Iterator, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
-from typing import IO, Any, cast
+from typing import IO, Any
 
 import numpy as np
 
@@ -87,34 +87,6 @@ def _row_items(rows_of: np.ndarray) -> np.ndarray:
     return rows_of.view(np.dtype((np.void, rows_of.shape[1] * rows_of.itemsize))).reshape(-1)
 
 
-def _joined_rows(arrays: list[np.ndarray], total: int, like: np.ndarray) -> np.ndarray | None:
-    """The ``total`` rows of ``arrays`` in one new writable array, or None unless every array is C-contiguous
-    rows of ``like``'s dtype and row shape (``like``: the field's storage, or the first array).
-
-    ``bytearray.join`` of the arrays' buffers costs about a third of ``np.concatenate``'s per-array
-    work (B1's fill concatenates 320 arrays per field). The test is two C-level passes: one dtype object,
-    and one strides tuple, which for C-contiguous rows is a function of the row shape alone (an array
-    whose strides differ, a single row with unusual strides say, takes the concatenate).
-    """
-    dtype, row_shape = like.dtype, like.shape[1:]
-    if dtype == np.float64 or dtype.hasobject or 0 in row_shape:  # float64 becomes float32 (_as_rows): a cast
-        return None
-    strides, step = [], dtype.itemsize
-    for size in reversed(row_shape):
-        strides.append(step)
-        step *= size
-    strides.append(step)
-    # Dtypes by identity (hashing a dtype costs more than the join saves): an equal dtype that is
-    # another object takes the concatenate, which is right either way.
-    dtypes = set(map(id, map(_DTYPE, arrays)))
-    if len(dtypes) != 1 or arrays[0].dtype != dtype or set(map(_STRIDES, arrays)) != {tuple(reversed(strides))}:
-        return None
-    joined = bytearray().join(cast(Any, arrays))  # ndarrays are buffers; the stubs do not say so
-    return np.frombuffer(joined, dtype).reshape(total, *row_shape)
-
-
-_DTYPE = operator.attrgetter("dtype")
-_STRIDES = operator.attrgetter("strides")
 _DATA = operator.attrgetter("_data")
 _LEN = operator.attrgetter("_len")
 _FROZEN = operator.attrgetter("_frozen")
@@ -230,13 +202,6 @@ class AgentBufferField:
         if not total:
             return
         first = arrays[0]
-        if not self._len and len(arrays) > 1 and (self._data is None or len(self._data) < total):
-            # New storage either way (none is kept that holds them): joined, when the rows allow it.
-            joined = _joined_rows(arrays, total, self._data if self._data is not None else first)
-            if joined is not None:
-                self._store(joined)
-                self._len = total
-                return
         data = self._reserve(total, first.shape[1:], np.dtype(np.float32) if first.dtype == np.float64 else first.dtype)
         try:
             np.concatenate(arrays, out=data[self._len : self._len + total], casting="unsafe")

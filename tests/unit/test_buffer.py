@@ -336,35 +336,6 @@ def test_extend_rows_many_concatenates_row_maps_and_agent_buffers_in_order() -> 
     assert_rows(buffer["x"].data, [1, 2, 3, 3])
 
 
-def test_extend_rows_many_into_new_storage_takes_any_mix_of_arrays() -> None:
-    """Rows gathered into new storage (joined when every array is contiguous rows of one dtype and row
-    shape) are the rows a concatenate gives, whatever the arrays: other dtypes, strided views, one row,
-    ``[K, 2, 3]`` rows against ``[K, 3, 2]``; the storage is writable and grows on append."""
-    rng = np.random.default_rng(0)
-    base = rng.standard_normal((12, 6)).astype(np.float32)
-    cases = {
-        "contiguous": [base[:4], base[4:5], base[5:]],
-        "other-dtypes": [base[:4], base[4:].astype(np.float64), base[:2].astype(np.float16)],
-        "strided": [base[:4], base[::2], np.asfortranarray(base[:3])],
-        "3-d": [base[:4].reshape(4, 2, 3), base[4:].reshape(8, 2, 3)],
-    }
-    for name, arrays in cases.items():
-        buffer = AgentBuffer()
-        buffer.extend_rows_many([{"x": a} for a in arrays])
-        want = np.concatenate(arrays).astype(np.float32)
-        assert_rows(buffer["x"].data, want)
-        buffer["x"]._data[0] = 99.0  # the field's own storage
-        buffer["x"].append(want[0])
-        assert len(buffer["x"]) == len(want) + 1, name
-    with pytest.raises(BufferException, match="row shape"):
-        AgentBuffer().extend_rows_many([{"x": base[:4].reshape(4, 2, 3)}, {"x": base[:4].reshape(4, 3, 2)}])
-    kept = buffer_of(x=np.zeros(64, np.float32))
-    storage = kept["x"]._data
-    kept.reset_agent()
-    kept.extend_rows_many([{"x": np.ones(8, np.float32)}, {"x": np.ones(8, np.float32)}])
-    assert kept["x"]._data is storage, "storage that holds the rows is reused, not replaced"
-
-
 @pytest.mark.parametrize(
     "rows_list",
     [
