@@ -798,8 +798,8 @@ class ProcessingBuffer(Mapping[Hashable, AgentBuffer]):
         rows = [pending.take(slots, axis=0) for pending in self.pending]
         p, columns = column
         rows[p][:, columns.start] = values
-        for items, pool, plane in zip(self._pool_items, self._pool, rows, strict=True):
-            _put_rows(items, pool, at, plane)
+        for items, plane in zip(self._pool_items, rows, strict=True):
+            items.put(at, plane.view(items.dtype))  # the plane's own rows, fresh from take: no check (_put_rows)
         lengths: np.ndarray = self.lengths.take(slots) + 1
         self.lengths[slots] = lengths
         return lengths, rows

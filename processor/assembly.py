@@ -346,12 +346,15 @@ class TrajectoryAssembler:
         # Only an episode's last experience is done, and it ends the trajectory: done is not stored.
         done = np.zeros(t, dtype=bool)
         done[-1] = done_reached
-        # The episode so far: its earlier trajectories' totals (the slot's state) and this one's.
-        state = buffer.state
-        episode_reward = float(state[EPISODE_REWARD][slot]) + float(views[7].sum(dtype=np.float64))
-        episode_length = int(state[EPISODE_LENGTH][slot]) + t
-        if not done_reached:  # the episode goes on (or the agent is flushed, and forgotten)
-            state[EPISODE_REWARD][slot], state[EPISODE_LENGTH][slot] = episode_reward, episode_length
+        # The episode so far: its earlier trajectories' totals (the slot's state) and this one's; not
+        # at a flush, after which the agent is forgotten (a flush of 60,000 agents pays no sum each).
+        episode_reward, episode_length = 0.0, 0
+        if info is not None:
+            state = buffer.state
+            episode_reward = float(state[EPISODE_REWARD][slot]) + float(views[7].sum(dtype=np.float64))
+            episode_length = int(state[EPISODE_LENGTH][slot]) + t
+            if not done_reached:  # the episode goes on
+                state[EPISODE_REWARD][slot], state[EPISODE_LENGTH][slot] = episode_reward, episode_length
         trajectory = Trajectory(
             id=TrajectoryId(self.session_id, agent_id, self._sequence),
             behavior_name=self.params.behavior_name,
