@@ -13,7 +13,13 @@ Set beside ``grpc_g1.py``'s ``server_cpu_us_per_round_trip`` (and ``--server ech
 the server's CPU per round trip into the processor's own path and what gRPC and the event loop
 add around it.
 
-usage: step_path.py [--clients 8] [--agents 32] [--steps 1500]; one JSON line last.
+``--part assembly`` times the trajectory assembly alone: each client's BrainInfos decoded before the
+clock, then ``TrajectoryAssembler.add`` of every step with fixed actions, one assembler per client, on
+one thread (no TensorFlow, no event loop): ``cpu_us_per_add`` is the assembler's share of a request.
+It runs against any tree whose assembler has this API (dd6817a's included): run it with that tree's
+PYTHONPATH.
+
+usage: step_path.py [--clients 8] [--agents 32] [--steps 1500] [--part all|assembly]; one JSON line last.
 """
 
 from __future__ import annotations
@@ -28,9 +34,10 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+# After PYTHONPATH: the tree it names (dd6817a's, for a before/after) is the one measured; else this one.
+sys.path.append(str(Path(__file__).resolve().parents[1]))
 
-from grpc_g1 import BEHAVIOR, ExperienceCounter, brain_infos, brain_parameters, processor_server
+from grpc_g1 import BEHAVIOR, TIME_HORIZON, ExperienceCounter, brain_infos, brain_parameters, processor_server
 
 
 def requests(index: int, agents: int, steps: int) -> list[bytes]:
@@ -77,13 +84,47 @@ async def measure(clients: int, agents: int, steps: int) -> dict[str, float]:
     }
 
 
+def measure_assembly(clients: int, agents: int, steps: int, repeats: int = 5) -> dict[str, object]:
+    """CPU us per ``TrajectoryAssembler.add`` over every client's steps, the best of ``repeats`` passes."""
+    import numpy as np
+
+    from processor import assembly
+    from processor.assembly import StepActions, TrajectoryAssembler
+    from processor.wire import decode_brain_info
+    from protos import pb
+
+    params = brain_parameters()
+    infos = [
+        [decode_brain_info(pb.StepRequest.FromString(data).brain_info, params) for data in requests(i, agents, steps)]
+        for i in range(clients)
+    ]
+    spec = params.action_spec
+    zeros = np.zeros((agents, spec.continuous_size), np.float32)
+    actions = StepActions(zeros, np.zeros((agents, 0), np.int32), zeros, np.zeros((agents, 0), np.float32), 1)
+    best, cut = float("inf"), 0
+    for _ in range(repeats):
+        assemblers = [TrajectoryAssembler(params, f"s{i}", TIME_HORIZON) for i in range(clients)]
+        cpu, cut = time.process_time(), 0
+        for t in range(steps):
+            for assembler, stream in zip(assemblers, infos, strict=True):
+                cut += len(assembler.add(stream[t], actions))
+        best = min(best, time.process_time() - cpu)
+    tree = str(Path(assembly.__file__).resolve().parents[1])  # which tree's assembler ran (PYTHONPATH's)
+    return {"cpu_us_per_add": round(best / (clients * steps) * 1e6, 2), "trajectories": cut, "tree": tree}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--clients", type=int, default=8)
     parser.add_argument("--agents", type=int, default=32)
     parser.add_argument("--steps", type=int, default=1500, help="requests per client")
+    parser.add_argument("--part", choices=("all", "assembly"), default="all", help="assembly: TrajectoryAssembler.add alone")
     args = parser.parse_args()
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    if args.part == "assembly":
+        record = {"workload": "G1-assembly", "clients": args.clients, "agents": args.agents}
+        print(json.dumps(record | measure_assembly(args.clients, args.agents, args.steps)))
+        return
     figures = asyncio.run(measure(args.clients, args.agents, args.steps))
     print(
         json.dumps(

@@ -17,6 +17,7 @@ Shapes: ``L`` = rows in a field, ``T`` = training/sequence length, ``B`` = batch
 
 from __future__ import annotations
 
+import functools
 import operator
 import os
 import sys
@@ -68,8 +69,29 @@ def _row_arrays(values: list[Any]) -> tuple[list[np.ndarray], list[int]]:
     return arrays, list(map(len, arrays))
 
 
+def _put_rows(items: np.ndarray, rows_of: np.ndarray, index: np.ndarray, rows: np.ndarray) -> None:
+    """``rows_of[index] = rows`` for a 2-D C-contiguous ``rows_of`` whose rows ``items`` views as one void item each.
+
+    ``ndarray.put`` of whole rows as items is about twice as fast as the fancy-index assignment on
+    the narrow planes a step writes (numpy's per-call cost dominates at a few hundred rows), and no
+    slower on image planes. Rows of another dtype, or not contiguous, take the assignment.
+    """
+    if rows.dtype == rows_of.dtype and rows.flags.c_contiguous:
+        items.put(index, rows.view(items.dtype))
+    else:
+        rows_of[index] = rows
+
+
+def _row_items(rows_of: np.ndarray) -> np.ndarray:
+    """``rows_of`` (2-D, C-contiguous) as a 1-D array of one void item per row, the same memory."""
+    return rows_of.view(np.dtype((np.void, rows_of.shape[1] * rows_of.itemsize))).reshape(-1)
+
+
 _DATA = operator.attrgetter("_data")
 _LEN = operator.attrgetter("_len")
+_FROZEN = operator.attrgetter("_frozen")
+_PADDING = operator.attrgetter("padding_value")
+_IS_NONE = functools.partial(operator.is_, None)
 
 
 class AgentBufferField:
@@ -402,28 +424,18 @@ class AgentBuffer(MutableMapping[str, AgentBufferField]):
         (``data`` is read-only anyway), and a snapshot: this buffer never overwrites rows it lent
         (``AgentBufferField``). Appending to a mini-batch field moves it to storage of its own.
         ML-Agents slices its lists of rows here; SB3 and ML-Agents' trainers shuffle once, then slice.
+
+        The views are made when the mini-batch is first used (``_MiniBatch``); the rows they show are
+        fixed now: this buffer's storage is lent (frozen) and its lengths taken here.
         """
-        mini_batch = AgentBuffer.__new__(AgentBuffer)
-        fields: dict[str, AgentBufferField] = {}
-        mini_batch._fields, new_field = fields, AgentBufferField.__new__
-        bounded = 0 <= start <= end  # then one slice per field, when end is within its rows (B1: 560 per pass)
-        rows_slice, count = slice(start, end), end - start
-        for key, field in self._fields.items():
-            frozen = field._frozen
-            if frozen is None:
-                if field._data is None:
-                    fields[key] = AgentBufferField(field.padding_value)
-                    continue
-                frozen = field._freeze()
-            view = new_field(AgentBufferField)  # its _frozen is set: the lender's storage is never written
-            if bounded and end <= field._len:
-                view._data = view._frozen = frozen[rows_slice]
-                view._len = count
-            else:  # as a list of the rows would slice: never into the spare capacity
-                view._data = view._frozen = rows = frozen[: field._len][rows_slice]
-                view._len = len(rows)
-            view.padding_value = field.padding_value
-            fields[key] = view
+        fields = self._fields
+        values = list(fields.values())
+        frozen = list(map(_FROZEN, values))
+        if any(map(_IS_NONE, frozen)):  # storage not lent yet (or none): lend it now
+            lend = zip(frozen, values, strict=True)
+            frozen = [f if f is not None or field._data is None else field._freeze() for f, field in lend]
+        mini_batch = _MiniBatch.__new__(_MiniBatch)
+        mini_batch._lent = (list(fields), frozen, list(map(_LEN, values)), list(map(_PADDING, values)), start, end)
         return mini_batch
 
     def sample_mini_batch(
@@ -523,6 +535,50 @@ class AgentBuffer(MutableMapping[str, AgentBufferField]):
         self._fields = fields
 
 
+class _MiniBatch(AgentBuffer):
+    """``make_mini_batch``'s AgentBuffer, whose fields are made on first use of any of them.
+
+    A trainer slices every field of each mini-batch it makes, but one that only counts or skips
+    mini-batches should not pay a view per field (B1's ``make_mini_batch_all`` makes 560). ``_lent``
+    holds what ``make_mini_batch`` fixed: the keys, the lender's frozen storage (None: a field with no
+    storage), row counts and padding values, and the bounds.
+    """
+
+    _lent: tuple[list[str], list[np.ndarray | None], list[int], list[float], int, int]
+
+    def __getattr__(self, name: str) -> Any:
+        # Called only when the attribute is not set: ``_fields`` until the first use makes it.
+        lent = self.__dict__.pop("_lent", None) if name == "_fields" else None
+        if lent is None:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        fields = self.__dict__["_fields"] = _lent_views(*lent)
+        return fields
+
+
+def _lent_views(
+    keys: list[str], frozen: list[np.ndarray | None], lengths: list[int], paddings: list[float], start: int, end: int
+) -> dict[str, AgentBufferField]:
+    """Rows ``[start, end)`` of each lent field (its frozen storage holding ``lengths`` rows), as read-only views."""
+    fields: dict[str, AgentBufferField] = {}
+    new_field = AgentBufferField.__new__
+    bounded = 0 <= start <= end  # then one slice per field, when end is within its rows
+    rows_slice, count = slice(start, end), end - start
+    for key, storage, length, padding in zip(keys, frozen, lengths, paddings, strict=True):
+        if storage is None:
+            fields[key] = AgentBufferField(padding)
+            continue
+        view = new_field(AgentBufferField)  # its _frozen is set: the lender's storage is never written
+        if bounded and end <= length:
+            view._data = view._frozen = storage[rows_slice]
+            view._len = count
+        else:  # as a list of the rows would slice: never into the spare capacity
+            view._data = view._frozen = rows = storage[:length][rows_slice]
+            view._len = len(rows)
+        view.padding_value = padding
+        fields[key] = view
+    return fields
+
+
 @dataclass(frozen=True)
 class ProcessingField:
     """One field of a ProcessingBuffer: every row is ``dtype [*shape]``."""
@@ -553,7 +609,8 @@ class ProcessingBuffer(Mapping[Hashable, AgentBuffer]):
 
     Storage. Fields of one dtype share a *plane*: a 2-D array whose columns are those fields'
     flattened rows (``columns``), so appending one row to each of ``N`` agents is one scatter per
-    plane, not one per field (numpy's per-call cost dominates at a few hundred rows). Experiences
+    plane, not one per field (numpy's per-call cost dominates at a few hundred rows; the scatter
+    puts whole rows as raw items, ``_put_rows``). Experiences
     live in chunks of ``chunk_rows`` rows drawn from one pool per plane and linked per agent, so
     an agent holds the chunks its rows fill and no more: memory grows with the rows actually held,
     never with a preallocated maximum (``time_horizon``) per agent seen. Slots, the pending rows and
@@ -582,6 +639,8 @@ class ProcessingBuffer(Mapping[Hashable, AgentBuffer]):
             raise BufferException(f"chunk_rows must be >= 1, got {chunk_rows}")
         self.fields = dict(fields)
         self.chunk_rows = chunk_rows
+        self._chunk_mask = chunk_rows - 1 if chunk_rows & (chunk_rows - 1) == 0 else 0
+        """``chunk_rows - 1`` when it is a power of two (a row starts a chunk when ``row & mask`` is 0), else 0."""
         dtypes: list[np.dtype] = []
         widths: list[int] = []
         self.columns: dict[str, tuple[int, slice]] = {}
@@ -622,6 +681,9 @@ class ProcessingBuffer(Mapping[Hashable, AgentBuffer]):
         self._chunks: list[np.ndarray] = [np.empty((0, chunk_rows, w), d) for w, d in zip(widths, dtypes, strict=True)]
         """Plane p's pool as ``[Q, chunk_rows, w_p]``; ``_pool`` is the same memory as ``[Q * chunk_rows, w_p]`` rows."""
         self._pool: list[np.ndarray] = [chunks.reshape(0, w) for chunks, w in zip(self._chunks, widths, strict=True)]
+        # The pool's and the pending rows' planes as one void item per row (_put_rows), kept with them.
+        self._pool_items = [_row_items(pool) for pool in self._pool]
+        self._pending_items = [_row_items(pending) for pending in self.pending]
         self._chunk_next = np.zeros(0, np.int64)
         self._free_chunks = np.zeros(0, np.int64)
         self._n_free = 0
@@ -699,6 +761,7 @@ class ProcessingBuffer(Mapping[Hashable, AgentBuffer]):
 
         self.lengths, self._next_row, self._head = grown(self.lengths), grown(self._next_row), grown(self._head, -1)
         self.pending = [grown(p) for p in self.pending]
+        self._pending_items = [_row_items(pending) for pending in self.pending]
         self.state = {name: grown(values) for name, values in self.state.items()}
         # Popped from the end: the lowest new slot first.
         self._free_slots[:0] = range(capacity - 1, old - 1, -1)
@@ -711,30 +774,62 @@ class ProcessingBuffer(Mapping[Hashable, AgentBuffer]):
 
         The fast path, unchecked (``add_rows`` checks). Returns int64 [N], the slots' new lengths.
         """
-        c = self.chunk_rows
-        # ndarray.take, not fancy indexing: several times faster on these narrow arrays.
-        at = self._next_row.take(slots)
-        k = np.flatnonzero(at % c == 0)
-        if len(k):
-            # These slots' last chunk is full (or they have none): link a fresh chunk to each.
-            chunks = self._take_chunks(len(k))
-            full = at[k]
-            linked = full > 0
-            if linked.all():
-                self._chunk_next[full // c - 1] = chunks
-            else:
-                self._chunk_next[full[linked] // c - 1] = chunks[linked]
-                self._head[slots[k[~linked]]] = chunks[~linked]
-            at[k] = chunks * c
-        for pool, plane in zip(self._pool, rows, strict=True):
-            if pool.shape[1] == 1:  # a 1-D scatter is faster
-                pool[:, 0][at] = plane[:, 0]
-            else:
-                pool[at] = plane
-        self._next_row[slots] = at + 1
+        at = self._next_rows(slots)
+        for items, pool, plane in zip(self._pool_items, self._pool, rows, strict=True):
+            _put_rows(items, pool, at, plane)
         lengths: np.ndarray = self.lengths.take(slots) + 1
         self.lengths[slots] = lengths
         return lengths
+
+    def append_pending(
+        self, slots: np.ndarray, column: tuple[int, slice], values: np.ndarray
+    ) -> tuple[np.ndarray, list[np.ndarray]]:
+        """Make each slot's pending row its next experience, with ``column`` (a ``columns`` entry) set to ``values``.
+
+        The assembler's step: the pending row (the previous BrainInfo's row and what was returned
+        for it) becomes an experience once the reward that follows it is known. The fast path,
+        unchecked: ``slots`` int [N], distinct; ``values`` ``[N]`` (a one-column field).
+
+        Returns:
+            int64 [N], the slots' new lengths; and the pending rows as they were, plane p a new
+            ``[N, w_p]`` array (``column`` set), the caller's to reuse (the next pending rows, say).
+        """
+        at = self._next_rows(slots)
+        rows = [pending.take(slots, axis=0) for pending in self.pending]
+        p, columns = column
+        rows[p][:, columns.start] = values
+        for items, plane in zip(self._pool_items, rows, strict=True):
+            items.put(at, plane.view(items.dtype))  # the plane's own rows, fresh from take: no check (_put_rows)
+        lengths: np.ndarray = self.lengths.take(slots) + 1
+        self.lengths[slots] = lengths
+        return lengths, rows
+
+    def set_pending(self, slots: np.ndarray, rows: Sequence[np.ndarray]) -> None:
+        """Make ``rows`` (plane p ``[N, w_p]``) the pending rows of ``slots`` (int [N], distinct); unchecked."""
+        for items, pending, plane in zip(self._pending_items, self.pending, rows, strict=True):
+            _put_rows(items, pending, slots, plane)
+
+    def _next_rows(self, slots: np.ndarray) -> np.ndarray:
+        """The pool rows the slots' next experiences go to (int64 [N]), linking a fresh chunk to each
+        slot whose last chunk is full (or that has none); the slots' next rows move on by one."""
+        # ndarray.take, not fancy indexing: several times faster on these narrow arrays.
+        at = self._next_row.take(slots)
+        # A power-of-two chunk is tested with a bit mask: half the cost of ``at % c == 0``.
+        k = ((at & self._chunk_mask) == 0 if self._chunk_mask else at % self.chunk_rows == 0).nonzero()[0]
+        if len(k):
+            # These slots' last chunk is full (or they have none): link a fresh chunk to each.
+            c = self.chunk_rows
+            chunks = self._take_chunks(len(k))
+            full = at[k]
+            if 0 not in full:  # every slot has a chunk (``in``, not ``.all()``: no Python-level numpy wrapper)
+                self._chunk_next[full // c - 1] = chunks
+            else:
+                linked = full > 0
+                self._chunk_next[full[linked] // c - 1] = chunks[linked]
+                self._head[slots[k[~linked]]] = chunks[~linked]
+            at[k] = chunks * c
+        self._next_row[slots] = at + 1
+        return at
 
     def add_rows(self, agent_ids: Sequence[Hashable], rows: Mapping[str, Any]) -> None:
         """Append one experience to each agent of ``agent_ids`` (new agents are added): ``rows[key]`` is
@@ -820,6 +915,7 @@ class ProcessingBuffer(Mapping[Hashable, AgentBuffer]):
                 grown[:old] = pool
                 self._chunks[p] = grown
                 self._pool[p] = grown.reshape(count * c, -1)
+                self._pool_items[p] = _row_items(self._pool[p])
             self._chunk_next = np.concatenate([self._chunk_next, np.zeros(count - old, np.int64)])
             free = np.empty(count, np.int64)
             free[: self._n_free] = self._free_chunks[: self._n_free]

@@ -21,10 +21,14 @@ The store is a ``common.buffer.ProcessingBuffer`` (ML-Agents' noun for it), vect
 are the Trajectory's per-step arrays under their update-buffer keys (``common.trajectory``); each
 agent's *pending* row is its previous row plus what the processor returned for it, laid out as a
 step, so an experience is that row with the current row's reward, appended for all agents of a
-BrainInfo in one scatter per storage plane. Python only loops over new agents and over the agents
-whose trajectory is cut; per-agent Python work on every step would cap throughput at a few hundred
-thousand agent-steps/s. Every agent the store holds has a pending row (one done at its first
-sighting is never stored), so an agent continues exactly when the store already holds it.
+BrainInfo in one scatter per storage plane (``ProcessingBuffer.append_pending``). The pending rows
+taken out for it are then overwritten in place with the current rows, their action columns shifted
+to prev_action first, and put back: one gather and two scatters per plane per step. The episode
+totals move only at cuts (they hold the episode's earlier trajectories). Python only loops over new
+agents and over the agents whose trajectory is cut; per-agent Python work on every step would cap
+throughput at a few hundred thousand agent-steps/s. Every agent the store holds has a pending row
+(one done at its first sighting is never stored), so an agent continues exactly when the store
+already holds it.
 
 Memory (the ProcessingBuffer's model; ``chunk_rows`` = 8): a live agent holding ``r`` steps takes
 ``W + 150 + ceil(r / 8) * (8 * W + 16)`` bytes, ``r`` <= ``time_horizon``, up to twice that at a
@@ -172,10 +176,11 @@ class TrajectoryAssembler:
         self._images = frozenset(i for i, s in enumerate(params.observation_specs) if s.is_image)
         self._reward = cols[REWARDS]
         self._has_discrete = params.action_spec.num_branches > 0
-        remembered = (CONTINUOUS_ACTIONS, CONTINUOUS_LOG_PROBS, DISCRETE_LOG_PROBS, REWARDS, DISCRETE_ACTIONS)
+        remembered = (CONTINUOUS_ACTIONS, CONTINUOUS_LOG_PROBS, DISCRETE_LOG_PROBS, DISCRETE_ACTIONS)
         self._remembered = [cols[key] for key in (*remembered, POLICY_VERSION, ACTION_MASK)]
+        # (plane, prev-action columns, action columns): a field and its previous value share a dtype, so a plane.
         self._prev_actions = [
-            (cols[prev], cols[key])
+            (cols[prev][0], cols[prev][1], cols[key][1])
             for prev, key in ((PREV_CONTINUOUS_ACTIONS, CONTINUOUS_ACTIONS), (PREV_DISCRETE_ACTIONS, DISCRETE_ACTIONS))
             if cols[prev][0] >= 0
         ]
@@ -216,21 +221,28 @@ class TrajectoryAssembler:
         slots = np.array(held, dtype=np.intp)
         cut: list[Trajectory] = []
         if has_last is None:
-            # Every row continues an agent (the usual step): no row selection needed.
-            lengths = self._append_experiences(slots, info.rewards)
-            ends = np.flatnonzero(info.done | (lengths >= self.time_horizon))
+            # Every row continues an agent (the usual step): no row selection, and the pending rows
+            # taken out of the store become this step's pending rows.
+            lengths, previous = self._append_experiences(slots, info.rewards)
+            # ndarray.nonzero, not np.flatnonzero: no Python-level numpy wrapper per step.
+            ends = (info.done | (lengths >= self.time_horizon)).nonzero()[0]
         else:
+            # A new agent's pending row is zeros (see _release): its first prev_action is zeros.
+            previous = [pending.take(slots, axis=0) for pending in buffer.pending]
             rows = np.flatnonzero(has_last)
             ends = rows[:0]
             if len(rows):
                 done = info.done[rows]
-                lengths = self._append_experiences(slots[rows], info.rewards[rows])
+                lengths, _ = self._append_experiences(slots[rows], info.rewards[rows])
                 ends = rows[done | (lengths >= self.time_horizon)]
         if len(ends):
             cut = [self._cut(held[r], id_list[r], info, r) for r in ends.tolist()]
-        self._remember(slots, info, actions)
         if info.done.any():
-            self._release([id_list[r] for r in np.flatnonzero(info.done).tolist()])
+            done_ids = [id_list[r] for r in info.done.nonzero()[0].tolist()]
+            self._remember(slots, info, actions, previous, ~info.done)
+            self._release(done_ids)
+        else:
+            self._remember(slots, info, actions, previous, None)
         return cut
 
     def _admit(self, new_agents: int) -> None:
@@ -252,54 +264,58 @@ class TrajectoryAssembler:
         if self.budget is not None:
             self.budget.live -= len(agent_ids)
 
-    def _append_experiences(self, s: np.ndarray, rewards: np.ndarray) -> np.ndarray:
+    def _append_experiences(self, s: np.ndarray, rewards: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
         """Append one experience for each slot ``s`` (its pending row with these rows' rewards);
-        return the slots' new lengths."""
+        return the slots' new lengths and their pending rows as they were (packed, fresh arrays)."""
         buffer = self.buffer
-        rows = [pending.take(s, axis=0) for pending in buffer.pending]
-        p, columns = self._reward
-        rows[p][:, columns.start] = rewards
-        lengths = buffer.append_rows(s, rows)
-        state = buffer.state
-        episode_reward, episode_length = state[EPISODE_REWARD], state[EPISODE_LENGTH]
-        episode_reward[s] = episode_reward.take(s) + rewards
-        episode_length[s] = episode_length.take(s) + 1
+        lengths, previous = buffer.append_pending(s, self._reward, rewards)
+        # The episode totals move at cuts only (_cut): they count the episode's earlier trajectories.
         self.counters.experiences += len(s)
-        return lengths
+        return lengths, previous
 
-    def _remember(self, slots: np.ndarray, info: DecodedBrainInfo, actions: StepActions) -> None:
-        """Record the rows of agents that go on (not done) as their pending previous row."""
-        buffer = self.buffer
+    def _remember(
+        self,
+        slots: np.ndarray,
+        info: DecodedBrainInfo,
+        actions: StepActions,
+        previous: list[np.ndarray],
+        live: np.ndarray | None,
+    ) -> None:
+        """Record the rows of agents that go on as their pending previous row.
+
+        ``previous`` holds each row's pending row before this step (packed, plane p ``[N, w_p]``,
+        the caller's fresh arrays): it becomes the new pending row in place, so its action columns
+        give prev_action without another gather. ``live`` (bool [N]) marks the rows that go on,
+        None for all of them.
+        """
         obs, mask = info.observations, info.action_mask
         cont, disc = actions.continuous_actions, actions.discrete_actions
         clp, dlp = actions.continuous_log_probs, actions.discrete_log_probs
-        s = slots
-        if info.done.any():
-            live = np.flatnonzero(~info.done)
-            if not len(live):
+        s, rows = slots, previous
+        if live is not None:
+            kept = live.nonzero()[0]
+            if not len(kept):
                 return
-            s = slots[live]
-            obs = [o[live] for o in obs]
-            mask = None if mask is None else mask[live]
-            cont, disc, clp, dlp = cont[live], disc[live], clp[live], dlp[live]
+            s, rows = slots[kept], [plane[kept] for plane in previous]
+            obs = [o[kept] for o in obs]
+            mask = None if mask is None else mask[kept]
+            cont, disc, clp, dlp = cont[kept], disc[kept], clp[kept], dlp[kept]
         n = len(s)
         if not n:
             return
-        rows = buffer.new_rows(n)
-        pending = buffer.pending
+        # prev_action of the next experience is the action of this one (in the row before it is
+        # overwritten): zeros at episode start, since a new agent's pending row is zeros.
+        for p, to, source in self._prev_actions:
+            rows[p][:, to] = rows[p][:, source]
         for ((p, columns), _), o in zip(self._obs, obs, strict=True):
             rows[p][:, columns] = o.reshape(n, -1)
-        # The pending row's reward is the next row's.
-        values = (cont, clp, dlp, 0.0, disc, actions.policy_version, True if mask is None else mask)
+        # The reward column is left as it is: the row's reward is the next row's, set when the row
+        # becomes an experience (ProcessingBuffer.append_pending).
+        values = (cont, clp, dlp, disc, actions.policy_version, True if mask is None else mask)
         for (p, columns), value in zip(self._remembered, values, strict=True):
             if p >= 0:
                 rows[p][:, columns] = value
-        # prev_action of the next experience is the action of this one: zeros at episode start
-        # (a removed agent's pending row is zeros, see _release).
-        for (p, to), (q, source) in self._prev_actions:
-            rows[p][:, to] = pending[q][s, source]
-        for plane, row in zip(pending, rows, strict=True):
-            plane[s] = row
+        self.buffer.set_pending(s, rows)
 
     def _cut(self, slot: int, agent_id: int, info: DecodedBrainInfo | None, row: int) -> Trajectory:
         """Take slot ``slot``'s steps as a Trajectory; the agent goes on with none.
@@ -330,7 +346,15 @@ class TrajectoryAssembler:
         # Only an episode's last experience is done, and it ends the trajectory: done is not stored.
         done = np.zeros(t, dtype=bool)
         done[-1] = done_reached
-        state = buffer.state
+        # The episode so far: its earlier trajectories' totals (the slot's state) and this one's; not
+        # at a flush, after which the agent is forgotten (a flush of 60,000 agents pays no sum each).
+        episode_reward, episode_length = 0.0, 0
+        if info is not None:
+            state = buffer.state
+            episode_reward = float(state[EPISODE_REWARD][slot]) + float(views[7].sum(dtype=np.float64))
+            episode_length = int(state[EPISODE_LENGTH][slot]) + t
+            if not done_reached:  # the episode goes on
+                state[EPISODE_REWARD][slot], state[EPISODE_LENGTH][slot] = episode_reward, episode_length
         trajectory = Trajectory(
             id=TrajectoryId(self.session_id, agent_id, self._sequence),
             behavior_name=self.params.behavior_name,
@@ -348,8 +372,8 @@ class TrajectoryAssembler:
             policy_versions=views[8],
             done_reached=done_reached,
             interrupted=interrupted,
-            episode_reward=float(state[EPISODE_REWARD][slot]) if done_reached else None,
-            episode_length=int(state[EPISODE_LENGTH][slot]) if done_reached else None,
+            episode_reward=episode_reward if done_reached else None,
+            episode_length=episode_length if done_reached else None,
             obs_frames=frames,
         )
         self._sequence += 1

@@ -138,6 +138,8 @@ class AgentProcessorServicer(pb_grpc.AgentProcessorServicer):
         """The server's receive limit, told to each env client in its HelloReply (the SDK measures against it)."""
         self.max_trajectory_bytes = min(max_message_bytes, MAX_MESSAGE_BYTES)
         """The largest DeliveryBatch of one trajectory both ends pass; Hello refuses what could exceed it."""
+        # The settings are frozen: read once, not per step.
+        self._max_agents_per_brain_info = behaviors.settings.max_agents_per_brain_info
 
     # -- env clients -----------------------------------------------------------------------------
 
@@ -214,15 +216,13 @@ class AgentProcessorServicer(pb_grpc.AgentProcessorServicer):
         self._check_live(session)
         if self.behaviors.finished:  # per step: no message or list is built while every behavior trains
             self._check_training(f"session {session.session_id}", list(session.behaviors))
-        payload = request.WhichOneof("payload")
-        if payload == "hello":
-            raise ProtocolError(f"session {session.session_id}: a second Hello on one stream", precondition=True)
-        if payload != "brain_info":
+        if request.WhichOneof("payload") != "brain_info":  # one test on the usual path
+            if request.HasField("hello"):
+                raise ProtocolError(f"session {session.session_id}: a second Hello on one stream", precondition=True)
             raise ProtocolError(f"session {session.session_id}: a StepRequest with no payload (neither hello nor brain_info)")
-        behavior, assembler = session.behavior(request.brain_info.behavior_name)
-        info = decode_brain_info(
-            request.brain_info, behavior.params, session.session_id, self.behaviors.settings.max_agents_per_brain_info
-        )
+        brain_info = request.brain_info
+        behavior, assembler = session.behavior(brain_info.behavior_name)
+        info = decode_brain_info(brain_info, behavior.params, session.session_id, self._max_agents_per_brain_info)
         if info.environment_stats:  # for the behavior's trainer summaries (common.environment_stats)
             behavior.add_environment_stats(info.environment_stats)
         held = session.noise.get(behavior.name)

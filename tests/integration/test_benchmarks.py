@@ -83,6 +83,14 @@ def test_step_path_drives_the_servicer_without_grpc() -> None:
     assert out["experiences_published"] == implied_experiences(2, 4, 70) > 0
 
 
+def test_step_path_part_assembly_times_the_assembler_of_the_tree_on_pythonpath() -> None:
+    """``--part assembly`` measures the tree PYTHONPATH names (the before/after runs rely on it), here this one."""
+    out = last_json_line("step_path.py", "--clients", "2", "--agents", "4", "--steps", "140", "--part", "assembly")
+    assert out["workload"] == "G1-assembly" and out["cpu_us_per_add"] > 0
+    assert out["trajectories"] > 0  # 140 steps of time_horizon 64: every agent cut at least once
+    assert Path(out["tree"]) == Path(os.environ.get("PYTHONPATH", str(REPO)).split(os.pathsep)[0]).resolve()
+
+
 @pytest.mark.skipif(not (DEMO_DIR / "test.demo").exists(), reason=f"no test.demo at {DEMO_DIR} (set STEPSTREAM_DEMO_DIR)")
 def test_demo_action_predictability_on_test_demo() -> None:
     out = last_json_line("demo_action_predictability.py", str(DEMO_DIR / "test.demo"))

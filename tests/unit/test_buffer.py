@@ -518,6 +518,23 @@ def test_a_mini_batch_is_a_snapshot_whatever_the_buffer_does_next() -> None:
     assert_rows(newest["x"].data, [-1, -1, -1, -2])
 
 
+def test_a_mini_batch_not_used_yet_copies_pickles_and_keeps_empty_fields() -> None:
+    """make_mini_batch makes its views on first use: a mini-batch copied or pickled before that, or one
+    with a field that has no storage, is still the same AgentBuffer."""
+    import copy
+    import pickle
+
+    buffer = buffer_of(x=np.arange(6, dtype=np.float32))
+    buffer["empty"] = AgentBufferField(padding_value=1.0)
+    for clone in (copy.copy, copy.deepcopy, lambda b: pickle.loads(pickle.dumps(b))):
+        mini_batch = clone(buffer.make_mini_batch(1, 3))
+        assert list(mini_batch) == ["x", "empty"]
+        assert_rows(mini_batch["x"].data, [1, 2])
+        assert len(mini_batch["empty"]) == 0 and mini_batch["empty"].padding_value == 1.0
+    with pytest.raises(AttributeError, match="no_such"):
+        buffer.make_mini_batch(0, 1).no_such  # noqa: B018
+
+
 def test_shuffle_and_reset_field_move_to_new_storage_only_after_lending_rows() -> None:
     buffer = buffer_of(x=np.arange(4, dtype=np.int64))
     storage = buffer["x"]._data
@@ -760,6 +777,41 @@ def test_processing_buffer_keeps_each_agents_rows_across_chunks(chunk_rows: int)
             want = np.array([row[key] for row in rows_of], spec.dtype).reshape(len(rows_of), *spec.shape)
             assert_rows(buffer[key].data, want, spec.dtype)
             assert buffer[key].padding_value == spec.padding_value
+
+
+@pytest.mark.parametrize("chunk_rows", [3, 8])
+def test_append_pending_makes_pending_rows_experiences_and_returns_them(chunk_rows: int) -> None:
+    """The assembler's step: each slot's pending row, with one column set, becomes its next experience
+    (across chunk boundaries, 3 not a power of two); the pending rows come back as they were, with
+    the column set, in fresh arrays, and set_pending makes new pending rows."""
+    processing = ProcessingBuffer(TWO_FIELDS, chunk_rows=chunk_rows)
+    slots = np.array(processing.add_agents(["a", "b"]), dtype=np.intp)
+    x_column, mask_column = processing.columns["x"], processing.columns["mask"]
+    want: dict[str, list[list[float]]] = {"a": [], "b": []}
+    for step in range(10):
+        rows = processing.new_rows(2)
+        rows[mask_column[0]][:, mask_column[1]] = [[step, 1], [step, 0]]
+        processing.set_pending(slots, rows)
+        lengths, previous = processing.append_pending(slots, x_column, np.array([step, -step], np.float32))
+        assert lengths.tolist() == [step + 1] * 2
+        assert previous[0].tolist() == [[step, step, 1], [-step, step, 0]]
+        assert not np.shares_memory(previous[0], processing.pending[0])
+        want["a"].append([step, step, 1])
+        want["b"].append([-step, step, 0])
+    for agent_id in ("a", "b"):
+        rows_of = np.array(want[agent_id], np.float32)
+        assert_rows(processing[agent_id]["x"].data, rows_of[:, 0])
+        assert_rows(processing[agent_id]["mask"].data, rows_of[:, 1:])
+
+
+def test_append_rows_of_another_dtype_or_layout_are_cast_like_an_assignment() -> None:
+    """The fast path scatters whole rows as raw items only when their dtype and layout are the plane's."""
+    processing = ProcessingBuffer(TWO_FIELDS)
+    slots = np.array(processing.add_agents([1, 2]), dtype=np.intp)
+    processing.append_rows(slots, [np.array([[1, 2, 3], [4, 5, 6]], np.float64)])
+    processing.append_rows(slots, [np.asfortranarray(np.array([[7, 8, 9], [10, 11, 12]], np.float32))])
+    assert_rows(processing[1]["x"].data, [1, 7])
+    assert_rows(processing[2]["mask"].data, [[5, 6], [11, 12]])
 
 
 def test_processing_buffer_remove_forgets_rows_pending_and_state() -> None:
