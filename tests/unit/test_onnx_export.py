@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import NamedTuple
 
@@ -91,10 +92,22 @@ def _export(case: Case, seed: int = 0) -> Exported:
     return Exported(net, normalizers, update, session, onnx_model)
 
 
+@functools.cache
+def _shared_export(name: str) -> Exported:
+    """One export per case for the whole module (a TFLite conversion and an ONNX translation each): the tests only
+    read it; one that changes the update works on a copy (``_update_copy``)."""
+    return _export(CASES[name])
+
+
+def _update_copy(name: str) -> pb.PolicyUpdate:
+    update = pb.PolicyUpdate()
+    update.CopyFrom(_shared_export(name).update)
+    return update
+
+
 @pytest.fixture(scope="module", params=sorted(CASES))
 def exported(request: pytest.FixtureRequest) -> tuple[Case, Exported]:
-    case = CASES[request.param]
-    return case, _export(case)
+    return CASES[request.param], _shared_export(request.param)
 
 
 def _observations(case: Case, rows: int, rng: np.random.Generator) -> list[np.ndarray]:
@@ -314,16 +327,15 @@ def test_sampled_actions_follow_the_processors_distribution(exported: tuple[Case
 
 
 def test_an_artifact_of_another_format_is_refused() -> None:
-    update = _export(CASES["hybrid"]).update
+    update = _update_copy("hybrid")
     update.artifact.format = "onnx"
     with pytest.raises(ValueError, match=r"artifact\.format 'onnx'"):
         policy_to_onnx(update)
 
 
 def test_without_normalizers_the_graph_takes_the_observations_as_they_are() -> None:
-    model = _export(CASES["continuous_ppo"])
-    update = pb.PolicyUpdate()
-    update.CopyFrom(model.update)
+    model = _shared_export("continuous_ppo")
+    update = _update_copy("continuous_ppo")
     del update.artifact.normalizers[:]
     session = ort.InferenceSession(policy_to_onnx(update).SerializeToString(), providers=["CPUExecutionProvider"])
     observations = [np.random.default_rng(5).normal(0, 1, (50, 8)).astype(np.float32)]
@@ -350,7 +362,7 @@ class _TinyLearner:
 
 
 def test_every_checkpoint_writes_its_onnx_model_and_the_newest_beside_the_behavior(tmp_path: Path) -> None:
-    update = _export(CASES["hybrid"]).update
+    update = _update_copy("hybrid")
     checkpoints = tmp_path / "Behavior" / "checkpoints"
     newest = tmp_path / "Behavior.onnx"
     checkpointer = Checkpointer(checkpoints, _TinyLearner(), keep_checkpoints=2, onnx_path=newest)  # type: ignore[arg-type]

@@ -245,6 +245,22 @@ def sac_settings(demo: Path) -> BehaviorSettings:
     return with_signals(BehaviorSettings(trainer_type=TrainerType.SAC, hyperparameters=hyper, network_settings=SMALL), demo)
 
 
+LEARNER_DEMO_STEPS = 40
+"""Demo records for the learner cases: what they check (tags, cloning passes per gradient step, checkpoints) needs
+a few expert episodes, not the discriminator test's 100; each SAC gradient step runs a cloning pass over all of them."""
+SAC_ROWS = 16
+"""Replay rows for the SAC cases: batch_size 8 leaves 8 gradient steps (each with a signal and a cloning update)."""
+
+
+def learner_demo(tmp_path: Path, continuous: bool) -> Path:
+    return write_expert_demo(tmp_path / "expert.demo", continuous, steps=LEARNER_DEMO_STEPS)
+
+
+def trajectories(continuous: bool, rows: int) -> list[Trajectory]:
+    """``rows`` experiences as trajectories of 8 steps, each ending at a terminal."""
+    return [trajectory(continuous, 8, seed) for seed in range(rows // 8)]
+
+
 SIGNAL_TAGS = {GAIL_LOSS, GAIL_POLICY_ESTIMATE, GAIL_EXPERT_ESTIMATE, GAIL_REWARD, CURIOSITY_FORWARD_LOSS}
 SIGNAL_TAGS |= {CURIOSITY_INVERSE_LOSS, CURIOSITY_REWARD, PRETRAINING_LOSS, BC_STRENGTH}
 
@@ -252,7 +268,7 @@ SIGNAL_TAGS |= {CURIOSITY_INVERSE_LOSS, CURIOSITY_REWARD, PRETRAINING_LOSS, BC_S
 def test_ppo_reports_every_signal_and_cloning_tag_and_keeps_one_value_head_per_signal(
     tmp_path: Path, continuous: bool
 ) -> None:
-    demo = write_expert_demo(tmp_path / "expert.demo", continuous)
+    demo = learner_demo(tmp_path, continuous)
     learner = PPOLearner(simple_brain_parameters(BEHAVIOR, continuous), ppo_settings(demo), seed=0, warm_up=False)
     assert [s.name for s in learner.signals] == ["extrinsic", "gail", "curiosity"]
     learner.add_trajectories([trajectory(continuous, 8, seed) for seed in range(4)])
@@ -265,9 +281,9 @@ def test_ppo_reports_every_signal_and_cloning_tag_and_keeps_one_value_head_per_s
 
 
 def test_sac_reports_every_signal_and_cloning_tag(tmp_path: Path, continuous: bool) -> None:
-    demo = write_expert_demo(tmp_path / "expert.demo", continuous)
+    demo = learner_demo(tmp_path, continuous)
     learner = SACLearner(simple_brain_parameters(BEHAVIOR, continuous), sac_settings(demo), seed=0, jit_compile=False)
-    learner.add_trajectories([trajectory(continuous, 8, seed) for seed in range(4)])
+    learner.add_trajectories(trajectories(continuous, SAC_ROWS))
     metrics = learner.update()
     assert SIGNAL_TAGS | {"Losses/Q1 Loss", "Losses/Policy Loss"} <= set(metrics)
     assert all(math.isfinite(v) for v in metrics.values())
@@ -275,20 +291,20 @@ def test_sac_reports_every_signal_and_cloning_tag(tmp_path: Path, continuous: bo
 
 def test_sac_runs_behavioral_cloning_after_every_gradient_step(tmp_path: Path, continuous: bool) -> None:
     """As ML-Agents' off-policy trainer: one cloning pass per SAC gradient step, however many one update call runs."""
-    demo = write_expert_demo(tmp_path / "expert.demo", continuous)
+    demo = learner_demo(tmp_path, continuous)
     learner = SACLearner(simple_brain_parameters(BEHAVIOR, continuous), sac_settings(demo), seed=0, jit_compile=False)
-    learner.add_trajectories([trajectory(continuous, 8, seed) for seed in range(4)])
+    learner.add_trajectories(trajectories(continuous, SAC_ROWS))
     assert learner.bc is not None and learner.ready_to_update()
     learner.update()
     gradient_steps = int(learner.policy_optimizer.iterations.numpy())
-    assert gradient_steps == 32 - 8  # the experiences after the first batch_size rows, at steps_per_update 1
+    assert gradient_steps == SAC_ROWS - 8  # the experiences after the first batch_size rows, at steps_per_update 1
     cloning_steps_per_pass = learner.bc.num_demonstrations // learner.bc.batch_size
     assert int(learner.bc.optimizer.iterations.numpy()) == gradient_steps * cloning_steps_per_pass
 
 
 @pytest.mark.parametrize("algorithm", ["ppo", "sac"])
 def test_checkpoints_round_trip_the_signal_networks_and_optimisers(tmp_path: Path, algorithm: str) -> None:
-    demo = write_expert_demo(tmp_path / "expert.demo", continuous=False)
+    demo = learner_demo(tmp_path, continuous=False)
     params = simple_brain_parameters(BEHAVIOR, False)
 
     def make(seed: int) -> PPOLearner | SACLearner:
@@ -297,7 +313,7 @@ def test_checkpoints_round_trip_the_signal_networks_and_optimisers(tmp_path: Pat
         return SACLearner(params, sac_settings(demo), seed=seed, jit_compile=False)
 
     source = make(0)
-    source.add_trajectories([trajectory(False, 8, seed) for seed in range(4)])
+    source.add_trajectories(trajectories(False, SAC_ROWS))
     source.update()
     Checkpointer(tmp_path / "a", source, keep_checkpoints=1).save(step=32, version=1)
     target = make(1)
