@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import pytest
@@ -248,12 +250,14 @@ def sac_settings(demo: Path) -> BehaviorSettings:
 LEARNER_DEMO_STEPS = 40
 """Demo records for the learner cases: what they check (tags, cloning passes per gradient step, checkpoints) needs
 a few expert episodes, not the discriminator test's 100; each SAC gradient step runs a cloning pass over all of them."""
+PPO_ROWS = 32
+"""PPO's buffer_size: one update of 2 epochs of 4 minibatches."""
 SAC_ROWS = 16
 """Replay rows for the SAC cases: batch_size 8 leaves 8 gradient steps (each with a signal and a cloning update)."""
 
 
-def learner_demo(tmp_path: Path, continuous: bool) -> Path:
-    return write_expert_demo(tmp_path / "expert.demo", continuous, steps=LEARNER_DEMO_STEPS)
+def learner_demo(directory: Path, continuous: bool) -> Path:
+    return write_expert_demo(directory / "expert.demo", continuous, steps=LEARNER_DEMO_STEPS)
 
 
 def trajectories(continuous: bool, rows: int) -> list[Trajectory]:
@@ -261,41 +265,82 @@ def trajectories(continuous: bool, rows: int) -> list[Trajectory]:
     return [trajectory(continuous, 8, seed) for seed in range(rows // 8)]
 
 
+class Updated(NamedTuple):
+    """A learner with every signal and cloning, seed 0, after one update on ``trajectories(continuous, rows)``."""
+
+    continuous: bool
+    demo: Path
+    learner: PPOLearner | SACLearner
+    returns_shape: tuple[int, ...]
+    """PPO: the update buffer's ``returns`` before the update (SAC: empty)."""
+    ready: bool
+    """Whether the learner was ready to update once its rows were in."""
+    metrics: Mapping[str, float]
+
+
+def updated(algorithm: str, continuous: bool, directory: Path) -> Updated:
+    demo = learner_demo(directory, continuous)
+    params = simple_brain_parameters(BEHAVIOR, continuous)
+    learner: PPOLearner | SACLearner
+    if algorithm == "ppo":
+        learner = PPOLearner(params, ppo_settings(demo), seed=0, warm_up=False)
+        learner.add_trajectories(trajectories(continuous, PPO_ROWS))
+        returns_shape = learner.update_buffer["returns"].data.shape
+    else:
+        learner = SACLearner(params, sac_settings(demo), seed=0, jit_compile=False)
+        learner.add_trajectories(trajectories(continuous, SAC_ROWS))
+        returns_shape = ()
+    ready = learner.ready_to_update()
+    return Updated(continuous, demo, learner, returns_shape, ready, learner.update())
+
+
+Learners = Callable[[str, bool], Updated]
+
+
+@pytest.fixture(scope="module")
+def learners(tmp_path_factory: pytest.TempPathFactory) -> Learners:
+    """``updated(algorithm, continuous)``, built once per module: building a learner with GAIL, curiosity and
+    cloning and tracing its update is most of these cases' cost. The tests only read the learner after its one
+    update (a checkpoint save reads it too)."""
+    built: dict[tuple[str, bool], Updated] = {}
+
+    def get(algorithm: str, continuous: bool) -> Updated:
+        if (algorithm, continuous) not in built:
+            directory = tmp_path_factory.mktemp(f"{algorithm}-demo")
+            built[algorithm, continuous] = updated(algorithm, continuous, directory)
+        return built[algorithm, continuous]
+
+    return get
+
+
 SIGNAL_TAGS = {GAIL_LOSS, GAIL_POLICY_ESTIMATE, GAIL_EXPERT_ESTIMATE, GAIL_REWARD, CURIOSITY_FORWARD_LOSS}
 SIGNAL_TAGS |= {CURIOSITY_INVERSE_LOSS, CURIOSITY_REWARD, PRETRAINING_LOSS, BC_STRENGTH}
 
 
 def test_ppo_reports_every_signal_and_cloning_tag_and_keeps_one_value_head_per_signal(
-    tmp_path: Path, continuous: bool
+    learners: Learners, continuous: bool
 ) -> None:
-    demo = learner_demo(tmp_path, continuous)
-    learner = PPOLearner(simple_brain_parameters(BEHAVIOR, continuous), ppo_settings(demo), seed=0, warm_up=False)
+    ppo_updated = learners("ppo", continuous)
+    learner, metrics = ppo_updated.learner, ppo_updated.metrics
     assert [s.name for s in learner.signals] == ["extrinsic", "gail", "curiosity"]
-    learner.add_trajectories([trajectory(continuous, 8, seed) for seed in range(4)])
-    assert learner.update_buffer["returns"].data.shape == (32, 3)  # a value target per signal
-    metrics = learner.update()
+    assert ppo_updated.returns_shape == (PPO_ROWS, 3)  # a value target per signal
     assert SIGNAL_TAGS | {EXTRINSIC_REWARD, GAIL_VALUE_ESTIMATE, CURIOSITY_VALUE_ESTIMATE} <= set(metrics)
     assert all(math.isfinite(v) for v in metrics.values())
-    assert metrics[BC_STRENGTH] == pytest.approx(0.5 * (1 - 32 / 1000))
+    assert metrics[BC_STRENGTH] == pytest.approx(0.5 * (1 - PPO_ROWS / 1000))
     assert metrics[GAIL_REWARD] > 0 and metrics[EXTRINSIC_REWARD] == pytest.approx(-0.01)
 
 
-def test_sac_reports_every_signal_and_cloning_tag(tmp_path: Path, continuous: bool) -> None:
-    demo = learner_demo(tmp_path, continuous)
-    learner = SACLearner(simple_brain_parameters(BEHAVIOR, continuous), sac_settings(demo), seed=0, jit_compile=False)
-    learner.add_trajectories(trajectories(continuous, SAC_ROWS))
-    metrics = learner.update()
+def test_sac_reports_every_signal_and_cloning_tag(learners: Learners, continuous: bool) -> None:
+    metrics = learners("sac", continuous).metrics
     assert SIGNAL_TAGS | {"Losses/Q1 Loss", "Losses/Policy Loss"} <= set(metrics)
     assert all(math.isfinite(v) for v in metrics.values())
 
 
-def test_sac_runs_behavioral_cloning_after_every_gradient_step(tmp_path: Path, continuous: bool) -> None:
+def test_sac_runs_behavioral_cloning_after_every_gradient_step(learners: Learners, continuous: bool) -> None:
     """As ML-Agents' off-policy trainer: one cloning pass per SAC gradient step, however many one update call runs."""
-    demo = learner_demo(tmp_path, continuous)
-    learner = SACLearner(simple_brain_parameters(BEHAVIOR, continuous), sac_settings(demo), seed=0, jit_compile=False)
-    learner.add_trajectories(trajectories(continuous, SAC_ROWS))
-    assert learner.bc is not None and learner.ready_to_update()
-    learner.update()
+    sac_updated = learners("sac", continuous)
+    learner = sac_updated.learner
+    assert isinstance(learner, SACLearner) and learner.bc is not None and sac_updated.ready
     gradient_steps = int(learner.policy_optimizer.iterations.numpy())
     assert gradient_steps == SAC_ROWS - 8  # the experiences after the first batch_size rows, at steps_per_update 1
     cloning_steps_per_pass = learner.bc.num_demonstrations // learner.bc.batch_size
@@ -303,20 +348,16 @@ def test_sac_runs_behavioral_cloning_after_every_gradient_step(tmp_path: Path, c
 
 
 @pytest.mark.parametrize("algorithm", ["ppo", "sac"])
-def test_checkpoints_round_trip_the_signal_networks_and_optimisers(tmp_path: Path, algorithm: str) -> None:
-    demo = learner_demo(tmp_path, continuous=False)
+def test_checkpoints_round_trip_the_signal_networks_and_optimisers(tmp_path: Path, algorithm: str, learners: Learners) -> None:
+    source_updated = learners(algorithm, False)
     params = simple_brain_parameters(BEHAVIOR, False)
-
-    def make(seed: int) -> PPOLearner | SACLearner:
-        if algorithm == "ppo":
-            return PPOLearner(params, ppo_settings(demo), seed=seed, warm_up=False)
-        return SACLearner(params, sac_settings(demo), seed=seed, jit_compile=False)
-
-    source = make(0)
-    source.add_trajectories(trajectories(False, SAC_ROWS))
-    source.update()
+    source = source_updated.learner  # updated once: every signal and cloning optimiser has stepped
     Checkpointer(tmp_path / "a", source, keep_checkpoints=1).save(step=32, version=1)
-    target = make(1)
+    target: PPOLearner | SACLearner
+    if algorithm == "ppo":
+        target = PPOLearner(params, ppo_settings(source_updated.demo), seed=1, warm_up=False)
+    else:
+        target = SACLearner(params, sac_settings(source_updated.demo), seed=1, jit_compile=False)
     assert Checkpointer(tmp_path / "a", target, keep_checkpoints=1).restore_latest() == (32, 1)
     objects, restored = source.checkpoint_objects(), target.checkpoint_objects()
     for name in ("gail_discriminator", "curiosity_model"):
