@@ -18,7 +18,8 @@ The counts (issue 16, "Conservation across processors"):
 * ``experiences_taken_in``: the trajectories taken in (acked) over all trainer lifetimes, each id once;
   ``duplicates_taken_in`` counts ids taken in by two lifetimes, and must be 0;
 * ``experiences_dropped``: what the processors dropped and counted (``experiences_dropped``: stale,
-  unpublished; p0's as last scraped before its kill);
+  unpublished; p0's as last scraped before its kill); ``experiences_dropped_by_reason`` splits it per
+  processor and ``reason`` label;
 * ``experiences_lost_processor_kill``: counted from the clients' side: what p0's sessions sent, less
   what of it was taken in or dropped;
 * ``experiences_lost_trainer_kill``: acked by the killed trainer but not yet "trained" on: a part of
@@ -172,6 +173,12 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "experiences_implied": implied,
         "experiences_taken_in": ledger.experiences,
         "experiences_dropped": dropped,
+        # which counter each processor's drops came from: a negative processor-kill loss with "unpublished" > 0
+        # points at a publish counted unpublished whose message the broker had stored (see the report of issue 16)
+        "experiences_dropped_by_reason": {
+            fleet.ids[i]: {reason: int(v) for reason, v in sorted(fleet.last_dropped_by_reason.get(i, {}).items()) if v}
+            for i in range(len(fleet.ids))
+        },
         "experiences_lost_processor_kill": lost_processor_kill,
         "experiences_lost_trainer_kill": ledger.lost_trainer_kill,
         "duplicates_taken_in": ledger.duplicates,

@@ -112,6 +112,8 @@ class Fleet:
         self.env = {**os.environ, "PYTHONUNBUFFERED": "1", "TF_CPP_MIN_LOG_LEVEL": "2"}
         self.last_dropped: dict[int, float] = {}
         """Per processor, its ``experiences_dropped`` at its last scrape (a killed one's stay here)."""
+        self.last_dropped_by_reason: dict[int, dict[str, float]] = {}
+        """The same per ``reason`` label (stale, unpublished, undeliverable)."""
 
     @property
     def target(self) -> str:
@@ -171,9 +173,12 @@ class Fleet:
         """Processor ``i``'s ``stepstream_processor_experiences_dropped_total`` (every reason), scraped now if it runs."""
         if self.processes[i] is not None:
             samples = scrape(f"http://127.0.0.1:{self.metrics_ports[i]}/metrics")
-            self.last_dropped[i] = sum(
-                value for (name, _), value in samples.items() if name == "stepstream_processor_experiences_dropped_total"
-            )
+            by_reason: dict[str, float] = defaultdict(float)
+            for (name, labels), value in samples.items():
+                if name == "stepstream_processor_experiences_dropped_total":
+                    by_reason[dict(labels).get("reason", "")] += value
+            self.last_dropped_by_reason[i] = dict(by_reason)
+            self.last_dropped[i] = sum(by_reason.values())
         return self.last_dropped.get(i, 0.0)
 
     def log_tail(self, i: int, lines: int = 30) -> str:
