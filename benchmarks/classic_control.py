@@ -140,6 +140,13 @@ Suite runs (record each with its date):
   155.0 / 67.1 s (median 135.7 s). Goal met for ppo-pendulum.
 * 2026-12-02, ``classic_control.py --tasks sac-pendulum --seeds 0`` (seeds 1-2 stopped for time; load 5-7): ours
   final -169.3, threshold at 6,864 steps / 371.5 s; SB3 final -159.9, at 8,400 steps / 281.0 s.
+* 2026-12-02 03:10, ``classic_control.py --tasks ppo-mountaincar --seeds 0`` (load 4.8-5.1, other work beside it):
+  ours final -118.8, threshold at 223.9k steps / 74.1 s; SB3 final -134.6, never at the threshold within the
+  300k budget (a peer that fails proves nothing: seeds 1-2 not run yet).
+* 2026-12-02 03:15, ``classic_control.py --tasks ppo-acrobot --seeds 1 2`` (load 4.8-5.0, other work beside it):
+  ours final -94.9 / -82.8, threshold at 106.7k / 80.6k steps, 38.2 / 42.1 s; SB3 final -75.3 / -85.9, at
+  51.6k / 55.3k steps, 22.3 / 30.3 s. With 2026-12-01's seed 0: final medians -82.8 vs -85.9 (met), time
+  medians 42.1 vs 30.3 s (not met: ours takes 1.3-1.9x the peer's steps).
 """
 
 from __future__ import annotations
