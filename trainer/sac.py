@@ -84,6 +84,10 @@ Rows: TypeAlias = tf.Tensor | np.ndarray
 # Discrete target entropy: this times log(allowed options), per branch and row. ML-Agents' value
 # (discrete_target_entropy_scale); Christodoulou's 0.98 holds the policy near uniform for good.
 DISCRETE_TARGET_ENTROPY_SCALE = 0.2
+# POLICY_ENCODER: from images, the policy has no encoder of its own: it reads Q1's, and its loss does not train it
+# (the actor's gradient stops at the features, as in SAC-AE and DrQ; Yarats et al. 2019, 2021). With its own CNN
+# trained only through dQ/da (ML-Agents' layout), the 1-D pixel task missed its threshold in about 1 run of 5:
+# the critics fitted (loss ~0, Q spread ~1 across states) while the policy's features never told the sides apart.
 BUFFER_TRUNCATE_FRACTION = 0.8  # an over-full replay buffer keeps its newest 80% (ML-Agents)
 SAMPLE_CHUNK_STEPS = 64  # gradient steps whose minibatches are sampled at once (bounds memory)
 NEXT_ACTION_MASK = "next_action_mask"  # the replay column of the action mask at next_obs
@@ -250,7 +254,7 @@ class SACLearner:
         self._warm_up_rows = max(hyper.batch_size, hyper.buffer_init_steps)
         behavior = brain_parameters.behavior_name
 
-        def encoder(name: str) -> ObservationEncoder | None:  # each network encodes images itself, as ML-Agents' SAC
+        def encoder(name: str) -> ObservationEncoder | None:  # each critic and target encodes images itself
             return observation_encoder(obs_specs, net.vis_encode_type, net.hidden_units, behavior, name)
 
         def critic(name: str) -> ValueNetwork:
@@ -259,16 +263,17 @@ class SACLearner:
             return ValueNetwork(net.hidden_units, net.num_layers, q_input_size, self._m or 1, name=name, encoder=own)
 
         with seeded_initializers(seed):
+            self.q1, self.q2 = critic("q1"), critic("q2")
+            self.target_q1, self.target_q2 = critic("target_q1"), critic("target_q2")
+            # The policy reads images through Q1's encoder, which only the critic loss trains (POLICY_ENCODER).
             self.policy = PolicyNetwork(
                 self._obs_sizes,
                 spec,
                 net.hidden_units,
                 net.num_layers,
                 state_dependent_std=True,
-                encoder=encoder("policy_encoder"),
+                encoder=self.q1.encoder,
             )
-            self.q1, self.q2 = critic("q1"), critic("q2")
-            self.target_q1, self.target_q2 = critic("target_q1"), critic("target_q2")
             # Extrinsic rewards are stored (times strength) with the replay rows; the others are computed at sampling.
             signals = make_reward_signals(brain_parameters, settings.reward_signals, seed)
             self.signals: list[RewardSignal] = [s for s in signals if not isinstance(s, ExtrinsicSignal)]
@@ -283,7 +288,9 @@ class SACLearner:
         # One entropy coefficient per action kind: [continuous (when C > 0), branch 0, branch 1, ...].
         self._kinds = int(self._c > 0) + len(self._branches)
         self.log_alpha = tf.Variable(tf.fill([self._kinds], math.log(hyper.init_entcoef)), name="log_alpha")
-        self.policy_optimizer = adam(hyper.learning_rate, self.policy.trainable_variables)
+        shared = {id(v) for v in self.q1.encoder.trainable_variables} if self.q1.encoder is not None else set()
+        self._policy_vars = [v for v in self.policy.trainable_variables if id(v) not in shared]
+        self.policy_optimizer = adam(hyper.learning_rate, self._policy_vars)
         self.q_optimizer = adam(hyper.learning_rate, self._q_vars)
         self.entropy_optimizer = adam(hyper.learning_rate, [self.log_alpha])
         self.steps = tf.Variable(0, dtype=tf.int64, trainable=False, name="steps")
@@ -436,7 +443,7 @@ class SACLearner:
             critic_loss = q1_loss + q2_loss
         self.q_optimizer.apply_gradients(zip(tape.gradient(critic_loss, self._q_vars), self._q_vars, strict=True))
 
-        policy_vars = self.policy.trainable_variables
+        policy_vars = self._policy_vars  # without Q1's encoder (POLICY_ENCODER)
         with tf.GradientTape() as tape:
             a, log_pi_c, probs, log_probs = self._policy_sample(features, batch.action_mask)
             q = tf.minimum(self.q1.evaluate(features, a), self.q2.evaluate(features, a))

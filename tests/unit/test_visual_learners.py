@@ -187,6 +187,11 @@ def test_sac_updates_the_encoders_of_policy_and_critics(frame_dtype: np.dtype) -
         reward_signals={RewardSignalType.EXTRINSIC: RewardSignalSettings()},
     )
     learner = SACLearner(brain(frame_dtype), settings, jit_compile=False)
+    # The policy reads Q1's encoder, which only the critic loss trains (trainer/sac.py's POLICY_ENCODER).
+    assert learner.policy.encoder is learner.q1.encoder
+    encoder_ids = {id(v) for v in learner.q1.encoder.trainable_variables}
+    assert encoder_ids and not encoder_ids & {id(v) for v in learner._policy_vars}
+    assert encoder_ids <= {id(v) for v in learner._q_vars}
     policy_before, q_before = visual_weights(learner.policy), visual_weights(learner.q1)
     target_before = visual_weights(learner.target_q1)
     np.testing.assert_array_equal(
