@@ -138,4 +138,5 @@ def test_inference_pixels_times_a_visual_policy_pass() -> None:
     result = last_json_line("inference_pixels.py", "--batches", "1,2", "--rounds", "1", "--min-seconds", "0.01")
     assert result["encoder"] == "nature_cnn" and result["frame"] == [84, 84, 3] and result["patches_weights"]
     for n in ("n1", "n2"):
-        assert set(result[n]) == {"forward_ms", "per_row_us", "act_ms", "tf_function_ms"}
+        assert set(result[n]) == {"forward_ms", "forward_1thread_ms", "threads", "per_row_us", "act_ms", "tf_function_ms"}
+        assert result[n]["threads"] == 1  # one or two 84x84x3 frames stay below the wide-batch interpreter's size
