@@ -330,12 +330,14 @@ class TrainerLoop:
 
     def _iterate(self, stop: threading.Event | None, should_stop: Callable[[TrainerResult], bool] | None) -> str:
         """One iteration; returns why to stop, or "" to go on."""
+        # The condition first: an iteration's take-in can reach it and the budget together (one poll may bring
+        # many trajectories), and the run did reach it.
+        if should_stop is not None and should_stop(self.result):
+            return CONDITION
         if self.result.steps >= self.settings.max_steps:
             return MAX_STEPS
         if stop is not None and stop.is_set():
             return STOPPED
-        if should_stop is not None and should_stop(self.result):
-            return CONDITION
         if self._feed is not None:
             self.result.steps += self._feed.feed(self.settings.max_steps - self.result.steps)
         else:

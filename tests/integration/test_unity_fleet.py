@@ -162,11 +162,14 @@ from tests.unity_fake import FakeUnity, agent_info, brain_proto
 
 argv = sys.argv[1:]
 port = int(argv[argv.index("--mlagents-port") + 1])
-crash = not os.path.exists({crash!r})
+# The first copy to create the marker is the one that crashes: O_EXCL, since both copies start at once.
+try:
+    os.close(os.open({crash!r}, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    crash = True
+except FileExistsError:
+    crash = False
 with open({record!r}, "a") as f:
     f.write(json.dumps({{"port": port, "crash": crash, "argv": argv}}) + "\\n")
-if crash:
-    open({crash!r}, "w").close()
 
 
 async def main():
