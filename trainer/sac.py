@@ -257,23 +257,26 @@ class SACLearner:
         def encoder(name: str) -> ObservationEncoder | None:  # each critic and target encodes images itself
             return observation_encoder(obs_specs, net.vis_encode_type, net.hidden_units, behavior, name)
 
-        def critic(name: str) -> ValueNetwork:
-            own = encoder(f"{name}_encoder")
+        def critic(name: str, own: ObservationEncoder | None) -> ValueNetwork:
             q_input_size = (own.output_size if own is not None else sum(self._obs_sizes)) + self._c
             return ValueNetwork(net.hidden_units, net.num_layers, q_input_size, self._m or 1, name=name, encoder=own)
 
         with seeded_initializers(seed):
-            self.q1, self.q2 = critic("q1"), critic("q2")
-            self.target_q1, self.target_q2 = critic("target_q1"), critic("target_q2")
             # The policy reads images through Q1's encoder, which only the critic loss trains (POLICY_ENCODER).
+            # The policy is made first, as before the encoder was shared: from vectors (no encoder) every
+            # network's initial weights are the ones the learning tests were measured with.
+            q1_encoder = encoder("q1_encoder")
             self.policy = PolicyNetwork(
                 self._obs_sizes,
                 spec,
                 net.hidden_units,
                 net.num_layers,
                 state_dependent_std=True,
-                encoder=self.q1.encoder,
+                encoder=q1_encoder,
             )
+            self.q1, self.q2 = critic("q1", q1_encoder), critic("q2", encoder("q2_encoder"))
+            self.target_q1 = critic("target_q1", encoder("target_q1_encoder"))
+            self.target_q2 = critic("target_q2", encoder("target_q2_encoder"))
             # Extrinsic rewards are stored (times strength) with the replay rows; the others are computed at sampling.
             signals = make_reward_signals(brain_parameters, settings.reward_signals, seed)
             self.signals: list[RewardSignal] = [s for s in signals if not isinstance(s, ExtrinsicSignal)]
