@@ -12,8 +12,9 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -92,12 +93,20 @@ def process_start_time() -> float:
         return time.time()
 
 
-def write_configuration(run_dir: Path, run_options: RunOptions) -> None:
-    """Write the resolved ``configuration.yaml`` atomically (stack trainers share the run folder)."""
+def write_configuration(run_dir: Path, run_options: RunOptions, unity_keys: Mapping[str, Any] | None = None) -> None:
+    """Write the resolved ``configuration.yaml`` atomically (stack trainers share the run folder).
+
+    ``unity_keys``: the sections only a Unity build reads (``cli.unity_train.unity_keys``), for a run that
+    launched one; ``run_options`` holds none of them (Unity declares the behaviors), so they are merged back in
+    here: the file names the build it trained with, as ML-Agents' does, and reruns the same run.
+    """
+    resolved = run_options.to_dict()
+    for section, keys in (unity_keys or {}).items():
+        resolved[section] = {**resolved.get(section, {}), **keys}
     fd, tmp = tempfile.mkstemp(prefix="configuration.yaml", suffix=".tmp", dir=run_dir)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as out:
-            yaml.safe_dump(run_options.to_dict(), out, sort_keys=False)
+            yaml.safe_dump(resolved, out, sort_keys=False)
         os.replace(tmp, run_dir / "configuration.yaml")
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -105,7 +114,13 @@ def write_configuration(run_dir: Path, run_options: RunOptions) -> None:
 
 
 def prepare_run_dir(
-    run_dir: Path, run_options: RunOptions, *, resume: bool = False, force: bool = False, inference: bool = False
+    run_dir: Path,
+    run_options: RunOptions,
+    *,
+    resume: bool = False,
+    force: bool = False,
+    inference: bool = False,
+    unity_keys: Mapping[str, Any] | None = None,
 ) -> Path:
     """Create (or reuse with ``resume`` / ``inference``, or wipe with ``force``) ``run_dir`` for ``stepstream train``.
 
@@ -123,7 +138,7 @@ def prepare_run_dir(
         raise ConfigError(f"{run_dir} does not exist: nothing to {'resume' if resume else 'run'}")
     _make_dirs(run_dir / RUN_LOGS_DIR, run_dir.parent)
     if not inference:
-        write_configuration(run_dir, run_options)
+        write_configuration(run_dir, run_options, unity_keys)
     return run_dir
 
 

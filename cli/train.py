@@ -42,7 +42,7 @@ from cli.run_config import (
     with_max_steps,
 )
 from cli.signals import StopSignals, set_soon
-from cli.unity_train import UnityLaunch, UnitySource, unity_launch, without_env_path
+from cli.unity_train import UnityLaunch, UnitySource, unity_keys, unity_launch, without_env_path
 from common.config import BehaviorSettings, RunOptions, TrainerType, load_config
 from common.errors import ConfigError
 from common.logs import log_context
@@ -119,6 +119,7 @@ def run_train(options: TrainOptions) -> int:
         resume=options.resume,
         force=options.force,
         inference=options.inference,
+        unity_keys=None if unity is None else unity_keys(unity),
     )
     if options.resume or options.inference:
         check_resumable(run_dir, trained, inference=options.inference)

@@ -106,6 +106,23 @@ def without_env_path(seed: int | None) -> dict[str, Any]:
     return {"env_settings": env}
 
 
+def unity_keys(launch: UnityLaunch) -> dict[str, dict[str, Any]]:
+    """What a Unity run's ``configuration.yaml`` adds to the resolved settings: the keys only Unity reads.
+
+    The build launched (``env_path``, ``num_envs`` as run, ``--env`` and ``--num-envs`` included), its launching keys
+    and ``engine_settings``, as the YAML gave them; None of these is in ``RunOptions``.
+    """
+    from cli.unity import launch_keys_from_yaml
+
+    mapping = read_yaml(launch.config) or {}
+    engine = mapping.get("engine_settings") if isinstance(mapping, Mapping) else None
+    env: dict[str, Any] = {} if launch.env_path is None else {"env_path": launch.env_path, "num_envs": launch.num_envs}
+    out = {"env_settings": {**env, **launch_keys_from_yaml(launch.config)}}
+    if isinstance(engine, Mapping) and engine:
+        out["engine_settings"] = dict(engine)
+    return out
+
+
 class UnitySource:
     """The gateways (and builds) of one ``stepstream train`` run; ``start`` returns a task that ends with them."""
 
@@ -155,4 +172,4 @@ class UnitySource:
             await self.editor.stop()
 
 
-__all__ = ["UnityLaunch", "UnitySource", "is_unity_build", "unity_launch", "without_env_path"]
+__all__ = ["UnityLaunch", "UnitySource", "is_unity_build", "unity_keys", "unity_launch", "without_env_path"]

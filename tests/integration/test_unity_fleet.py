@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from envclient.unity import translate
 from tests.integration.conftest import StartProcessor
@@ -375,11 +376,15 @@ def test_train_launches_the_yaml_env_path_build_shows_a_late_behavior_then_acts_
     assert len({json.loads(line)["port"] for line in record.read_text().splitlines()}) == 2, text  # num_envs from YAML
     assert re.search(r"^Late .* v\d+", text, re.M), text  # the late behavior's bar (its final state)
     assert re.search(r"^Walker .* v\d+", text, re.M), text
+    recorded = tmp_path / "results" / "late" / "configuration.yaml"
+    env_settings = yaml.safe_load(recorded.read_text())["env_settings"]
+    assert (env_settings["env_path"], env_settings["num_envs"], env_settings["base_port"]) == (str(tmp_path / "Game"), 2, 0)
 
-    # --inference: both behaviors act with their checkpoints (the build asserts their actions) until the copies exit.
+    # --inference, from the run's own configuration.yaml (it names the build): both behaviors act with their
+    # checkpoints (the build asserts their actions) until the copies exit.
     mode.write_text("40")
     done = subprocess.run(
-        [*stepstream_command(), "train", str(config), *results, "--inference"],
+        [*stepstream_command(), "train", str(recorded), *results, "--inference"],
         cwd=REPO, env=subprocess_env(), capture_output=True, text=True, timeout=240, check=False,
     )  # fmt: skip
     text = done.stdout + done.stderr
