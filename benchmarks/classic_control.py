@@ -147,6 +147,12 @@ Suite runs (record each with its date):
   ours final -94.9 / -82.8, threshold at 106.7k / 80.6k steps, 38.2 / 42.1 s; SB3 final -75.3 / -85.9, at
   51.6k / 55.3k steps, 22.3 / 30.3 s. With 2026-12-01's seed 0: final medians -82.8 vs -85.9 (met), time
   medians 42.1 vs 30.3 s (not met: ours takes 1.3-1.9x the peer's steps).
+* 2026-12-02 05:43-06:02, ``classic_control.py --tasks ppo-mountaincar --seeds 1 2`` (load 1.9 at the start, 5-12
+  later, five helpers' work beside it): seed 1 ours final -112.0, threshold at 185.2k steps / 63.3 s; SB3 final
+  -131.7, at 100.9k steps / 97.1 s. Seed 2: ours -128.8, SB3 -125.8, neither at the threshold. With 03:10's seed 0,
+  3 seeds: final medians ours -118.8 vs SB3 -131.7 (met); time to -110 ours 74.1 / 63.3 s / never (median 74.1 s)
+  vs SB3 never / 97.1 s / never (median Infinity). The peer solves 1 seed of 3, and there ours is faster (63.3 vs
+  97.1 s): met where the task counts.
 """
 
 from __future__ import annotations
