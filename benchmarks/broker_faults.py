@@ -20,14 +20,20 @@ The counts (issue 16, "Conservation across processors"):
 * ``experiences_dropped``: what the processors dropped and counted (``experiences_dropped``: stale,
   unpublished; p0's as last scraped before its kill); ``experiences_dropped_by_reason`` splits it per
   processor and ``reason`` label;
+* ``experiences_in_doubt``: in trajectories whose publish failed with an attempt unanswered (the broker
+  killed mid-publish past ``publish_timeout_s``, or a processor stopping): the broker may have stored
+  them. Each is logged with its id, so the ledger tells which way it went: those taken in are part of
+  ``experiences_taken_in``, the rest is ``experiences_in_doubt_lost``, a fourth term (never "dropped":
+  counting one as dropped that the trainer took in counted it twice);
 * ``experiences_lost_processor_kill``: counted from the clients' side: what p0's sessions sent, less
-  what of it was taken in or dropped;
+  what of it was taken in, dropped, or lost in doubt;
 * ``experiences_lost_trainer_kill``: acked by the killed trainer but not yet "trained" on: a part of
   taken_in, reported for the record.
 
-``conserved`` is implied == taken_in + dropped + lost_processor_kill with the loss between 0 and what
-p0's agents could hold (``lost_processor_kill_bound``: ``time_horizon`` + 1 per agent and session it
-had, and its stream's queue), and p1's sessions conserving on their own (sent == taken in + dropped).
+``conserved`` is implied == taken_in + dropped + lost_processor_kill + in_doubt_lost with the loss between
+0 and what p0's agents could hold (``lost_processor_kill_bound``: ``time_horizon`` + 1 per agent and session
+it had, and its stream's queue), and p1's sessions conserving on their own (sent == taken in + dropped +
+their in_doubt_lost).
 
 usage: broker_faults.py [--clients 4] [--agents 4] [--phase-s 6] [--broker-down-s 2]
 """
@@ -149,7 +155,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             def p1_conserves() -> tuple[bool, Ledger]:
                 ledger = trainer.ledger()
                 taken = sum(ledger.experiences_by_session.get(s, 0) for s in on_p1)
-                return sum(sent[s] for s in on_p1) == taken + fleet.dropped_experiences(1), ledger
+                lost_in_doubt = in_doubt_lost(fleet.in_doubt(1), ledger)
+                return sum(sent[s] for s in on_p1) == taken + fleet.dropped_experiences(1) + lost_in_doubt, ledger
 
             deadline = time.monotonic() + SETTLE_TIMEOUT_S
             settled, ledger = p1_conserves()
@@ -165,26 +172,29 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 
     implied = sum(sent.values())
     dropped = int(fleet.dropped_experiences(0) + fleet.dropped_experiences(1))
+    doubt = [fleet.in_doubt(i) for i in range(len(fleet.ids))]
+    in_doubt = sum(sum(d.values()) for d in doubt)
+    lost_in_doubt = [in_doubt_lost(d, ledger) for d in doubt]
     taken_p0 = sum(ledger.experiences_by_session.get(s, 0) for s in on_p0)
-    lost_processor_kill = sum(sent[s] for s in on_p0) - taken_p0 - int(fleet.dropped_experiences(0))
+    lost_processor_kill = sum(sent[s] for s in on_p0) - taken_p0 - int(fleet.dropped_experiences(0)) - lost_in_doubt[0]
     bound = p0_sessions * args.agents * (TIME_HORIZON + 1) + QUEUE * TIME_HORIZON
     return {
         "workload": "broker_faults",
         "experiences_implied": implied,
         "experiences_taken_in": ledger.experiences,
         "experiences_dropped": dropped,
-        # which counter each processor's drops came from: a negative processor-kill loss with "unpublished" > 0
-        # points at a publish counted unpublished whose message the broker had stored (see the report of issue 16)
         "experiences_dropped_by_reason": {
             fleet.ids[i]: {reason: int(v) for reason, v in sorted(fleet.last_dropped_by_reason.get(i, {}).items()) if v}
             for i in range(len(fleet.ids))
         },
+        "experiences_in_doubt": in_doubt,
+        "experiences_in_doubt_lost": sum(lost_in_doubt),
         "experiences_lost_processor_kill": lost_processor_kill,
         "experiences_lost_trainer_kill": ledger.lost_trainer_kill,
         "duplicates_taken_in": ledger.duplicates,
         "conserved": bool(
             settled
-            and implied == ledger.experiences + dropped + lost_processor_kill
+            and implied == ledger.experiences + dropped + lost_processor_kill + sum(lost_in_doubt)
             and 0 <= lost_processor_kill <= bound
             and ledger.duplicates == 0
         ),
@@ -194,6 +204,11 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "policy_versions": version + 1,
         "seconds": round(seconds, 1),
     }
+
+
+def in_doubt_lost(in_doubt: dict[str, int], ledger: Ledger) -> int:
+    """The experiences of the trajectories counted in doubt (id -> experiences) that no trainer took in."""
+    return sum(length for trajectory_id, length in in_doubt.items() if trajectory_id not in ledger.ids)
 
 
 def main() -> None:

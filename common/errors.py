@@ -7,6 +7,8 @@ from the project, so every layer (``protos`` included) may raise its types.
 
 from __future__ import annotations
 
+import asyncio
+
 
 class StepstreamError(Exception):
     """Base of every error stepstream raises on purpose."""
@@ -60,6 +62,24 @@ class SubscriberBusyError(ProtocolError):
 
 class TopicFullError(StepstreamError):
     """A publish found the topic full and its policy is to fail rather than wait or drop."""
+
+
+class PublishInDoubtError(TopicFullError):
+    """A publish gave up (its timeout passed, or its topic closed) after an attempt the broker never answered.
+
+    The broker may have stored the trajectory (that attempt, or an earlier retry with the same
+    ``Nats-Msg-Id``), and its subscribers may take it in: neither published nor dropped, but "in doubt".
+    A ``TopicFullError`` to the env client (RESOURCE_EXHAUSTED), like a publish that found no room.
+    """
+
+
+class PublishInDoubtCancelledError(asyncio.CancelledError):
+    """The cancellation of a publish that was awaiting the broker's answer: as ``PublishInDoubtError``, the
+    broker may have stored the trajectory. A ``CancelledError``, so the cancellation goes on as any other."""
+
+
+IN_DOUBT: tuple[type[BaseException], ...] = (PublishInDoubtError, PublishInDoubtCancelledError)
+"""What a publish raises when the broker may have stored the trajectory that it failed to publish."""
 
 
 class ResourceLimitError(StepstreamError):

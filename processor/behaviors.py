@@ -23,7 +23,7 @@ import numpy as np
 
 from common.config import BehaviorSettings, RunOptions
 from common.environment_stats import MAX_STATS_PER_TRAJECTORY, EnvironmentStat
-from common.errors import ConfigError, ProtocolError, StepstreamError, UnknownBehaviorError
+from common.errors import IN_DOUBT, ConfigError, ProtocolError, StepstreamError, UnknownBehaviorError
 from common.logs import set_log_context
 from common.specs import ActionSpec, BrainParameters
 from common.topics import DEFAULT_RELEASE_AFTER_S, TRAINER_SUBSCRIBER, FullPolicy, TopicRegistry
@@ -35,6 +35,9 @@ from processor.wire import quoted
 from protos import pb
 
 log = logging.getLogger(__name__)
+
+IN_DOUBT_LOG = "trajectory in doubt:"
+"""Starts the warning that names each trajectory counted in doubt (its id follows)."""
 
 
 @dataclass(frozen=True)
@@ -134,6 +137,10 @@ class BehaviorCounters:
     unpublished_trajectories: int = 0
     """Trajectories lost to a topic that stayed full past publish_timeout_s, or closed."""
     unpublished_experiences: int = 0
+    in_doubt_trajectories: int = 0
+    """Trajectories whose publish failed awaiting the broker's answer: the broker may have stored them, and the
+    trainer may take them in (``common.errors.PublishInDoubtError``). Neither published nor dropped."""
+    in_doubt_experiences: int = 0
     undeliverable_trajectories: int = 0
     """Trajectories dropped by Subscribe because no message could carry them (larger than the limit)."""
     undeliverable_experiences: int = 0
@@ -270,8 +277,11 @@ class Behavior:
         """Publish cut trajectories, dropping (and counting) those older than ``max_policy_lag``.
 
         Awaits room on ``block`` topics: this is what backpressures env clients. When a publish
-        fails (or the caller is cancelled while it waits), that trajectory and every later one of
-        the list count as unpublished before the error is raised: nothing leaks uncounted.
+        fails (or the caller is cancelled while it waits), every later trajectory of the list counts
+        as unpublished before the error is raised: nothing leaks uncounted. The failed one counts as
+        unpublished too, unless the broker may have stored it (``common.errors.IN_DOUBT``): it then
+        counts as in doubt, and its id is logged, so that a ledger of what the trainer took in can
+        tell which way it went (``benchmarks/broker_faults.py``).
         """
         lag = self.runtime.max_policy_lag
         newest = self.policies.highest_version
@@ -296,6 +306,11 @@ class Behavior:
                 except (StepstreamError, asyncio.CancelledError) as err:
                     failure = err
                     self._environment_stats.extendleft(reversed(stats))  # for the next one
+                    if isinstance(err, IN_DOUBT):
+                        c.in_doubt_trajectories += 1
+                        c.in_doubt_experiences += trajectory.length
+                        log.warning("%s %s (%d experiences): %s", IN_DOUBT_LOG, trajectory.id, trajectory.length, err)
+                        continue
                 else:
                     c.published_trajectories += 1
                     c.published_experiences += trajectory.length

@@ -81,6 +81,9 @@ class ProcessorCollector(Collector):
             labels,
         )
         dropped_x = _counter("experiences_dropped", "Experiences in the dropped trajectories.", labels)
+        doubt_help = "whose publish failed unanswered: the broker may have stored them (neither published nor dropped)."
+        doubt_t = _counter("trajectories_in_doubt", "Trajectories " + doubt_help)
+        doubt_x = _counter("experiences_in_doubt", "Experiences in trajectories " + doubt_help)
         version = _gauge("policy_version", "Highest policy version published for the behavior (-1: none yet).")
         acting = _gauge("acting_policy_version", "Policy version inference acts with (-1: none yet).")
         lag = _gauge("policy_lag", "Versions between the newest published policy and the one inference acts with.")
@@ -99,6 +102,8 @@ class ProcessorCollector(Collector):
             dropped_x.add_metric([behavior.name, "unpublished"], c.unpublished_experiences)
             dropped_t.add_metric([behavior.name, "undeliverable"], c.undeliverable_trajectories)
             dropped_x.add_metric([behavior.name, "undeliverable"], c.undeliverable_experiences)
+            doubt_t.add_metric(name, c.in_doubt_trajectories)
+            doubt_x.add_metric(name, c.in_doubt_experiences)
             highest = behavior.policies.highest_version
             policy = behavior.batcher.policy
             acting_version = -1 if policy is None else int(policy.version)
@@ -108,7 +113,7 @@ class ProcessorCollector(Collector):
             updates.add_metric(name, behavior.policies.published)
             ignored.add_metric(name, behavior.policies.ignored)
             active.add_metric(name, behavior.active_sessions)
-        yield from (published_t, published_x, flushed_t, flushed_x, dropped_t, dropped_x)
+        yield from (published_t, published_x, flushed_t, flushed_x, dropped_t, dropped_x, doubt_t, doubt_x)
         yield from (version, acting, lag, updates, ignored, active)
 
     def _inference_metrics(self, behaviors: list[Behavior]) -> Iterator[Metric]:

@@ -117,6 +117,16 @@ class NatsServer:
             self.process.wait(10)
             self.process = None
 
+    def pause(self) -> None:
+        """SIGSTOP it: connections stay open and what clients send waits, unanswered, in the sockets (a broker
+        that hangs with a publish in flight); ``resume`` lets it read and answer that."""
+        assert self.process is not None, "not running"
+        self.process.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        assert self.process is not None, "not running"
+        self.process.send_signal(signal.SIGCONT)
+
     def restart(self) -> None:
         """SIGKILL it and start it again on the same port and store."""
         self.kill()
@@ -126,6 +136,7 @@ class NatsServer:
         """Terminate it (SIGKILL if it lingers). Idempotent."""
         if self.process is None:
             return
+        self.process.send_signal(signal.SIGCONT)  # a paused one cannot act on SIGTERM
         self.process.terminate()
         try:
             self.process.wait(5)

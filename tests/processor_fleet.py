@@ -26,6 +26,7 @@ import asyncio
 import json
 import logging
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -47,6 +48,7 @@ from common.trajectory import Trajectory  # noqa: E402
 from envclient.reconnect import Backoff, ReconnectingEnvClient  # noqa: E402
 from envclient.session import EnvSession  # noqa: E402
 from envclient.simple_env import SimpleEnv  # noqa: E402
+from processor.behaviors import IN_DOUBT_LOG  # noqa: E402
 from tests.nats_server import NatsServer, free_port  # noqa: E402
 from tests.scrape import scrape  # noqa: E402
 
@@ -78,6 +80,9 @@ env_settings:
 """
     )
     return path
+
+
+_IN_DOUBT_LINE = re.compile(re.escape(IN_DOUBT_LOG) + r" (\S+) \((\d+) experiences\)")
 
 
 def _stepstream() -> list[str]:
@@ -180,6 +185,13 @@ class Fleet:
             self.last_dropped_by_reason[i] = dict(by_reason)
             self.last_dropped[i] = sum(by_reason.values())
         return self.last_dropped.get(i, 0.0)
+
+    def in_doubt(self, i: int) -> dict[str, int]:
+        """Processor ``i``'s trajectories counted in doubt (``processor.behaviors.IN_DOUBT_LOG``), id -> experiences,
+        read from its log: whether each was stored is for a ledger of what the trainer took in to tell."""
+        path = self.root / f"processor{i}.log"
+        text = path.read_text(errors="replace") if path.exists() else ""
+        return {m.group(1): int(m.group(2)) for m in _IN_DOUBT_LINE.finditer(text)}
 
     def log_tail(self, i: int, lines: int = 30) -> str:
         path = self.root / f"processor{i}.log"

@@ -54,6 +54,8 @@ EXEMPT = {
     "stepstream_processor_inference_failed_passes_total": "needs a policy whose forward pass raises",
     "stepstream_processor_queue_capacity": "a constant; checked against the configured size instead",
     "stepstream_processor_queue_released": "needs a subscriber gone for a minute; test_topics_grpc checks it moves",
+    "stepstream_processor_trajectories_in_doubt_total": "JetStream only; test_topics_jetstream checks it moves",
+    "stepstream_processor_experiences_in_doubt_total": "JetStream only; test_topics_jetstream checks it moves",
 }
 STOP_GRACE_S = 0.5
 

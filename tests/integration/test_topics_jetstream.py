@@ -18,12 +18,14 @@ import nats
 import numpy as np
 import pytest
 
-from common.errors import TopicFullError
+from common.errors import PublishInDoubtError, TopicFullError
 from common.specs import ActionSpec, BrainParameters, ObservationSpec
 from common.topics import TRAINER_SUBSCRIBER, Deduplicator
 from common.topics.jetstream import JetStreamSubscription, JetStreamTopics, subject_token
 from common.trajectory import Trajectory, TrajectoryId
-from processor.behaviors import BehaviorRuntime, ProcessorSettings
+from envclient.simple_env import simple_brain_parameters
+from processor.behaviors import Behavior, BehaviorRuntime, ProcessorSettings
+from processor.metrics import ProcessorCollector
 from processor.server import ProcessorServer, ServerOptions
 from processor.wire import TrajectorySize
 from protos import pb
@@ -309,3 +311,73 @@ async def test_the_processors_subscribe_rpc_names_the_broker_when_its_topics_are
             assert nats_server.url in details and "--topics" in details, details
     finally:
         await server.stop(1.0)
+
+
+async def test_a_publish_cancelled_awaiting_the_brokers_answer_counts_in_doubt_not_dropped(nats_server: NatsServer) -> None:
+    """The processor's stop cancels a session whose publish is sent and unanswered (the broker hangs): the broker
+    stores it once it answers, and the trainer takes it in, so counting it unpublished (a drop) counted it twice."""
+    processor = JetStreamTopics(nats_server.url, name="processor")
+    trainer = JetStreamTopics(nats_server.url, name="trainer", follow_policies=False)
+    behavior = Behavior(simple_brain_parameters(BEHAVIOR, continuous=True), BehaviorRuntime(), ProcessorSettings(), processor)  # type: ignore[arg-type]
+    await asyncio.to_thread(behavior.trajectories.declare, TRAINER_SUBSCRIBER, 64)
+    await behavior.publish([make_trajectory(0)])
+    stats = processor.connection.nc.stats
+    sent = stats["out_msgs"]
+    nats_server.pause()
+    try:
+        publishing = asyncio.ensure_future(behavior.publish([make_trajectory(1, steps=3), make_trajectory(2, steps=5)]))
+        await auntil(lambda: stats["out_msgs"] > sent)  # the first one's attempt is on its way
+        publishing.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await publishing
+    finally:
+        nats_server.resume()
+    c = behavior.counters
+    assert (c.unpublished_trajectories, c.unpublished_experiences) == (1, 5)  # the second, never sent: dropped for sure
+    assert (c.published_trajectories, c.in_doubt_trajectories, c.in_doubt_experiences) == (1, 1, 3)
+    exported = {
+        family.name: family.samples[0].value
+        for family in ProcessorCollector(None)._behavior_metrics([behavior])  # type: ignore[arg-type]
+        if family.name.endswith("_in_doubt")
+    }
+    assert exported == {"stepstream_processor_trajectories_in_doubt": 1, "stepstream_processor_experiences_in_doubt": 3}
+    with trainer_subscription(trainer) as subscription:
+        assert sequences(await take(subscription, 2)) == [0, 1]  # the one in doubt was stored: taken in, not dropped
+    for closing in (trainer.close, processor.close):
+        await asyncio.to_thread(closing)
+
+
+async def test_a_publish_whose_timeout_passes_unanswered_is_in_doubt_and_stored_once(nats_server: NatsServer) -> None:
+    """Past ``timeout_s`` with its attempts unanswered (and one last try, also unanswered), a publish raises
+    ``PublishInDoubtError``, not a plain ``TopicFullError``: both attempts reach the broker when it answers again,
+    and the shared ``Nats-Msg-Id`` stores the trajectory once."""
+    processor = JetStreamTopics(nats_server.url, name="processor")
+    topic = processor.trajectories(BEHAVIOR)
+    await asyncio.to_thread(topic.declare, TRAINER_SUBSCRIBER, 64)
+    await topic.publish(make_trajectory(0), timeout_s=LIVENESS_S)
+    nats_server.pause()
+    try:
+        with pytest.raises(PublishInDoubtError, match=r"no room for s0/7/1 within timeout_s=0.2"):
+            await asyncio.to_thread(topic.publish_blocking, make_trajectory(1), 0.2)
+    finally:
+        nats_server.resume()
+    await topic.publish(make_trajectory(2), timeout_s=LIVENESS_S)
+    with trainer_subscription(processor) as subscription:
+        assert sequences(await take(subscription, 3)) == [0, 1, 2]
+        assert not await subscription.aget(1, timeout_s=0.2)  # s0/7/1 once
+    await asyncio.to_thread(processor.close)
+
+
+async def test_a_full_stream_acknowledges_a_stored_id_as_a_duplicate(nats_server: NatsServer) -> None:
+    """What settles a publish in doubt: the broker checks ``Nats-Msg-Id`` before the stream's limits, so a full
+    stream acknowledges a retry of a stored trajectory (duplicate) and refuses only one it does not hold."""
+    processor = JetStreamTopics(nats_server.url, name="processor")
+    topic = processor.trajectories(BEHAVIOR)
+    await asyncio.to_thread(topic.declare, TRAINER_SUBSCRIBER, 1)
+    await topic.publish(make_trajectory(0), timeout_s=LIVENESS_S)
+    await topic.publish(make_trajectory(0), timeout_s=0.3)
+    assert topic.duplicates == 1
+    with pytest.raises(TopicFullError, match="the stream is full") as refused:
+        await topic.publish(make_trajectory(1), timeout_s=0.3)
+    assert not isinstance(refused.value, PublishInDoubtError)
+    await asyncio.to_thread(processor.close)

@@ -22,6 +22,12 @@ Trajectories (``trajectories/<behavior>``):
   ``full_policy`` differs from the stream's updates the stream (the declaring processor owns them).
 * Every publish carries ``Nats-Msg-Id`` = the trajectory id, so a publish retried after a lost
   acknowledgement (a broker restart) is stored once (``DUPLICATE_WINDOW_S``).
+* A publish whose attempt went unanswered is **in doubt** (the broker may have stored it); the
+  next answer settles it (an acknowledgement, or "stream full": the broker checks ``Nats-Msg-Id``
+  before the limits, so it refuses only an id it does not hold). One that must give up unsettled
+  (past ``timeout_s`` after one more try, its topic closed, or its caller cancelled) raises
+  ``PublishInDoubtError`` or ``PublishInDoubtCancelledError``, and the processor counts it in doubt,
+  not dropped (``stream._PublishAttempts``).
 * ``ack_wait`` (``ACK_WAIT_S``) and ``max_ack_pending`` (the queue size) are set explicitly: a
   subscriber that dies without acking gets its deliveries again after ``ack_wait``; one that
   ``detach``\\ es NAKs them, so they come again at once. Deliveries are fetched when ``get`` asks,
@@ -54,7 +60,7 @@ is noticed at once). Fetches are issued in slices of ``FETCH_SLICE_S``, so a pul
 restarted server is re-issued within a slice (nats.py#504). While the broker is down, publishers
 wait and retry like on a full stream, and the wait counts in ``blocked_seconds``: env clients wait
 as long as the processor's ``publish_timeout_s`` allows (default: no limit; past it, the trajectory
-is counted unpublished). The client buffers up to ``PENDING_BYTES`` while reconnecting. Each call from another
+is counted unpublished, or in doubt). The client buffers up to ``PENDING_BYTES`` while reconnecting. Each call from another
 thread or loop crosses to the connection's loop and back (two wake-ups): with few publishes in
 flight that hop, not the broker, bounds the throughput (``benchmarks/broker.py``).
 

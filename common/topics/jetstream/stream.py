@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
@@ -11,7 +13,14 @@ import nats.errors
 import nats.js.errors
 from nats.js import api
 
-from common.errors import DeadlineExceededError, ProtocolError, TopicClosedError, TopicFullError
+from common.errors import (
+    DeadlineExceededError,
+    ProtocolError,
+    PublishInDoubtCancelledError,
+    PublishInDoubtError,
+    TopicClosedError,
+    TopicFullError,
+)
 from common.topics.base import FullPolicy, TopicStats
 from common.topics.jetstream.connection import (
     HEADER_ROOM_BYTES,
@@ -196,16 +205,27 @@ class JetStreamTrajectoryTopic:
         Raises:
             TopicFullError: the stream stayed full (``block``), or the broker unreachable, past
                 ``timeout_s``; or the trajectory is larger than the broker's ``max_payload``.
-            TopicClosedError: the topic is closed.
+            PublishInDoubtError: as ``TopicFullError``, but an attempt went unanswered: the broker may
+                have stored it (``_PublishAttempts``).
+            PublishInDoubtCancelledError: the caller was cancelled while an attempt went unanswered.
+            TopicClosedError: the topic is closed (before any attempt was sent).
         """
         payload = self._encode(item)
-        await self._conn.arun(self._publish(payload, str(item.id), timeout_s))
+        attempts = _PublishAttempts()
+        try:
+            await self._conn.arun(self._publish(payload, str(item.id), timeout_s, attempts))
+        except asyncio.CancelledError as err:
+            # The publish runs on in the connection's loop (``arun`` shields it) until its next attempt,
+            # which it then does not make: what this says stays true.
+            if attempts.abandon():
+                raise PublishInDoubtCancelledError(f"topic {self.name!r}: publish of {item.id} cancelled unanswered") from err
+            raise
 
     def publish_blocking(self, item: Trajectory, timeout_s: float | None = None) -> None:
         """``publish`` for a thread that is not running an event loop (same errors)."""
         refuse_in_event_loop("JetStreamTrajectoryTopic.publish_blocking")
         payload = self._encode(item)
-        self._call(self._publish(payload, str(item.id), timeout_s))
+        self._call(self._publish(payload, str(item.id), timeout_s, _PublishAttempts()))
 
     def _encode(self, item: Trajectory) -> bytes:
         self._check_open()
@@ -218,7 +238,7 @@ class JetStreamTrajectoryTopic:
             )
         return payload
 
-    async def _publish(self, payload: bytes, msg_id: str, timeout_s: float | None) -> None:
+    async def _publish(self, payload: bytes, msg_id: str, timeout_s: float | None, attempts: _PublishAttempts) -> None:
         deadline = deadline_after(timeout_s)
         if self._stream_settings is None:
             await self._retrying(lambda: self._ensure_stream(None, None), deadline, timeout_s)
@@ -230,45 +250,82 @@ class JetStreamTrajectoryTopic:
         backoff = PUBLISH_BACKOFF_S[0]
         waiting_since: float | None = None
         """When this publish began to wait: a refusal, or an attempt made while the broker was away."""
+        last_try = False
+        """Past the deadline, an attempt in doubt gets one more try while the broker is connected: its answer settles it."""
         try:
             while True:
-                self._check_open()
+                try:
+                    self._check_open()
+                except TopicClosedError as err:
+                    if attempts.in_doubt:
+                        raise PublishInDoubtError(f"topic {self.name!r} closed with {msg_id} unanswered: {err}") from err
+                    raise
                 attempt_started = time.monotonic()
                 disconnects = self._conn.disconnects
                 if waiting_since is None and not self._conn.nc.is_connected:
                     waiting_since = attempt_started
                     self._blocked_publishers += 1
-                why = ""
-                try:
-                    ack = await self._conn.js.publish(
-                        self.subject, payload, timeout=self._request_timeout(deadline), headers={"Nats-Msg-Id": msg_id}
-                    )
-                except nats.js.errors.APIError as err:
-                    if err.err_code != _STORE_FULL_CODE:
-                        if not isinstance(err, UNREACHABLE):
-                            raise broker_error(f"topic {self.name!r}: publish of {msg_id}", err) from err
-                        why = f"the broker did not store it ({err.description})"
-                    else:
-                        why = f"the stream is full ({err.description})"
-                except UNREACHABLE as err:
-                    why = f"the broker is unreachable ({type(err).__name__})"
-                else:
+                if not attempts.begin():
+                    return  # the caller was cancelled, and has counted what it knew
+                timeout = REQUEST_TIMEOUT_S if last_try else self._request_timeout(deadline)
+                outcome = await self._attempt(payload, msg_id, timeout, attempts)
+                if isinstance(outcome, api.PubAck):
                     if waiting_since is None and self._conn.disconnects != disconnects:
                         waiting_since = attempt_started  # buffered by the client until the broker came back
                         self._blocked_publishers += 1
                     self._published += 1
-                    self._duplicates += bool(ack.duplicate)
+                    self._duplicates += bool(outcome.duplicate)
                     return
+                why = outcome
                 if waiting_since is None:
                     waiting_since = attempt_started
                     self._blocked_publishers += 1
-                if expired(remaining_s(deadline)):
-                    raise TopicFullError(f"topic {self.name!r}: no room for {msg_id} within timeout_s={timeout_s}: {why}")
+                if last_try or expired(remaining_s(deadline)):
+                    if attempts.in_doubt and not last_try and self._conn.nc.is_connected:
+                        last_try = True
+                        continue
+                    error = PublishInDoubtError if attempts.in_doubt else TopicFullError
+                    raise error(f"topic {self.name!r}: no room for {msg_id} within timeout_s={timeout_s}: {why}")
                 backoff = await pause(backoff, deadline)
         finally:
             if waiting_since is not None:
                 self._blocked_publishers -= 1
                 self._blocked_seconds += time.monotonic() - waiting_since
+
+    async def _attempt(self, payload: bytes, msg_id: str, timeout: float, attempts: _PublishAttempts) -> api.PubAck | str:
+        """One publish attempt: the broker's acknowledgement, or why it may be retried.
+
+        Raises:
+            PublishInDoubtError: it failed for good after an attempt the broker may have stored.
+            TopicClosedError: the connection closed, and nothing of it was stored.
+            ProtocolError: the broker refused it for good (not for a full stream).
+        """
+        try:
+            ack = await self._conn.js.publish(self.subject, payload, timeout=timeout, headers={"Nats-Msg-Id": msg_id})
+        except (nats.errors.OutboundBufferLimitError, nats.js.errors.NoStreamResponseError) as err:
+            attempts.not_sent()  # not sent, or answered "no stream here" (nothing stored)
+            return f"the broker is unreachable ({type(err).__name__})"
+        except (nats.errors.ConnectionClosedError, nats.errors.ConnectionDrainingError) as err:
+            attempts.not_sent()
+            error = PublishInDoubtError if attempts.in_doubt else TopicClosedError
+            raise error(f"topic {self.name!r}: the connection closed with {msg_id} unpublished") from err
+        except nats.js.errors.APIError as err:
+            if err.err_code == _STORE_FULL_CODE:
+                # The broker checks Nats-Msg-Id before the stream's limits: had an earlier attempt been
+                # stored, this one would have been acknowledged as a duplicate. So none was.
+                attempts.refused()
+                return f"the stream is full ({err.description})"
+            if isinstance(err, UNREACHABLE):
+                return f"the broker did not store it ({err.description})"
+            if attempts.in_doubt:
+                raise PublishInDoubtError(f"topic {self.name!r}: publish of {msg_id}: {err.description}") from err
+            raise broker_error(f"topic {self.name!r}: publish of {msg_id}", err) from err
+        except UNREACHABLE as err:
+            return f"the broker is unreachable ({type(err).__name__})"
+        except Exception as err:  # whatever it was, the attempt may have reached the broker
+            raise PublishInDoubtError(f"topic {self.name!r}: publish of {msg_id}: {err!r}") from err
+        attempts.stored()
+        return ack
 
     async def _has_consumers(self) -> bool:
         info = await self._conn.js.stream_info(self.stream_name)
@@ -386,6 +443,50 @@ class JetStreamTrajectoryTopic:
     def close(self) -> None:
         """Refuse further publishes here; the stream and what it holds stay on the broker. Idempotent."""
         self._closed = True
+
+
+class _PublishAttempts:
+    """What the attempts of one publish tell about the broker's store, shared with a caller on another thread.
+
+    An attempt sent and never answered (its acknowledgement timed out, the broker died, the caller was
+    cancelled) leaves the trajectory **in doubt**: the broker may have stored it. The next attempt's
+    answer settles it (an acknowledgement, perhaps a duplicate one, or a refusal of a full stream, which
+    the broker only gives when no message with that ``Nats-Msg-Id`` is stored); an attempt the client
+    refused to send (buffer full, connection closed) changes nothing. ``abandon`` (the caller) and ``begin`` (the
+    connection's loop) are atomic: after ``abandon`` no attempt starts, so its answer stays true.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._abandoned = False
+        self._was_in_doubt = False
+        self.in_doubt = False
+
+    def begin(self) -> bool:
+        """An attempt is about to be sent (False: the caller abandoned the publish, send nothing)."""
+        with self._lock:
+            if self._abandoned:
+                return False
+            self._was_in_doubt, self.in_doubt = self.in_doubt, True
+            return True
+
+    def not_sent(self) -> None:
+        with self._lock:
+            self.in_doubt = self._was_in_doubt
+
+    def refused(self) -> None:
+        with self._lock:
+            self.in_doubt = False
+
+    def stored(self) -> None:
+        with self._lock:
+            self.in_doubt = False
+
+    def abandon(self) -> bool:
+        """Start no more attempts; whether the broker may have stored the trajectory."""
+        with self._lock:
+            self._abandoned = True
+            return self.in_doubt
 
 
 def _full_policy_of(discard: api.DiscardPolicy | None) -> FullPolicy:
