@@ -27,8 +27,20 @@ process, the publishers, plus the learner process, plus the broker for JetStream
 ``jetstream_to_grpc_cpu_ratio_*`` (trajectories per CPU-second, JetStream's over gRPC's), which the
 load barely moves.
 
+``--floor`` measures only throughput, with a third transport beside the two: **floor**, bare nats-py
+and no stepstream code (``measure_floor``: ``js.publish`` with a ``Nats-Msg-Id`` header into a stream
+of the same config, a durable pull consumer's ``fetch`` and ``ack`` in a spawned learner; the bytes
+encoded beforehand and never decoded, so it also leaves out the encode + decode that both
+transports pay, printed as ``encode_decode_cpu_us_*``), and **floor_ack_all**, the same with a
+consumer of AckPolicy ALL acking each batch's last message only. ``--rounds`` rounds alternate the
+four; the figures are the medians, with each round's trajectories/s and the CPU per trajectory split
+into the publishers' process, the learner's and nats-server's. As with the gRPC echo floor of issue
+17 (``benchmarks/unity_mlagents_check.py --echo-floor``): if the bare floor is below a goal, the goal is
+out of reach of any transport on nats-py.
+
 usage: broker.py [--count 2000] [--publishers 8] [--latency-count 200] [--policies 30] [--processors 4]
                  [--fleet-clients 4] [--fleet-agents 16] [--fleet-seconds 10]
+       broker.py --floor [--rounds 3] [--count 2000] [--publishers 8]
 """
 
 from __future__ import annotations
@@ -50,7 +62,11 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
+import nats
+import nats.errors
+import nats.js.errors
 import numpy as np
+from nats.js import api
 
 # The repository root, for ``tests.nats_server`` (the broker launcher the tests use; not an installed package).
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -58,7 +74,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.grpc_g1 import positive_int
 from common.topics import TRAINER_SUBSCRIBER, FullPolicy, TrajectorySubscription
 from common.topics.grpc_transport import GrpcTrajectorySubscription
-from common.topics.jetstream import JetStreamTopics
+from common.topics.jetstream import ACK_WAIT_S, DEFAULT_MAX_BYTES, DUPLICATE_WINDOW_S, JetStreamTopics
 from common.trajectory import Trajectory, TrajectoryId
 from processor.behaviors import BehaviorRuntime, ProcessorSettings
 from processor.server import ProcessorServer, ServerOptions
@@ -124,6 +140,8 @@ class Learner:
     def __init__(self, transport: str, address: str, topic: str, expected: int) -> None:
         self.expected = expected
         self.arrived: dict[int, float] = {}
+        self.batches = 0
+        """Batches taken (one ``get`` or ``fetch`` each that returned something)."""
         self.done = threading.Event()
         self._lock = threading.Lock()
         self._waiter: tuple[asyncio.AbstractEventLoop, asyncio.Future[None], Callable[[], bool]] | None = None
@@ -149,6 +167,7 @@ class Learner:
                 batch = self._conn.recv()
                 if batch == "done":
                     break
+                self.batches += 1
                 for sequence, now in batch:
                     self.arrived.setdefault(sequence, now)
                 self._wake()
@@ -203,6 +222,9 @@ _SPAWN = multiprocessing.get_context("spawn")  # never fork a process holding gR
 
 def learner_main(conn: Connection, transport: str, address: str, topic: str, expected: int) -> None:
     """The learner child: subscribe, say ``"ready"``, then take, ack and report until ``expected`` or ``"stop"``."""
+    if transport in ("floor", "floor_ack_all"):
+        asyncio.run(_floor_learner(conn, address, topic, expected, ack_all=transport == "floor_ack_all"))
+        return
     topics: JetStreamTopics | None = None
     subscription: TrajectorySubscription[Trajectory]
     if transport == "jetstream":
@@ -224,6 +246,33 @@ def learner_main(conn: Connection, transport: str, address: str, topic: str, exp
     if topics is not None:
         topics.close()
     conn.close()
+
+
+async def _floor_learner(conn: Connection, url: str, stream: str, expected: int, *, ack_all: bool) -> None:
+    """The floor's learner: bare nats-py, no stepstream code: ``fetch`` up to 256 from the durable pull consumer,
+    report the ids, ``ack`` each (not decoded: what the bytes would cost to decode is not the broker's); with
+    ``ack_all`` (a consumer of AckPolicy ALL) only the batch's last, which acks the rest."""
+    nc = await nats.connect(url, name="floor-trainer", pending_size=_FLOOR_PENDING_BYTES)
+    psub = await nc.jetstream().pull_subscribe_bind(TRAINER_SUBSCRIBER, stream, pending_bytes_limit=4 * _FLOOR_PENDING_BYTES)
+    conn.send("ready")
+    seen: set[int] = set()
+    while len(seen) < expected and not conn.poll():
+        try:
+            msgs = await psub.fetch(256, timeout=0.5)
+        except (nats.errors.TimeoutError, asyncio.TimeoutError):  # nats-py raises either when nothing came
+            continue
+        now = time.monotonic()
+        sequences = [int(m.headers["Nats-Msg-Id"]) for m in msgs if m.headers]
+        conn.send([(sequence, now) for sequence in sequences])
+        seen.update(sequences)
+        for msg in msgs[-1:] if ack_all else msgs:
+            await msg.ack()
+    conn.send("done")
+    await nc.close()
+    conn.close()
+
+
+_FLOOR_PENDING_BYTES = 64 * 1024 * 1024
 
 
 def _own_cpu_s() -> float:
@@ -257,12 +306,18 @@ async def throughput(
         while not queue.empty():
             await publish(queue.get_nowait())
 
-    started, cpu_started = time.monotonic(), _own_cpu_s() + sum(_cpu_s(pid) for pid in pids)
+    def cpu() -> list[float]:
+        return [_own_cpu_s(), *(_cpu_s(pid) for pid in pids)]
+
+    started, cpu_started, batches = time.monotonic(), cpu(), learner.batches
     await asyncio.gather(*(publisher() for _ in range(publishers)))
     await learner.wait(len(items))
     figures[key] = len(items) / (time.monotonic() - started)
-    cpu_s = _own_cpu_s() + sum(_cpu_s(pid) for pid in pids) - cpu_started
-    figures[f"{key}_cpu_us"] = cpu_s * 1e6 / len(items)
+    figures[f"{key}_batch"] = len(items) / max(1, learner.batches - batches)
+    parts = [(b - a) * 1e6 / len(items) for a, b in zip(cpu_started, cpu(), strict=True)]
+    figures[f"{key}_cpu_us"] = sum(parts)
+    for part, cpu_us in zip(("publishers", "learner", "broker"), parts, strict=False):
+        figures[f"{key}_cpu_us_{part}"] = cpu_us
 
 
 async def latencies_ms(publish: Callable[[Trajectory], Any], learner: Learner, items: list[Trajectory]) -> list[float]:
@@ -281,24 +336,90 @@ def percentile(values: list[float], q: float) -> float:
 
 
 async def measure_jetstream(
-    url: str, args: argparse.Namespace, batches: dict[str, list[Trajectory]], broker_pid: int | None = None
+    url: str, args: argparse.Namespace, batches: dict[str, list[Trajectory]], broker_pid: int | None = None, tag: str = ""
 ) -> dict[str, float]:
     figures: dict[str, float] = {}
     for label, items in batches.items():
         processor = JetStreamTopics(url, name="processor")
-        topic = processor.trajectories(f"{BEHAVIOR}{label}")
+        name = f"{BEHAVIOR}{label}{tag}"
+        topic = processor.trajectories(name)
         await asyncio.to_thread(topic.declare, TRAINER_SUBSCRIBER, QUEUE_SIZE, FullPolicy.BLOCK)
-        learner = await asyncio.to_thread(Learner, "jetstream", url, f"{BEHAVIOR}{label}", len(items) + args.latency_count)
+        expected = len(items) + (0 if args.floor else args.latency_count)
+        learner = await asyncio.to_thread(Learner, "jetstream", url, name, expected)
         publish = functools.partial(topic.publish, timeout_s=TIMEOUT_S)
         key = f"jetstream_trajectories_per_s_{label}"
         await throughput(publish, learner, items, args.publishers, figures, key, broker_pid)
-        if label == "16k":
+        if label == "16k" and not args.floor:
             shifted = [make_trajectory(len(items) + i, items[0].obs[0].shape[1]) for i in range(args.latency_count)]
             lat = await latencies_ms(publish, learner, shifted)
             figures["publish_to_learner_p50_ms"] = percentile(lat, 50)
             figures["publish_to_learner_p99_ms"] = percentile(lat, 99)
         await asyncio.to_thread(learner.stop)
         await asyncio.to_thread(processor.close)
+    return figures
+
+
+async def measure_floor(
+    url: str,
+    args: argparse.Namespace,
+    batches: dict[str, list[Trajectory]],
+    broker_pid: int,
+    tag: str = "",
+    *,
+    ack_all: bool = False,
+) -> dict[str, float]:
+    """Bare nats-py, no stepstream code: ``js.publish`` of the encoded trajectories (encoded beforehand) with a
+    ``Nats-Msg-Id`` header from ``--publishers`` tasks on this loop, into a stream of the same config as
+    ``common.topics.jetstream``'s (file storage, Interest retention, DiscardNew, ``max_msgs``, ``max_bytes``,
+    duplicate window; a publish refused by the full stream is retried), taken by ``_floor_learner``. ``ack_all``:
+    the consumer's AckPolicy is ALL (figures ``floor_ack_all_*``), to size what one ack per batch would save."""
+    figures: dict[str, float] = {}
+    variant = "floor_ack_all" if ack_all else "floor"
+    nc = await nats.connect(url, name="floor-publisher", pending_size=_FLOOR_PENDING_BYTES)
+    js = nc.jetstream()
+    for label, items in batches.items():
+        stream, subject = f"{variant}_{label}{tag}", f"{variant}.{label}{tag}"
+        await js.add_stream(
+            api.StreamConfig(
+                name=stream,
+                subjects=[subject],
+                retention=api.RetentionPolicy.INTEREST,
+                storage=api.StorageType.FILE,
+                discard=api.DiscardPolicy.NEW,
+                max_msgs=QUEUE_SIZE,
+                max_bytes=DEFAULT_MAX_BYTES,
+                duplicate_window=DUPLICATE_WINDOW_S,
+            )
+        )
+        await js.add_consumer(
+            stream,
+            api.ConsumerConfig(
+                durable_name=TRAINER_SUBSCRIBER,
+                ack_policy=api.AckPolicy.ALL if ack_all else api.AckPolicy.EXPLICIT,
+                deliver_policy=api.DeliverPolicy.ALL,
+                ack_wait=ACK_WAIT_S,
+                max_ack_pending=QUEUE_SIZE,
+                max_deliver=-1,
+            ),
+        )
+        learner = await asyncio.to_thread(Learner, variant, url, stream, len(items))
+        payloads = {item.id.sequence: item.to_proto().SerializeToString() for item in items}
+
+        async def publish(item: Trajectory, subject: str = subject, payloads: dict[int, bytes] = payloads) -> None:
+            headers = {"Nats-Msg-Id": str(item.id.sequence)}
+            while True:
+                try:
+                    await js.publish(subject, payloads[item.id.sequence], timeout=TIMEOUT_S, headers=headers)
+                    return
+                except nats.js.errors.APIError as err:
+                    if err.err_code != 10077:  # the stream is full: wait for the learner's acks
+                        raise
+                    await asyncio.sleep(0.005)
+
+        key = f"{variant}_trajectories_per_s_{label}"
+        await throughput(publish, learner, items, args.publishers, figures, key, broker_pid)
+        await asyncio.to_thread(learner.stop)
+    await nc.close()
     return figures
 
 
@@ -312,10 +433,11 @@ async def measure_grpc(args: argparse.Namespace, batches: dict[str, list[Traject
         server = ProcessorServer(settings, ServerOptions(host="127.0.0.1", port=0))
         port = await server.start()
         topic = server.topics.trajectories(name)
-        learner = await asyncio.to_thread(Learner, "grpc", f"127.0.0.1:{port}", name, len(items) + args.latency_count)
+        expected = len(items) + (0 if args.floor else args.latency_count)
+        learner = await asyncio.to_thread(Learner, "grpc", f"127.0.0.1:{port}", name, expected)
         publish = functools.partial(topic.publish, timeout_s=TIMEOUT_S)
         await throughput(publish, learner, items, args.publishers, figures, f"grpc_trajectories_per_s_{label}")
-        if label == "16k":
+        if label == "16k" and not args.floor:
             shifted = [make_trajectory(len(items) + i, items[0].obs[0].shape[1]) for i in range(args.latency_count)]
             lat = await latencies_ms(publish, learner, shifted)
             figures["grpc_publish_to_learner_p50_ms"] = percentile(lat, 50)
@@ -403,12 +525,7 @@ async def measure_fleet(args: argparse.Namespace, processors: int) -> dict[str, 
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
-    batches = {}
-    sizes = {}
-    for label, target in SIZES.items():
-        obs_size = obs_size_for(target)
-        batches[label] = [make_trajectory(i, obs_size) for i in range(args.count if label == "16k" else args.count // 4)]
-        sizes[label] = len(batches[label][0].to_proto().SerializeToString())
+    batches, sizes = _batches(args)
     with tempfile.TemporaryDirectory(prefix="stepstream-broker-") as store:
         broker = NatsServer(Path(store)).start()
         try:
@@ -456,6 +573,76 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
+async def run_floor(args: argparse.Namespace) -> dict[str, Any]:
+    """``--floor``: bare nats-py, our JetStream transport and the gRPC topic transport, in ``--rounds`` rounds that
+    alternate them (the load moves; compare within a round, or the medians); throughput and CPU per trajectory."""
+    load_at_start = os.getloadavg()[0]
+    batches, sizes = _batches(args)
+    rounds: list[dict[str, float]] = []
+    with tempfile.TemporaryDirectory(prefix="stepstream-broker-floor-") as store:
+        broker = NatsServer(Path(store)).start()
+        try:
+            assert broker.process is not None
+            for r in range(args.rounds):
+                figures = await measure_floor(broker.url, args, batches, broker.process.pid, tag=f"r{r}")
+                figures.update(await measure_floor(broker.url, args, batches, broker.process.pid, tag=f"r{r}", ack_all=True))
+                figures.update(await measure_jetstream(broker.url, args, batches, broker.process.pid, tag=f"r{r}"))
+                figures.update(await measure_grpc(args, batches))
+                rounds.append(figures)
+        finally:
+            broker.stop()
+    out: dict[str, Any] = {"workload": "broker_floor", "load_1min": [load_at_start, os.getloadavg()[0]]}
+    for label in SIZES:
+        out[f"trajectory_bytes_{label}"] = sizes[label]
+        for transport in ("floor", "floor_ack_all", "jetstream", "grpc"):
+            key = f"{transport}_trajectories_per_s_{label}"
+            out[key] = round(float(np.median([f[key] for f in rounds])), 1)
+            out[f"{transport}_trajectories_per_batch_{label}"] = _median(rounds, key + "_batch")
+            out[f"{transport}_cpu_us_per_trajectory_{label}"] = round(
+                float(np.median([f[key + "_cpu_us"] for f in rounds])), 1
+            )
+            for part in ("publishers", "learner", "broker"):
+                if key + "_cpu_us_" + part in rounds[0]:
+                    out[f"{transport}_cpu_us_{part}_{label}"] = round(
+                        float(np.median([f[f"{key}_cpu_us_{part}"] for f in rounds])), 1
+                    )
+            out[f"{transport}_trajectories_per_s_{label}_rounds"] = [round(f[key], 1) for f in rounds]
+        for transport in ("floor", "floor_ack_all", "jetstream"):
+            out[f"{transport}_to_grpc_ratio_{label}"] = round(
+                out[f"{transport}_trajectories_per_s_{label}"] / out[f"grpc_trajectories_per_s_{label}"], 3
+            )
+            out[f"{transport}_to_grpc_cpu_ratio_{label}"] = round(
+                out[f"grpc_cpu_us_per_trajectory_{label}"] / out[f"{transport}_cpu_us_per_trajectory_{label}"], 3
+            )
+        out[f"encode_decode_cpu_us_{label}"] = round(_codec_cpu_us(batches[label]), 1)
+    out.update(rounds=args.rounds, publishers=args.publishers, count_16k=len(batches["16k"]), count_256k=len(batches["256k"]))
+    out["cpu_count"] = os.cpu_count()
+    return out
+
+
+def _codec_cpu_us(items: list[Trajectory]) -> float:
+    """CPU per trajectory of encoding it to its wire bytes and decoding them, as both transports do (the floor does
+    neither: it sends bytes encoded beforehand and does not decode them)."""
+    started = time.process_time()
+    for item in items:
+        Trajectory.from_proto(pb.Trajectory.FromString(item.to_proto().SerializeToString()))
+    return (time.process_time() - started) * 1e6 / len(items)
+
+
+def _median(rounds: list[dict[str, float]], key: str) -> float:
+    return round(float(np.median([figures[key] for figures in rounds])), 1)
+
+
+def _batches(args: argparse.Namespace) -> tuple[dict[str, list[Trajectory]], dict[str, int]]:
+    batches = {}
+    sizes = {}
+    for label, target in SIZES.items():
+        obs_size = obs_size_for(target)
+        batches[label] = [make_trajectory(i, obs_size) for i in range(args.count if label == "16k" else args.count // 4)]
+        sizes[label] = len(batches[label][0].to_proto().SerializeToString())
+    return batches, sizes
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--count", type=positive_int, default=2000, help="16 KB trajectories (256 KB: a quarter)")
@@ -466,9 +653,13 @@ def main() -> None:
     parser.add_argument("--fleet-clients", type=positive_int, default=4, help="env clients of the 1- and 2-processor runs")
     parser.add_argument("--fleet-agents", type=positive_int, default=16, help="agents per env client")
     parser.add_argument("--fleet-seconds", type=float, default=10.0, help="measured seconds of each fleet run")
+    parser.add_argument(
+        "--floor", action="store_true", help="only throughput: bare nats-py beside both transports (run_floor)"
+    )
+    parser.add_argument("--rounds", type=positive_int, default=3, help="--floor: alternating rounds of the three")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
-    print(json.dumps(asyncio.run(run(args))))
+    print(json.dumps(asyncio.run(run_floor(args) if args.floor else run(args))))
 
 
 if __name__ == "__main__":
