@@ -82,7 +82,7 @@ env_settings:
     return path
 
 
-_IN_DOUBT_LINE = re.compile(re.escape(IN_DOUBT_LOG) + r" (\S+) \((\d+) experiences\)")
+IN_DOUBT_LINE = re.compile(re.escape(IN_DOUBT_LOG) + r" (\S+) \((\d+) experiences\)")
 
 
 def _stepstream() -> list[str]:
@@ -191,7 +191,7 @@ class Fleet:
         read from its log: whether each was stored is for a ledger of what the trainer took in to tell."""
         path = self.root / f"processor{i}.log"
         text = path.read_text(errors="replace") if path.exists() else ""
-        return {m.group(1): int(m.group(2)) for m in _IN_DOUBT_LINE.finditer(text)}
+        return {m.group(1): int(m.group(2)) for m in IN_DOUBT_LINE.finditer(text)}
 
     def log_tail(self, i: int, lines: int = 30) -> str:
         path = self.root / f"processor{i}.log"

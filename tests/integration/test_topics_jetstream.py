@@ -33,6 +33,7 @@ from protos import stepstream_pb2_grpc as pb_grpc
 from tests.integration.test_hardening import hello, raw_step
 from tests.integration.test_topics_grpc import BEHAVIOR, LIVENESS_S, auntil, make_trajectory, sequences, take
 from tests.nats_server import NatsServer, nats_server
+from tests.processor_fleet import IN_DOUBT_LINE
 
 __all__ = ["nats_server"]  # the fixture, used by name below
 
@@ -313,9 +314,12 @@ async def test_the_processors_subscribe_rpc_names_the_broker_when_its_topics_are
         await server.stop(1.0)
 
 
-async def test_a_publish_cancelled_awaiting_the_brokers_answer_counts_in_doubt_not_dropped(nats_server: NatsServer) -> None:
+async def test_a_publish_cancelled_awaiting_the_brokers_answer_counts_in_doubt_not_dropped(
+    nats_server: NatsServer, caplog: pytest.LogCaptureFixture
+) -> None:
     """The processor's stop cancels a session whose publish is sent and unanswered (the broker hangs): the broker
-    stores it once it answers, and the trainer takes it in, so counting it unpublished (a drop) counted it twice."""
+    stores it once it answers, and the trainer takes it in, so counting it unpublished (a drop) counted it twice.
+    Its id is logged in the form ``broker_faults`` reads back (``Fleet.in_doubt``)."""
     processor = JetStreamTopics(nats_server.url, name="processor")
     trainer = JetStreamTopics(nats_server.url, name="trainer", follow_policies=False)
     behavior = Behavior(simple_brain_parameters(BEHAVIOR, continuous=True), BehaviorRuntime(), ProcessorSettings(), processor)  # type: ignore[arg-type]
@@ -341,6 +345,8 @@ async def test_a_publish_cancelled_awaiting_the_brokers_answer_counts_in_doubt_n
         if family.name.endswith("_in_doubt")
     }
     assert exported == {"stepstream_processor_trajectories_in_doubt": 1, "stepstream_processor_experiences_in_doubt": 3}
+    logged = [m.groups() for r in caplog.records if (m := IN_DOUBT_LINE.search(r.getMessage()))]
+    assert logged == [("s0/7/1", "3")]
     with trainer_subscription(trainer) as subscription:
         assert sequences(await take(subscription, 2)) == [0, 1]  # the one in doubt was stored: taken in, not dropped
     for closing in (trainer.close, processor.close):
