@@ -450,16 +450,24 @@ class _PublishAttempts:
 
     An attempt sent and never answered (its acknowledgement timed out, the broker died, the caller was
     cancelled) leaves the trajectory **in doubt**: the broker may have stored it. The next attempt's
-    answer settles it (an acknowledgement, perhaps a duplicate one, or a refusal of a full stream, which
-    the broker only gives when no message with that ``Nats-Msg-Id`` is stored); an attempt the client
-    refused to send (buffer full, connection closed) changes nothing. ``abandon`` (the caller) and ``begin`` (the
-    connection's loop) are atomic: after ``abandon`` no attempt starts, so its answer stays true.
+    answer settles it: an acknowledgement (perhaps a duplicate one), or a refusal of a full stream,
+    which the broker only gives when it holds no message with that ``Nats-Msg-Id``, so long as it still
+    remembers the ids of every attempt in doubt (``DUPLICATE_WINDOW_S`` since the first was sent; after
+    that a refusal settles nothing). An attempt the client refused to send (buffer full, connection
+    closed) changes nothing. ``abandon`` (the caller) and ``begin`` (the connection's loop) are atomic:
+    after ``abandon`` no attempt starts, so its answer stays true.
+
+    Args:
+        clock: seconds, monotonic (a test's stand-in for ``time.monotonic``).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
         self._lock = threading.Lock()
         self._abandoned = False
         self._was_in_doubt = False
+        self._doubt_since: float | None = None
+        """When the first attempt in doubt was sent."""
         self.in_doubt = False
 
     def begin(self) -> bool:
@@ -468,6 +476,8 @@ class _PublishAttempts:
             if self._abandoned:
                 return False
             self._was_in_doubt, self.in_doubt = self.in_doubt, True
+            if not self._was_in_doubt:
+                self._doubt_since = self._clock()
             return True
 
     def not_sent(self) -> None:
@@ -475,8 +485,11 @@ class _PublishAttempts:
             self.in_doubt = self._was_in_doubt
 
     def refused(self) -> None:
+        """The broker refused the attempt for a full stream."""
         with self._lock:
-            self.in_doubt = False
+            assert self._doubt_since is not None, "refused before any attempt began"
+            if self._clock() - self._doubt_since < DUPLICATE_WINDOW_S:
+                self.in_doubt = False
 
     def stored(self) -> None:
         with self._lock:
