@@ -73,6 +73,38 @@ not change the learning), one variable at a time; figure: last-20 mean at 80k st
   Observation-normaliser timing is inside ``proximal_clip``'s effect (the ratio is taken after the update).
   The remaining gap (-114 against -107 on seed 0) is within what one seed shows.
 
+Why PPO's time to the threshold trails on Acrobot-v1, measured 2026-12-02 05:48-06:35 (session 7; load 7.8-16, other
+helpers' work beside it), our side only, the full 200k budget, ``classic_control.py --tasks ppo-acrobot --seeds S
+--skip-sb3 [--config VARIANT.yaml]``, one variable at a time, variants alternated; figure: steps to -100 (k), seeds
+0 / 1 / 2 (a second run of a seed after the comma), and the two phases of the last-20 mean: steps until it passes
+-400 (finding the swing-up), then from -400 to -100 (refining it).
+
+* as shipped (strength 1, obs clip 5, Adam epsilon 1e-8): 86.9, 81.3 / 127.8, 92.0 / 79.9, 80.6 (median 84.1k); to
+  -400 in 27-47k, then 52-81k. A rerun of one seed moves by up to 36k: single runs decide nothing below ~15%.
+* reward scale: ``normalize_reward: true`` 111.1 / 127.2 (to -400 60-71k, then 40-68k); extrinsic ``strength`` 0.03:
+  133.8 / 125.3 (68-79k, then 55-58k); 0.1: 88.7 / 80.7 / 83.0 (36-50k, then 35-47k); 0.3: 74.4, 86.8 / 89.1, 78.6 /
+  69.1, 65.3 (median 76.5k; 28-39k, then 36-51k). Why the trade: the critic starts at 0 under returns near -1 / (1 -
+  gamma) = -100 and Adam's bounded steps fit it slowly (mean V estimate -1.7 / -16 / -30 / -40 at 12k / 20k / 30k /
+  40k steps, value loss 30-100); that optimism drives the swing-up before any success, and its errors slow the
+  refinement. Scaled down, the critic fits within a few updates: a faster climb, a later start. Kept: ``strength:
+  0.3`` in configs/acrobot_ppo.yaml (a config translation of the zoo's reward normalisation). SB3's own run
+  (VecNormalize, ``classic_control_sb3.py`` with an episode log, seed 0, 100k budget, load 12): first success at
+  23.5k steps, last-20 -321 at 30k, -171 at 40k, -116 at 60k, -100 at 72.7k (62.5k on 2026-12-01): it starts as fast
+  as our strength 1 and climbs as fast as our 0.1. Why its start does not slow under its reward scaling is not
+  measured.
+* observation clip 10 (SB3's ``clip_obs``; ours ML-Agents' 5, ``common.policy_contract.NORMALIZATION_CLIP``, a
+  temporary env-var switch, not kept): 83.8 / 101.1 / 77.3. Under a random policy's statistics cos(theta1) has std
+  0.2 around 0.98, so an energy-pumping policy's (``a = 2 if dtheta2 > 0 else 0``, return -87) arm-up states clip at
+  5 in 7.5% of its steps (none at 10). Adam epsilon 1e-5 (SB3's for PPO; ours 1e-8, same switch): 78.8 / 102.5 /
+  79.3; both: 84.1 / 84.2 / 76.8. Within the reruns' spread: not changed (the clip is the processor's and ONNX
+  export's contract too).
+* policy lag: mean lag at take-in 0.39-0.51 policy versions over every run, 0 trajectories dropped
+  (``max_policy_lag`` 2), so trainer steps are env steps. 43-46 updates per 200k steps (each takes ~4.4k rows: the
+  buffer fills past 4096 by the last trajectories' overshoot) against SB3's 48.8 of 4096: 8% fewer updates, not
+  measured apart.
+* the schedules: TensorBoard's learning rate 3e-4, epsilon 0.2 and beta 0 at every summary (constant, as the zoo's).
+  Value bootstrapping at time limits and per-minibatch advantage normalisation: as SB3 (above).
+
 Why PPO trailed on MountainCarContinuous-v0, measured 2026-12-02 on the 2-core machine (load 7-9, two runs at a
 time), our side only: ``stepstream train`` of a copy of configs/mountaincarcontinuous_ppo.yaml (20k steps) with
 one key changed, ``--seed S``, read by ``episode_figures``; figure: last-20 mean at 20k steps (steps to the
