@@ -185,6 +185,12 @@ Suite runs (record each with its date):
   3 seeds: final medians ours -118.8 vs SB3 -131.7 (met); time to -110 ours 74.1 / 63.3 s / never (median 74.1 s)
   vs SB3 never / 97.1 s / never (median Infinity). The peer solves 1 seed of 3, and there ours is faster (63.3 vs
   97.1 s): met where the task counts.
+* 2026-12-02 06:34-06:58, ``classic_control.py --tasks ppo-acrobot --seeds 0 1 2`` with ``strength: 0.3`` (load
+  7.2-11.7, other helpers' work beside it): ours final -81.6 / -79.0 / -89.6 (median -81.6), threshold at 75.5k /
+  89.8k / 65.3k steps, 44.9 / 40.9 / 52.4 s (median 44.9 s); SB3 final -87.1 / -81.2 / -80.9 (median -81.2), at
+  72.7k / 51.6k / 56.6k steps, 123.3 / 75.6 / 96.6 s (median 96.6 s). Final return met (within the seeds'
+  spread); seconds met in this run, but only because the peer's single-threaded torch slowed ~3x under this
+  load (03:15's run at load 4.8: 22-30 s): ours still takes 1.33x the peer's steps (median 75.5k vs 56.6k).
 """
 
 from __future__ import annotations
