@@ -28,10 +28,11 @@ Deviations of the translation (each config's comments say which apply):
   half. SB3 updates the observation statistics every env step; stepstream, as ML-Agents, when the trainer takes
   a trajectory in.
 * ``use_sde`` / ``sde_sample_freq`` / ``log_std_init`` / ``use_expln`` (MountainCarContinuous, Pendulum PPO):
-  no gSDE in stepstream; a plain Gaussian (PPO: state-independent log_std starting at the stepstream key
-  ``log_std_init``, default 0). The zoo's ``log_std_init`` is gSDE's, not a Gaussian's: translate by measuring
-  (MountainCarContinuous: -1.0, below). gSDE's noise held for ``sde_sample_freq`` steps (or one rollout) is the
-  PPO key ``noise_hold_steps``, without the state dependence; measured below, not set in the configs.
+  the PPO keys of the same names (gSDE, README "Design notes"; ``sde_sample_freq`` -1 = ``time_horizon``, the
+  zoo's ``n_steps`` rollout). The zoo's ``log_std_init`` is sigma's, but the action std it gives scales with the
+  latent features, and our Glorot, zero-bias layers (``orthogonal_init: false``) give ~0.03 at -3.29 where SB3's
+  PyTorch init gives ~0.065: translate by measuring (below). Without gSDE, held white noise is the PPO key
+  ``noise_hold_steps``; measured below, not set in the configs.
 * ``vf_coef`` (MountainCarContinuous PPO, 0.19): stepstream's value loss weight is fixed at 0.5.
 * SAC ``ent_coef`` fixed (MountainCarContinuous, 0.1): stepstream's SAC learns it from ``init_entcoef``;
   ``train_freq`` / ``gradient_steps`` 32 / 32 -> ``steps_per_update`` 1 (the same ratio).
@@ -146,6 +147,19 @@ SB3: 77.1 / 91.1 / 92.6, solved at 5.3k / 5.7k / 3.5k steps.
   [--config the k 8 copy]``): k 8 95.4, 16.0k / 59.4 s; k 1 96.1, 14.3k / 62.0 s.
   Kept: ``noise_hold_steps`` 1 in configs/mountaincarcontinuous_ppo.yaml.
 
+gSDE (``use_sde: true``), 2026-12-02 06:04-06:25 (load 7-15, other helpers' work beside it), our side only,
+seed 0, 20k steps, ``classic_control.py --tasks ppo-mountaincarcontinuous --seeds 0 --skip-sb3 --config <copy>``
+(one key changed per copy). Figures: last-20 mean, steps / s to 90, steps to the first flag. As the zoo's
+(``log_std_init: -3.29``, ``sde_sample_freq: -1``): -0.2, never at the flag (initial action std ~0.03; the first
+try also exported by full conversion every 8 steps, 765 s for 16k steps, fixed before every figure here).
+``sde_sample_freq: -1``: ``log_std_init`` -2.0 80.5, never (flag 3.7k, then failures between successes); -1.75
+90.3, 19.3k / 153.5 s (flag 2.9k); -1.5 86.2, 13.6k / 98.5 s (flag 0.8k; episodes 200-900 steps); -2.0 with
+``normalize_reward: true`` 1.8, never (one flag, 9.2k). ``sde_sample_freq: 64`` (one matrix per 64 steps): -2.0
+93.5, 16.7k / 121.6 s (flag 13.2k, then episodes 90-550 steps, none failed); -1.5 92.7, 16.1k / 82.2 s (flag
+1.9k once, then 12.0k, then 77-320 steps an episode, as SB3's <280); -1.0 84.6, never (flag 1.8k, action cost:
+episodes 70-94). Chosen for the 3-seed run below (2026-12-02 06:26): -1.5 with ``sde_sample_freq: 64``; it lost to
+the shipped white noise there (lower final, one seed never at 90), so the config keeps ``use_sde`` off.
+
 Held noise on Pendulum-v1 (the zoo's ``sde_sample_freq: 4``), 2026-12-02 (load 7.6-10.3), our side only, 100k
 steps, the same driver, seeds 0 / 1: ``noise_hold_steps`` 1 (as shipped) final -163.2 / -180.9, at -200 by 58.4k /
 51.2k steps, 75.4 / 84.3 s (CPU 58.5 / 55.9 s); 4: -171.0 / -181.6, by 72.0k / 60.0k steps, 73.2 / 69.1 s (CPU
@@ -172,6 +186,15 @@ Suite runs (record each with its date):
   155.0 / 67.1 s (median 135.7 s). Goal met for ppo-pendulum.
 * 2026-12-02, ``classic_control.py --tasks sac-pendulum --seeds 0`` (seeds 1-2 stopped for time; load 5-7): ours
   final -169.3, threshold at 6,864 steps / 371.5 s; SB3 final -159.9, at 8,400 steps / 281.0 s.
+* 2026-12-02 06:26-06:58, gSDE against the shipped config, alternating per seed (load 8.3-11.7, other helpers'
+  work beside it): ``classic_control.py --tasks ppo-mountaincarcontinuous --seeds S`` on a copy with ``use_sde:
+  true``, ``log_std_init: -1.5``, ``sde_sample_freq: 64`` (both sides), then ``--seeds S --skip-sb3 --config``
+  the shipped config (``log_std_init: -1.0``, white noise). gSDE: final 91.3 / 92.1 / 89.9 (median 91.3),
+  threshold at 13.8k / 14.7k / never, 79.4 / 81.9 s / never (median 81.9 s). Shipped: final 96.4 / 96.3 / 96.0
+  (median 96.3), at 16.1k / 11.2k / 12.1k steps, 104.8 / 71.5 / 51.0 s (median 71.5 s). SB3 (gSDE, the zoo's
+  settings): final 86.6 / 93.0 / 18.2 (median 86.6), at 13.8k / 6.6k / 3.5k steps, 294.8 / 115.8 / 99.4 s
+  (median 115.8 s; its 20k steps took ~7 min a seed at this load). Goal met in this run by the shipped config
+  (96.3 >= 86.6, 71.5 <= 115.8 s); SB3 still needs fewer steps on 2 of 3 seeds.
 * 2026-12-02 03:10, ``classic_control.py --tasks ppo-mountaincar --seeds 0`` (load 4.8-5.1, other work beside it):
   ours final -118.8, threshold at 223.9k steps / 74.1 s; SB3 final -134.6, never at the threshold within the
   300k budget (a peer that fails proves nothing: seeds 1-2 not run yet).

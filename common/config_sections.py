@@ -151,7 +151,21 @@ class PPOHyperparameters:
     RL-Zoo's ``normalize: true`` turns it on with the observations'); false: raw rewards, as ML-Agents."""
     log_std_init: float = field(default=0.0, metadata=STEPSTREAM_KEY)
     """Initial log standard deviation of the continuous actions' Gaussian (SB3's ``log_std_init``; 0: std 1, as
-    ML-Agents and SB3's default); in [-20, 2], the clip of the policy's log_std."""
+    ML-Agents and SB3's default); in [-20, 2], the clip of the policy's log_std. With ``use_sde`` it is the initial
+    log std of every entry of gSDE's exploration matrix (SB3's meaning there too): an action's std is then
+    ``sqrt(sum_j latent_j^2) * exp(log_std_init)``, ~5.7 times it for 64 tanh units near +-1."""
+    use_sde: bool = field(default=False, metadata=STEPSTREAM_KEY)
+    """Generalised state-dependent exploration for continuous actions (SB3's ``use_sde``, Raffin et al. 2021): the
+    noise is ``latent(s) @ W``, the policy's last hidden layer times an exploration matrix ``W ~ N(0, sigma^2)``
+    [hidden_units, C] that the processor holds per agent, drawn anew at its episode start and every
+    ``sde_sample_freq`` steps; the log-prob is the Gaussian of the per-state std ``sqrt(latent^2 @ sigma^2)``.
+    false: a state-independent Gaussian, white noise (ML-Agents)."""
+    sde_sample_freq: int = field(default=-1, metadata=STEPSTREAM_KEY)
+    """With ``use_sde``: agent steps each agent keeps one exploration matrix; -1 (SB3's default): one trajectory
+    segment, ``time_horizon`` steps (SB3 draws at each rollout start, ``n_steps``); >= 1 otherwise."""
+    use_expln: bool = field(default=False, metadata=STEPSTREAM_KEY)
+    """With ``use_sde``: sigma is ``expln(log_std)`` (``exp`` below 0, ``log1p(x) + 1`` above) instead of
+    ``exp(log_std)`` (SB3's ``use_expln``)."""
     noise_hold_steps: int = field(default=1, metadata=STEPSTREAM_KEY)
     """Agent steps each agent keeps one draw of its continuous actions' Gaussian noise (the processor's, per agent,
     redrawn every this many of its steps and at its episode start); >= 1; 1: fresh noise every step (ML-Agents). Held
@@ -170,6 +184,17 @@ class PPOHyperparameters:
             positive(self.max_grad_norm, "max_grad_norm")
         require(-20.0 <= self.log_std_init <= 2.0, "log_std_init", f"must be in [-20, 2], got {self.log_std_init!r}")
         at_least(self.noise_hold_steps, 1, "noise_hold_steps")
+        require(
+            self.sde_sample_freq == -1 or self.sde_sample_freq >= 1,
+            "sde_sample_freq",
+            f"must be -1 or >= 1, got {self.sde_sample_freq!r}",
+        )
+        # gSDE holds its own noise (the exploration matrix); holding the white noise too would be a second key for it.
+        require(
+            not (self.use_sde and self.noise_hold_steps > 1),
+            "noise_hold_steps",
+            f"must be 1 with use_sde (sde_sample_freq sets how long gSDE's noise is held), got {self.noise_hold_steps}",
+        )
 
     @property
     def num_minibatches(self) -> int:

@@ -23,7 +23,12 @@ The model (``format`` ``TFLITE_FORMAT``):
   already in [0, 1]. The trainer's networks take the same raw images, so TF and the artifact agree.
 * its outputs, by name: ``MEAN`` and ``LOG_STD``, float32 ``[N, C]``, together or not at all
   (continuous actions, Gaussian ``N(mean, exp(log_std))``); ``LOGITS``, float32 ``[N, M]``
-  (discrete actions, branches side by side, unmasked). The exporter writes no others, the processor
+  (discrete actions, branches side by side, unmasked); with gSDE (PPO's ``use_sde``), also
+  ``SDE_NOISE_SCALE``, float32 ``[N, L, C]``: ``latent_j(s) * sigma_jc``, the policy's last hidden layer
+  (``L`` units) times the exploration matrix's std. The exploration noise of a held standard-normal
+  matrix ``E`` ``[L, C]`` is then ``noise_c = sum_j scale[j, c] * E[j, c]`` (``latent(s) @ W`` with
+  ``W = sigma * E ~ N(0, sigma^2)``), and ``LOG_STD`` is its marginal given the state:
+  ``0.5 * log(sum_j scale[j, c]^2 + SDE_EPSILON)``. The exporter writes no others, the processor
   reads no others.
 
 The arithmetic around the model, whose stored log-probs a trainer recomputes and must match:
@@ -88,8 +93,13 @@ ONNX_MASKED_LOGIT_OFFSET = 1e8
 MEAN = "mean"
 LOG_STD = "log_std"
 LOGITS = "logits"
+#: gSDE's per-state noise scale ``[N, L, C]`` (module docstring), beside ``MEAN`` and ``LOG_STD``.
+SDE_NOISE_SCALE = "sde_noise_scale"
 #: Every output name a model may carry.
-POLICY_OUTPUTS = (MEAN, LOG_STD, LOGITS)
+POLICY_OUTPUTS = (MEAN, LOG_STD, LOGITS, SDE_NOISE_SCALE)
+#: Added to gSDE's variance before its square root (SB3's ``StateDependentNoiseDistribution.epsilon``), so a
+#: state whose latent features are all 0 still has a finite log-prob.
+SDE_EPSILON = 1e-6
 
 #: ML-Agents' observation normalisation: the epsilon under the square root, and the clip bound.
 NORMALIZATION_EPSILON = 1e-8

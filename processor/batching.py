@@ -192,8 +192,8 @@ class InferenceBatcher:
         Args:
             observations: one array ``[N, *shape_i]`` per observation spec.
             action_mask: bool/uint8 [N, M], 1 = allowed, or None.
-            noise: float32 [N, C], the continuous actions' held standard-normal noise
-                (``processor.exploration``), or None: drawn fresh.
+            noise: float32 [N, C], the continuous actions' held standard-normal noise, or [N, L, C], gSDE's held
+                standard-normal exploration matrices (``processor.exploration``), or None: drawn fresh.
 
         Returns:
             This request's rows of the pass, in order, with the version of the policy that acted.
@@ -231,7 +231,7 @@ class InferenceBatcher:
         assert policy is not None  # requests are only queued once a policy exists
         started = time.perf_counter()
         try:
-            output = policy.act(*self._concatenate(batch), self._rng, check=False, noise=self._noise(batch, policy))
+            output = policy.act(*self._concatenate(batch), self._rng, check=False, noise=self._noise(batch))
         except Exception as err:  # the pass failed: every request in it gets the error
             self.counters.forward_passes += 1
             self.counters.failed_passes += 1
@@ -253,12 +253,14 @@ class InferenceBatcher:
             request.future.set_result(_slice(output, start, start + request.rows))
             start += request.rows
 
-    def _noise(self, batch: list[_Request], policy: Policy) -> np.ndarray | None:
-        """The pass's continuous noise ``[sum N, C]``, fresh draws for the requests that hold none; None if none holds any."""
+    def _noise(self, batch: list[_Request]) -> np.ndarray | None:
+        """The pass's continuous noise ``[sum N, C]`` (gSDE: ``[sum N, L, C]``), fresh draws for the requests that hold
+        none; None if none holds any."""
         if all(r.noise is None for r in batch):
             return None
-        c = int(policy.action_spec.continuous_size)
-        parts = [self._rng.standard_normal((r.rows, c), dtype=np.float32) if r.noise is None else r.noise for r in batch]
+        # Held noise is [N, C], or [N, L, C] with gSDE (one behavior's sessions all hold the same kind).
+        shape = next(r.noise for r in batch if r.noise is not None).shape[1:]
+        parts = [self._rng.standard_normal((r.rows, *shape), dtype=np.float32) if r.noise is None else r.noise for r in batch]
         return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
     @staticmethod

@@ -54,12 +54,19 @@ class BehaviorRuntime:
     None: ``ProcessorSettings.trajectory_queue_size``."""
     noise_hold_steps: int = 1
     """Steps each agent keeps one draw of its continuous action noise (``processor.exploration``); 1: fresh every step."""
+    sde_latent_size: int = 0
+    """gSDE (PPO's ``use_sde``): the rows L of each agent's held exploration matrix [L, C], the policy's latent
+    width; 0: the noise is a Gaussian's own (``processor.exploration``)."""
 
     @classmethod
     def from_settings(cls, settings: BehaviorSettings) -> BehaviorRuntime:
         """The processor's view of one behavior's config (queue size: ``BehaviorSettings.trajectory_queue_size``)."""
         return cls(
-            settings.time_horizon, settings.effective_max_policy_lag, settings.trajectory_queue_size, settings.noise_hold_steps
+            settings.time_horizon,
+            settings.effective_max_policy_lag,
+            settings.trajectory_queue_size,
+            settings.noise_hold_steps,
+            settings.sde_latent_size,
         )
 
 
@@ -180,11 +187,13 @@ class Behavior:
 
     def held_noise(self) -> HeldNoise | None:
         """A new session's per-agent held action noise, or None where noise is fresh every step (``noise_hold_steps``
-        1, or no continuous actions)."""
+        1 without gSDE, or no continuous actions). With gSDE (``sde_latent_size`` > 0) each agent holds a matrix."""
         size = self.params.action_spec.continuous_size
-        if self.runtime.noise_hold_steps <= 1 or size == 0:
+        latent = self.runtime.sde_latent_size
+        if (self.runtime.noise_hold_steps <= 1 and latent == 0) or size == 0:
             return None
-        return HeldNoise(size, self.runtime.noise_hold_steps, np.random.default_rng(self._noise_seeds.spawn(1)[0]))
+        rng = np.random.default_rng(self._noise_seeds.spawn(1)[0])
+        return HeldNoise(size, self.runtime.noise_hold_steps, rng, latent_size=latent)
 
     def session_started(self) -> None:
         """A session that declared this behavior opened: the batcher waits for one more request."""

@@ -8,14 +8,21 @@ averages out. SB3's gSDE (Raffin et al. 2021, arXiv:2005.05719) holds its noise 
 
 Given the state, each step's action is still ``N(mean, std)``, whatever ``eps`` the agent holds (a draw of
 ``eps`` is a standard normal whenever it was drawn), so the stored per-step log-prob and PPO's ratio need no
-change; only the steps' independence goes. This is not gSDE's state-dependent noise (``latent(s) @ W``): that
-would need the network's features in the artifact and a new log-prob in the trainer.
+change; only the steps' independence goes.
 
-Memory: one ``HeldNoise`` per (session, behavior) holds ``4 * C + 8`` bytes per live agent (in doubling
-arrays, reused); an agent's entry goes at its done and the whole object when its session ends, so it never
-holds more agents than the session's assembler does (``max_agents_per_session``).
+gSDE (PPO's ``use_sde``, ``latent_size`` L > 0): each agent holds a standard-normal matrix ``E`` [L, C] instead,
+for ``sde_sample_freq`` steps (``hold_steps``), and ``processor.inference`` turns it into the noise
+``latent(s) @ W`` with ``W = sigma * E`` from the artifact's ``SDE_NOISE_SCALE`` (``common.policy_contract``): the
+noise is held but its size and direction follow the state, and given the state it is ``N(0, latent^2 @ sigma^2)``,
+the Gaussian whose log-prob the trajectory stores. Holding ``E`` rather than ``W`` lets a new policy version's sigma
+apply at once; SB3 draws ``W`` with the sigma of the rollout's start, which the policy keeps through the rollout.
 
-Shapes: ``N`` rows in a BrainInfo, ``C`` continuous action dimensions, ``S`` slots (>= live agents).
+Memory: one ``HeldNoise`` per (session, behavior) holds ``4 * L * C + 8`` bytes per live agent (L = 1 without
+gSDE; in doubling arrays, reused); an agent's entry goes at its done and the whole object when its session ends,
+so it never holds more agents than the session's assembler does (``max_agents_per_session``).
+
+Shapes: ``N`` rows in a BrainInfo, ``C`` continuous action dimensions, ``L`` gSDE latent units, ``S`` slots
+(>= live agents).
 """
 
 from __future__ import annotations
@@ -32,17 +39,20 @@ class HeldNoise:
         size: C, the continuous action dimensions (>= 1).
         hold_steps: k, the agent steps one draw lasts (>= 1; 1 draws fresh noise every step).
         rng: the generator the draws come from.
+        latent_size: L > 0 holds gSDE's standard-normal exploration matrix [L, C] per agent; 0: an ``eps`` [C].
     """
 
-    def __init__(self, size: int, hold_steps: int, rng: np.random.Generator) -> None:
-        if size < 1 or hold_steps < 1:
-            raise ValueError(f"size ({size}) and hold_steps ({hold_steps}) must be >= 1")
+    def __init__(self, size: int, hold_steps: int, rng: np.random.Generator, latent_size: int = 0) -> None:
+        if size < 1 or hold_steps < 1 or latent_size < 0:
+            raise ValueError(f"size ({size}) and hold_steps ({hold_steps}) must be >= 1, latent_size ({latent_size}) >= 0")
         self.size = size
         self.hold_steps = hold_steps
+        self.latent_size = latent_size
+        self._shape: tuple[int, ...] = (latent_size, size) if latent_size else (size,)  # one agent's draw
         self._rng = rng
         self._slot_of: dict[int, int] = {}
         self._free: list[int] = []
-        self._noise = np.zeros((0, size), np.float32)  # [S, C]: each slot's held eps
+        self._noise = np.zeros((0, *self._shape), np.float32)  # [S, C] or [S, L, C]: each slot's held draw
         self._age = np.zeros(0, np.int64)  # [S]: steps the slot's eps has acted; hold_steps = draw anew
 
     def __len__(self) -> int:
@@ -67,7 +77,7 @@ class HeldNoise:
             done: bool [N].
 
         Returns:
-            eps: float32 [N, C], each row a standard normal draw.
+            eps: float32 [N, C] (gSDE: [N, L, C]), each row a standard normal draw.
         """
         ids = agent_ids.tolist()
         slot_list = list(map(self._slot_of.get, ids))
@@ -78,7 +88,7 @@ class HeldNoise:
         slots = np.array(slot_list, dtype=np.intp)
         redraw = slots[self._age[slots] >= self.hold_steps]
         if len(redraw):
-            self._noise[redraw] = self._rng.standard_normal((len(redraw), self.size), dtype=np.float32)
+            self._noise[redraw] = self._rng.standard_normal((len(redraw), *self._shape), dtype=np.float32)
             self._age[redraw] = 0
         eps = self._noise[slots]  # a copy (fancy indexing): later redraws do not change it
         self._age[slots] += 1
@@ -90,7 +100,7 @@ class HeldNoise:
         if not self._free:
             old = self.capacity
             new = max(8, 2 * old)
-            self._noise = np.concatenate([self._noise, np.zeros((new - old, self.size), np.float32)])
+            self._noise = np.concatenate([self._noise, np.zeros((new - old, *self._shape), np.float32)])
             self._age = np.concatenate([self._age, np.zeros(new - old, np.int64)])
             self._free = list(range(new - 1, old - 1, -1))  # lowest slot first
         slot = self._free.pop()
@@ -108,5 +118,5 @@ class HeldNoise:
         """Forget every agent and release the arrays (the session ended)."""
         self._slot_of.clear()
         self._free = []
-        self._noise = np.zeros((0, self.size), np.float32)
+        self._noise = np.zeros((0, *self._shape), np.float32)
         self._age = np.zeros(0, np.int64)

@@ -20,7 +20,10 @@ The model's inputs and outputs, and the constants below, follow ``common.policy_
   mode (PPO): the env gets ``clip(u, -clip, clip) / clip`` (in [-1, 1], as ML-Agents'
   ``clamp(u, -3, 3) / 3``; PPO exports clip 1), the trajectory stores ``u`` and its log-prob.
   Squash mode (SAC): env and trajectory both get ``a = tanh(u)``, whose log-prob adds the
-  change-of-variables term ``-log(1 - a^2 + 1e-6)`` per dimension.
+  change-of-variables term ``-log(1 - a^2 + 1e-6)`` per dimension. gSDE (an artifact with ``SDE_NOISE_SCALE``,
+  acting with an agent's held standard-normal matrix ``E`` [L, C]): the noise is ``sum_j scale[j, c] * E[j, c]``
+  (``latent(s) @ W``), so ``eps`` is that noise over ``exp(log_std)``, the state's std of it, and the log-prob is
+  the same Gaussian's. Without held matrices such a policy acts with white ``eps``: the same distribution per step.
 * **Discrete**: per branch, masked options (mask 0) get their logits set to a large negative
   before a stable log-softmax, and are excluded outright (score -inf) from the Gumbel-max draw
   ``argmax(logits + Gumbel noise)``, which samples the softmax with no loop over rows (the
@@ -56,6 +59,7 @@ from common.policy_contract import (
     MEAN,
     NORMALIZATION_CLIP,
     NORMALIZATION_EPSILON,
+    SDE_NOISE_SCALE,
     TANH_LOG_EPSILON,
     TFLITE_FORMAT,
     input_name,
@@ -274,6 +278,17 @@ class Policy:
         if self.action_spec.discrete_branches:
             needed[LOGITS] = int(sum(self.action_spec.discrete_branches))
         outputs = {}
+        self.sde_latent_size = 0
+        """L of the artifact's gSDE output ``SDE_NOISE_SCALE`` [N, L, C]; 0 when it has none."""
+        sde = details.get(SDE_NOISE_SCALE)
+        if sde is not None and self.action_spec.continuous_size:
+            signature = [int(x) for x in sde["shape_signature"]]
+            c = int(self.action_spec.continuous_size)
+            if sde["dtype"] != np.float32 or len(signature) != 3 or signature[1] < 1 or signature[2] != c:
+                expected = f"expected float32 [N, L, {c}], got {signature}"
+                raise ProtocolError(f"artifact.model output {SDE_NOISE_SCALE!r}: {expected}")
+            outputs[SDE_NOISE_SCALE] = int(sde["index"])
+            self.sde_latent_size = signature[1]
         for name, width in needed.items():
             d = details.get(name)
             if d is None:
@@ -317,8 +332,8 @@ class Policy:
                 a uint8 input should be uint8 already, else it is cast), N >= 1.
 
         Returns:
-            The raw outputs the action spec needs: ``"mean"``, ``"log_std"`` float32 [N, C];
-            ``"logits"`` float32 [N, M] (unmasked).
+            The raw outputs the action spec needs: ``"mean"``, ``"log_std"`` float32 [N, C] (and gSDE's
+            ``"sde_noise_scale"`` [N, L, C] where the artifact has it); ``"logits"`` float32 [N, M] (unmasked).
         """
         n = observations[0].shape[0]
         if self._wide_threads > 1 and n * self._row_values >= WIDE_BATCH_VALUES:
@@ -380,7 +395,8 @@ class Policy:
             check: validate shapes and mask first (``check_request``); callers that already did,
                 per request, pass False.
             noise: float32 [N, C], the standard-normal ``eps`` of the continuous actions (held per agent,
-                ``processor.exploration``), or None to draw it from ``rng``.
+                ``processor.exploration``), or [N, L, C], gSDE's held standard-normal exploration matrices (the
+                artifact must have ``SDE_NOISE_SCALE`` of that L), or None to draw ``eps`` from ``rng``.
 
         Returns:
             The actions and log-probs (see ``ActionOutput`` for shapes), with this version.
@@ -397,6 +413,8 @@ class Policy:
             )
         outputs = self.forward(observations)
         if c:
+            if noise is not None and noise.ndim == 3:
+                noise = self._sde_eps(outputs, noise)
             env_actions, actions, log_probs = self._sample_continuous(outputs[MEAN], outputs[LOG_STD], rng, noise)
         else:
             env_actions = actions = log_probs = np.zeros((n, 0), np.float32)
@@ -405,6 +423,19 @@ class Policy:
         else:
             discrete, discrete_log_probs = np.zeros((n, 0), np.int32), np.zeros((n, 0), np.float32)
         return ActionOutput(env_actions, actions, log_probs, discrete, discrete_log_probs, self.version)
+
+    def _sde_eps(self, outputs: dict[str, np.ndarray], matrices: np.ndarray) -> np.ndarray:
+        """gSDE's noise ``latent(s) @ (sigma * E)`` as a standard-normal ``eps`` [N, C] of the state's Gaussian:
+        over its std ``exp(log_std)``; ``matrices`` E [N, L, C]."""
+        scale = outputs.get(SDE_NOISE_SCALE)
+        if scale is None or scale.shape != matrices.shape:
+            have = "no" if scale is None else f"a {list(scale.shape[1:])}"
+            raise ProtocolError(
+                f"gSDE noise {list(matrices.shape[1:])} per agent, but the policy has {have} {SDE_NOISE_SCALE!r} output "
+                "(is use_sde set for both the processor and the trainer?)"
+            )
+        noise = np.einsum("nlc,nlc->nc", scale, matrices, dtype=np.float32)
+        return (noise * np.exp(-outputs[LOG_STD])).astype(np.float32, copy=False)
 
     def _sample_continuous(
         self, mean: np.ndarray, log_std: np.ndarray, rng: np.random.Generator, noise: np.ndarray | None = None

@@ -8,7 +8,8 @@ hundred microseconds, the TFLite interpreter a few to a few tens).
 The flatbuffer follows ``common.policy_contract``, which ``processor.inference`` reads it by: one
 signature, inputs ``input_name(i)`` (``obs_0``, ...) ``[N, *shape_i]`` with a dynamic ``N`` (float32; an image
 uint8 or float32, as its observation, scaled inside the network),
-outputs ``MEAN`` and ``LOG_STD`` float32 ``[N, C]`` and/or ``LOGITS`` float32 ``[N, sum(branches)]``.
+outputs ``MEAN`` and ``LOG_STD`` float32 ``[N, C]`` and/or ``LOGITS`` float32 ``[N, sum(branches)]`` (gSDE adds
+``SDE_NOISE_SCALE`` float32 ``[N, L, C]``).
 
 Export speed: the graph never changes between exports, only the weights, so the exporter converts
 with probe weights once and then writes each export's weights straight into the flatbuffer's constant
@@ -38,7 +39,7 @@ import tensorflow as tf
 # what the converter itself uses on its slower SavedModel path.
 from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
 
-from common.policy_contract import LOG_STD, MEAN, POLICY_OUTPUTS, TFLITE_FORMAT, input_name
+from common.policy_contract import LOG_STD, MEAN, POLICY_OUTPUTS, SDE_NOISE_SCALE, TFLITE_FORMAT, input_name
 from common.tensors import to_tensor
 from protos import pb
 from trainer.probe_cache import load_probes, probe_cache_dir, probe_cache_key, store_probes
@@ -68,8 +69,10 @@ def _policy_outputs(outputs: Any, forward: Callable[..., Any]) -> dict[str, tf.T
     if LOG_STD in named and named[LOG_STD].shape.rank == 1:
         # A state-independent log_std (PPO's usual variable of shape [C]) becomes [N, C].
         named[LOG_STD] = tf.broadcast_to(named[LOG_STD], tf.shape(named[MEAN]))
+    if SDE_NOISE_SCALE in named and (MEAN not in named or named[SDE_NOISE_SCALE].shape.rank != 3):
+        raise ValueError(f"output {SDE_NOISE_SCALE!r} must be [N, L, C] beside {MEAN!r}, got {sorted(named)}")
     for key, value in named.items():
-        if value.shape.rank != 2:
+        if value.shape.rank != 2 and key != SDE_NOISE_SCALE:
             raise ValueError(f"output {key!r} must be [N, width], got shape {value.shape}")
     return named
 

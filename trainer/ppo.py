@@ -28,6 +28,10 @@ within 100k); SB3's, 30-36k (benchmarks/time_to_solve.py):
 log_std: on MountainCarContinuous-v0, std 1 pays ~-33 in action cost per failed episode and drives the policy to
 stand still before it finds the flag; -1.0 solves it (benchmarks/classic_control.py's docstring).
 
+``use_sde`` (a stepstream key, default false): gSDE, SB3's ``use_sde`` (``trainer.networks.PolicyNetwork``); the
+processor holds each agent's exploration matrix (``processor.exploration``) for ``sde_sample_freq`` steps, and the
+log-prob below is the Gaussian of the per-state std the network outputs, so this module changes nothing else.
+
 Reward signals (``trainer.reward_signals``: extrinsic, gail, curiosity): the value network has one output, a
 value head, per signal, in ``reward_signals`` order. Each signal's strength-scaled reward gets its own GAE with
 its own gamma and returns (the value targets of its head); the policy's advantage is their sum (ML-Agents takes
@@ -515,6 +519,8 @@ class PPOLearner:
                 activation=activation,
                 orthogonal_init=hp.orthogonal_init,
                 encoder=policy_encoder,
+                sde=hp.use_sde,
+                use_expln=hp.use_expln,
             )
             self.signals = make_reward_signals(brain_parameters, settings.reward_signals, seed)
             self.value: ValueNetwork | SharedValueHeads

@@ -173,6 +173,9 @@ def test_stepstream_ppo_keys_default_to_sb3s_variants() -> None:
         "normalize_reward": False,
         "log_std_init": 0.0,
         "noise_hold_steps": 1,
+        "use_sde": False,
+        "sde_sample_freq": -1,
+        "use_expln": False,
     }
     for cls in (SACHyperparameters, BCHyperparameters, NetworkSettings, RewardSignalSettings, BehaviorSettings):
         assert _stepstream_keys(cls) == set(), cls
