@@ -64,6 +64,9 @@ MEAN_REWARD_EPISODES = 100
 """The bar's and the end-of-run line's mean reward: of the last this-many episodes."""
 INFERENCE_WINDOWS = (20, 100)
 """--inference logs the mean return of each behavior's last this-many episodes."""
+IMPORTS_DONE = "start-up: imports done %.3f s after the process start"
+"""Logged once TensorFlow is loaded: the peers' clocks start after their imports (``benchmarks/time_to_solve.py``
+reads this line to count both ways); every ``wall_seconds`` of the run still counts from the process start."""
 
 
 @dataclass(frozen=True)
@@ -128,6 +131,7 @@ def run_train(options: TrainOptions) -> int:
     source = None if unity is None else UnitySource(unity, run_dir / "run_logs")
     with removed_if_unstarted(run_dir, fresh=not (options.resume or options.inference)):
         load_tensorflow()  # its native start-up noise filtered out of stderr
+        log.info(IMPORTS_DONE, time.time() - started_at)
         return asyncio.run(EmbeddedRun(options, run_options, run_dir, started_at, source).run())
 
 

@@ -292,6 +292,15 @@ def test_a_normal_train_run_logs_no_warning(trained_run: TrainedRun) -> None:
     assert not any("acting with policy version" in line for line in ours)
 
 
+def test_train_logs_when_its_imports_are_done(trained_run: TrainedRun) -> None:
+    # benchmarks/time_to_solve.py reads this line to count as the peers do, from the end of their imports
+    from benchmarks.time_to_solve import IMPORTS_DONE_PATTERN
+
+    found = IMPORTS_DONE_PATTERN.findall(trained_run.output)
+    assert len(found) == 1, tail(trained_run.output)
+    assert 0 < float(found[0]) < trained_run.elapsed_s
+
+
 def test_train_writes_the_results_layout(trained_run: TrainedRun) -> None:
     run_dir = trained_run.run_dir
 
