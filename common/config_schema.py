@@ -82,6 +82,9 @@ class BehaviorSettings:
     max_policy_lag: int | None = None
     """Drop (and count) trajectories whose oldest acting policy version is more than this many versions
     behind the newest (policy versions); >= 0; None: the per-algorithm default, see effective_max_policy_lag."""
+    max_queued_trajectories: int | None = None
+    """The trainer's trajectory queue in the processor holds at most this many (trajectories, queued +
+    unacknowledged); >= 1; None: the size derived from the trainer's settings, see trajectory_queue_size."""
 
     def __post_init__(self) -> None:
         expected = HYPERPARAMETERS_FOR[self.trainer_type]
@@ -96,6 +99,8 @@ class BehaviorSettings:
         at_least(self.keep_checkpoints, 1, "keep_checkpoints")
         if self.max_policy_lag is not None:
             at_least(self.max_policy_lag, 0, "max_policy_lag")
+        if self.max_queued_trajectories is not None:
+            at_least(self.max_queued_trajectories, 1, "max_queued_trajectories")
 
     @property
     def effective_max_policy_lag(self) -> int | None:
@@ -116,7 +121,14 @@ class BehaviorSettings:
         recent policy: about one minibatch, ``max(4, ceil(batch_size / time_horizon))``; with 1024 the env
         clients outran the trainer and 1000 steps on the 1-D task bought 2 updates (8 of 8 runs failed).
         BC keeps the processor-wide default.
+
+        ``max_queued_trajectories`` overrules the derived size. PPO's counts trajectories as if each were
+        ``time_horizon`` long; where episodes end sooner, the envs act on for up to that many trajectories while the
+        trainer updates, and the next update takes their rows one version stale. ``configs/minigrid_ppo.yaml`` sets
+        2: its 8 envs' trajectories (episodes of 5-100 steps) are mostly shorter than its time_horizon of 128.
         """
+        if self.max_queued_trajectories is not None:
+            return self.max_queued_trajectories
         hp = self.hyperparameters
         if isinstance(hp, PPOHyperparameters):
             return max(2, math.ceil(hp.buffer_size / self.time_horizon))

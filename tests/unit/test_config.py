@@ -283,11 +283,33 @@ def test_bc_trainer_reads_demo_path() -> None:
         ({"trainer_type": "sac", "time_horizon": 8, "hyperparameters": {"batch_size": 100}}, 13),  # one minibatch
         ({"trainer_type": "sac"}, 4),  # ceil(128 / 64) = 2, at least 4
         ({"trainer_type": "bc", "hyperparameters": {"demo_path": "demos/x.demo"}}, None),
+        ({"trainer_type": "ppo", "max_queued_trajectories": 2}, 2),  # the key overrules the derived 160
+        ({"trainer_type": "sac", "max_queued_trajectories": 64}, 64),
+        ({"trainer_type": "bc", "hyperparameters": {"demo_path": "demos/x.demo"}, "max_queued_trajectories": 1}, 1),
     ],
-    ids=["ppo", "ppo-rounds-up", "ppo-at-least-2", "sac", "sac-at-least-4", "bc-processor-default"],
+    ids=[
+        "ppo",
+        "ppo-rounds-up",
+        "ppo-at-least-2",
+        "sac",
+        "sac-at-least-4",
+        "bc-processor-default",
+        "ppo-key",
+        "sac-key",
+        "bc-key",
+    ],
 )
 def test_trajectory_queue_size_follows_the_trainer_type(settings: dict[str, Any], queue: int | None) -> None:
     assert _behavior(settings).behaviors["CartPole"].trajectory_queue_size == queue
+
+
+def test_the_processor_sizes_the_trainers_queue_by_max_queued_trajectories() -> None:
+    from processor.behaviors import BehaviorRuntime
+
+    minigrid = load_config(CONFIGS / "minigrid_ppo.yaml").behaviors["MiniGridEmpty5x5"]
+    assert minigrid.max_queued_trajectories == 2  # T3: its envs wait while the trainer updates (the config's notes)
+    assert BehaviorRuntime.from_settings(minigrid).trajectory_queue_size == 2
+    assert load_config(CONFIGS / "cartpole_ppo.yaml").behaviors["CartPole"].trajectory_queue_size == 32  # derived
 
 
 # --- default_settings ---------------------------------------------------------------------------
@@ -443,6 +465,7 @@ def test_numbers_written_as_yaml_strings_are_read_as_ml_agents_reads_them() -> N
         ({"reward_signals": {"extrinsic": {"gamma": 1.0}}}, "reward_signals.extrinsic.gamma", "1.0"),
         ({"time_horizon": 0}, "time_horizon", "0"),
         ({"max_policy_lag": -1}, "max_policy_lag", "-1"),
+        ({"max_queued_trajectories": 0}, "max_queued_trajectories", "0"),
         ({"network_settings": {"hidden_units": 0}}, "network_settings.hidden_units", "0"),
         ({"reward_signals": {}}, "reward_signals", "none"),
     ],
