@@ -57,6 +57,7 @@ update, ``C`` continuous action dimensions, ``nB`` discrete branches, ``M = sum(
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import NamedTuple
@@ -476,10 +477,13 @@ class PPOLearner:
     def __init__(
         self, brain_parameters: BrainParameters, settings: BehaviorSettings, seed: int = 0, warm_up: bool = True
     ) -> None:
-        """Builds the networks; with ``warm_up``, the first ``add_trajectories`` also traces and instantiates the
-        update graph (~1-2 s of CPU on 2 cores), so the first update does not keep env clients waiting on a policy
-        (tests skip it). Not here: the trainer loop exports the first policy after building the learner, and the envs
-        wait for that policy; traced at the first trajectory, the warm-up runs while they act with it.
+        """Builds the networks; with ``warm_up``, the first ``add_trajectories`` also starts tracing and instantiating
+        the update graph (~1-2 s of CPU on 2 cores) in a thread of its own, so the first update does not keep env
+        clients waiting on a policy (tests skip it). Not here: the trainer loop exports the first policy after building
+        the learner, and the envs wait for that policy; started at the first trajectory, the warm-up runs while they act
+        with it. Not in the trainer's thread either: the loop goes on taking trajectories in meanwhile, so a small
+        trajectory queue (``max_queued_trajectories``) does not stop the envs for the warm-up's length. ``update`` and
+        checkpoints wait for it.
 
         Raises:
             ConfigKeyError: ``settings`` are not PPO's.
@@ -557,16 +561,40 @@ class PPOLearner:
         rows_spec = tf.nest.map_structure(lambda spec: tf.TensorSpec(spec.shape[1:], spec.dtype), stacked)
         self._log_probs = tf.function(self._action_log_probs, input_signature=[rows_spec], autograph=False)
         self._warm_up_pending = warm_up
+        self._warm_up_thread: threading.Thread | None = None
+        self._warm_up_error: BaseException | None = None
         self._stacked_signature = stacked
         self._exporter = TFLiteExporter(self.policy, [spec.shape for spec in specs], observation_dtypes=dtypes)
 
     def _warm_up(self) -> None:
-        """Traces and instantiates the update graph on no rows (nothing trains), once (``__init__``'s ``warm_up``)."""
+        """Starts the warm-up (``_trace_update``) in a thread of its own, once (``__init__``'s ``warm_up``).
+
+        The value function is traced here first, in the caller's thread: the two traces would otherwise call the same
+        Keras layers from two threads at once. After it, the caller only runs traced graphs while the thread traces.
+        """
         if not self._warm_up_pending:
             return
         self._warm_up_pending = False
-        empty = tf.nest.map_structure(lambda spec: tf.zeros([0, 0, *spec.shape[2:]], spec.dtype), self._stacked_signature)
-        self._train_epoch(empty, 0.0, 0.0)
+        self._value_estimates.get_concrete_function()
+        self._warm_up_thread = threading.Thread(target=self._trace_update, name="ppo-warm-up", daemon=True)
+        self._warm_up_thread.start()
+
+    def _trace_update(self) -> None:
+        """Traces and instantiates the update graph on no rows (nothing trains); an error is raised by ``_warmed_up``."""
+        try:
+            empty = tf.nest.map_structure(lambda spec: tf.zeros([0, 0, *spec.shape[2:]], spec.dtype), self._stacked_signature)
+            self._train_epoch(empty, 0.0, 0.0)
+        except BaseException as exc:  # handed to the trainer's thread, which raises it at its next update
+            self._warm_up_error = exc
+
+    def _warmed_up(self) -> None:
+        """Waits for a warm-up still running (the update graph and the optimiser's slots are its until it ends)."""
+        thread, self._warm_up_thread = self._warm_up_thread, None
+        if thread is not None:
+            thread.join()
+        error, self._warm_up_error = self._warm_up_error, None
+        if error is not None:
+            raise error
 
     def _normalized(self, obs: Sequence[tf.Tensor]) -> list[tf.Tensor]:
         if not self.normalize:
@@ -698,6 +726,7 @@ class PPOLearner:
             value, as ML-Agents reports it), the scheduled values used, each signal's mean value estimate and
             reward per step in the buffer, the signals' own losses, and behavioral_cloning's.
         """
+        self._warmed_up()
         n = self.update_buffer.num_experiences
         if n == 0:
             return {}
@@ -773,8 +802,10 @@ class PPOLearner:
         return objects
 
     def save_extra(self, directory: Path) -> None:
-        """Nothing: the update buffer is cleared after every update, and the rest is in the TF checkpoint."""
+        """Nothing: the update buffer is cleared after every update, and the rest is in the TF checkpoint (written
+        next; a warm-up still creating the optimiser's slots is waited for first)."""
         del directory
+        self._warmed_up()
 
     def load_extra(self, directory: Path) -> None:
         """Nothing to restore (see ``save_extra``)."""

@@ -6,6 +6,7 @@ Shapes: ``T`` steps of a trajectory, ``B`` rows, ``C`` continuous action size, `
 from __future__ import annotations
 
 import math
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -243,6 +244,36 @@ def test_learner_schedules_follow_the_trainer_step() -> None:
 # -- the learner ---------------------------------------------------------------------------------
 
 
+def test_the_warm_up_leaves_the_trainers_thread_free_and_the_update_waits_for_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    gate = threading.Event()
+    traced = ppo_module.summed_over_minibatches
+
+    def held(*args: Any) -> Any:  # the warm-up's trace stops here until the gate opens
+        gate.wait()
+        return traced(*args)
+
+    monkeypatch.setattr(ppo_module, "summed_over_minibatches", held)
+    learner = PPOLearner(brain(DISCRETE), settings(max_steps=96))
+    # add_trajectories returns while the update graph's trace is held: the loop can go on taking trajectories
+    assert learner.add_trajectories([trajectory(DISCRETE, 16, seed=s) for s in range(3)]) == 48
+    assert learner._train_epoch.experimental_get_tracing_count() == 0 and learner.ready_to_update()
+    gate.set()
+    assert math.isfinite(learner.update()[POLICY_LOSS])  # waited for the warm-up, then trained on its one trace
+    assert learner._train_epoch.experimental_get_tracing_count() == 1
+    assert int(learner.optimizer.iterations.numpy()) == 2 * (48 // 8)
+
+
+def test_a_failed_warm_up_fails_the_next_update(monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(*unused_args: Any) -> Any:
+        raise ValueError("no graph today")
+
+    monkeypatch.setattr(ppo_module, "summed_over_minibatches", broken)
+    learner = PPOLearner(brain(DISCRETE), settings(max_steps=96))
+    learner.add_trajectories([trajectory(DISCRETE, 16, seed=s) for s in range(3)])
+    with pytest.raises(ValueError, match="no graph today"):
+        learner.update()
+
+
 @pytest.mark.parametrize("spec", [CONTINUOUS, DISCRETE], ids=["continuous", "discrete"])
 def test_update_trains_both_networks_and_reports_ml_agents_tags(spec: ActionSpec) -> None:
     learner = PPOLearner(brain(spec), settings(max_steps=96))  # warms up at its first trajectories
@@ -250,6 +281,7 @@ def test_update_trains_both_networks_and_reports_ml_agents_tags(spec: ActionSpec
     assert int(learner.optimizer.iterations.numpy()) == 0 and learner.update_buffer.num_experiences == 0
     before = [v.numpy().copy() for v in (*learner.policy.trainable_variables, *learner.value.trainable_variables)]
     learner.add_trajectories([trajectory(spec, 16, seed=s, done_reached=s == 1) for s in range(3)])  # 48 rows
+    learner._warmed_up()  # the warm-up runs in a thread of its own (test below)
     assert learner._train_epoch.experimental_get_tracing_count() == 1  # warmed up: traced, but nothing trained yet
     assert int(learner.optimizer.iterations.numpy()) == 0
     assert learner.ready_to_update()
