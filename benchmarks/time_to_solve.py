@@ -51,6 +51,11 @@ Measured, ``ppo-pixel`` beside ``sb3_pixel.py``, alternating per seed (ours, the
   scikit-learn (load 8-10): seeds 0 / 1 / 2 ours 152.5 / 102.7 / 73.9 s (8,401 / 9,272 / 10,299 steps), peer
   107.7 / 68.8 / 90.1 s (7,712 / 7,104 / 7,400 steps): medians 102.7 against 90.1 s, 1.14x. The goal (no slower)
   is not met; the steps are still 1.1-1.4x the peer's.
+* 2026-12-02 06:52-07:00 UTC, ``max_queued_trajectories: 2`` (the config's notes) and the update warm-up in a thread
+  of its own (load 10 falling to 6): seeds 0 / 1 / 2 ours 70.0 / 64.9 / 43.3 s from the process start, 56.2 / 47.3 /
+  36.4 s after the imports (7,741 / 6,749 / 6,726 steps); peer 94.1 / 56.4 / 42.0 s on its clock, 102.4 / 63.5 / 44.7 s
+  from its process start (``peer_clock.py``; 8,336 / 6,400 / 8,312 steps). Medians on one clock: 47.3 against 56.4 s
+  (0.84x) after the imports, 64.9 against 63.5 s (1.02x) from the process start.
 
 Prints one JSON line last: ``{"algo_env", "solved", "steps", "wall_s", "wall_s_after_imports"}``. The run's own output goes
 to ``<results-dir>/train.log`` (its tail is logged if the run fails); the load average is logged
