@@ -25,7 +25,6 @@ from tests.learning.test_bc_learning import bc_settings
 from tests.learning.test_ppo_learning import QUEUE_SIZE as PPO_QUEUE_SIZE
 from tests.learning.test_ppo_learning import STEP_BUDGET as PPO_STEP_BUDGET
 from tests.learning.test_ppo_learning import WINDOW, ppo_settings, reached
-from tests.learning.test_sac_learning import STEP_BUDGET as SAC_STEP_BUDGET
 from tests.learning.test_sac_learning import TIME_HORIZON as SAC_TIME_HORIZON
 from tests.learning.test_sac_learning import sac_settings
 from trainer.bc import BCLearner
@@ -80,7 +79,7 @@ def test_ppo_learns_from_pixels(encoder: EncoderType, shared_critic: bool) -> No
     assert (last <= BEST_RETURN + 1e-6).all()
 
 
-SAC_PIXEL_STEP_BUDGET = 3 * SAC_STEP_BUDGET
+SAC_PIXEL_STEP_BUDGET = 3000
 """SAC's budget from pixels: at the vector test's 1,000 steps each variant missed the threshold in one of two
 full-suite runs (last-20 means of 0.18 and -0.15 at 1,000 steps), so three times that, as PPO's pixel budget is;
 the threshold is the vector test's, and a run stops as soon as it reaches it."""
