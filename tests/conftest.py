@@ -1,5 +1,6 @@
-"""Settings shared by every test folder: the Hypothesis profiles, and a probe-conversion cache of
-the test run's own (``trainer.probe_cache``), so tests neither read nor fill the user's ``~/.cache``.
+"""Settings shared by every test folder: the Hypothesis profiles, a probe-conversion cache of
+the test run's own (``trainer.probe_cache``), so tests neither read nor fill the user's ``~/.cache``,
+and the pytest-xdist group of the learning runs.
 
 ``ci``, the default, is derandomized and keeps no example database: every run draws the same
 examples, so CI is reproducible and a failure reruns exactly as it failed. ``dev`` draws fresh
@@ -12,12 +13,50 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Iterator
 
+import pytest
 from hypothesis import settings
 
+from tests.ports import PortReservation
+
+LEARNING_GROUP = "learning"
+"""The ``xdist_group`` of every ``learning`` test: under ``pytest -n N --dist loadgroup`` they all run in one
+worker, one at a time, as they were measured (they act asynchronously: two at once would share the CPUs)."""
+
+
+def _cache_dir() -> str:
+    """One folder per test run: pytest-xdist's workers of one run share it (``store_probes`` writes atomically),
+    so a network converted in one worker is a cache hit in the other."""
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+    if run is None:
+        return tempfile.mkdtemp(prefix="stepstream-test-cache-")
+    folder = os.path.join(tempfile.gettempdir(), f"stepstream-test-cache-{run}")
+    os.makedirs(folder, exist_ok=True)
+    return folder
+
+
 # Before any test imports the exporter; subprocesses (the CLI tests) inherit it.
-os.environ.setdefault("STEPSTREAM_CACHE_DIR", tempfile.mkdtemp(prefix="stepstream-test-cache-"))
+os.environ.setdefault("STEPSTREAM_CACHE_DIR", _cache_dir())
 
 settings.register_profile("ci", derandomize=True, database=None, deadline=None, print_blob=True)
 settings.register_profile("dev", deadline=None, print_blob=True)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+@pytest.fixture
+def ports() -> Iterator[PortReservation]:
+    """Loopback ports held for the test (``ports.port()``, ``tests.ports``), released at teardown."""
+    with PortReservation() as reservation:
+        yield reservation
+
+
+def group_learning_tests(items: list[pytest.Item]) -> None:
+    """Mark every ``learning`` test ``xdist_group(LEARNING_GROUP)`` (a no-op without ``--dist loadgroup``)."""
+    for item in items:
+        if item.get_closest_marker("learning") is not None:
+            item.add_marker(pytest.mark.xdist_group(LEARNING_GROUP))
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    group_learning_tests(items)
