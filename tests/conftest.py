@@ -1,6 +1,6 @@
 """Settings shared by every test folder: the Hypothesis profiles, a probe-conversion cache of
 the test run's own (``trainer.probe_cache``), so tests neither read nor fill the user's ``~/.cache``,
-and the pytest-xdist group of the learning runs.
+and the pytest-xdist groups (the learning runs together, every other file in one worker).
 
 ``ci``, the default, is derandomized and keeps no example database: every run draws the same
 examples, so CI is reproducible and a failure reruns exactly as it failed. ``dev`` draws fresh
@@ -51,12 +51,14 @@ def ports() -> Iterator[PortReservation]:
         yield reservation
 
 
-def group_learning_tests(items: list[pytest.Item]) -> None:
-    """Mark every ``learning`` test ``xdist_group(LEARNING_GROUP)`` (a no-op without ``--dist loadgroup``)."""
+def group_for_workers(items: list[pytest.Item]) -> None:
+    """Give every test its ``xdist_group`` (a no-op without ``--dist loadgroup``): ``LEARNING_GROUP`` for the
+    ``learning`` tests, else its file's path, so a file's module-scoped fixtures (a training run, a batch of
+    CLI commands) run once, in the one worker that runs the file, not once in each."""
     for item in items:
-        if item.get_closest_marker("learning") is not None:
-            item.add_marker(pytest.mark.xdist_group(LEARNING_GROUP))
+        learning = item.get_closest_marker("learning") is not None
+        item.add_marker(pytest.mark.xdist_group(LEARNING_GROUP if learning else item.nodeid.split("::")[0]))
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    group_learning_tests(items)
+    group_for_workers(items)

@@ -1,5 +1,5 @@
 """What keeps the suite right under ``pytest -n N --dist loadgroup`` (pytest-xdist): ports held, never bound and
-released (``tests.ports``), the learning runs in one worker's group (``tests/conftest.py``)."""
+released (``tests.ports``), the learning runs in one group, every other file in its own (``tests/conftest.py``)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from common.metrics import MetricsServer, new_registry
-from tests.conftest import LEARNING_GROUP, group_learning_tests
+from tests.conftest import LEARNING_GROUP, group_for_workers
 from tests.ports import HOST, PortReservation, logged_metrics_port
 
 TESTS = Path(__file__).resolve().parents[1]
@@ -69,9 +69,10 @@ def test_no_test_finds_a_port_by_binding_and_releasing_it() -> None:
 
 
 class _Item:
-    """The two methods of ``pytest.Item`` that the grouping uses."""
+    """What of ``pytest.Item`` the grouping uses."""
 
-    def __init__(self, *markers: str) -> None:
+    def __init__(self, nodeid: str, *markers: str) -> None:
+        self.nodeid = nodeid
         self.markers = [getattr(pytest.mark, name) for name in markers]
 
     def get_closest_marker(self, name: str) -> pytest.MarkDecorator | None:
@@ -80,18 +81,27 @@ class _Item:
     def add_marker(self, marker: pytest.MarkDecorator) -> None:
         self.markers.append(marker)
 
-
-def test_learning_tests_and_only_they_share_one_xdist_group() -> None:
-    learning, other = _Item("learning"), _Item("timeout")
-    group_learning_tests([learning, other])  # type: ignore[list-item]
-    group = learning.get_closest_marker("xdist_group")
-    assert group is not None and group.args == (LEARNING_GROUP,)
-    assert other.get_closest_marker("xdist_group") is None
+    def group(self) -> str:
+        marker = self.get_closest_marker("xdist_group")
+        assert marker is not None, self.nodeid
+        return str(marker.args[0])
 
 
-def test_this_suites_learning_tests_are_collected_into_the_group(request: pytest.FixtureRequest) -> None:
-    """The hook runs on this collection too: a learning test of this session carries the group."""
-    items = [item for item in request.session.items if item.get_closest_marker("learning") is not None]
-    for item in items:
-        group = item.get_closest_marker("xdist_group")
-        assert group is not None and group.args == (LEARNING_GROUP,), item.nodeid
+def test_learning_tests_share_one_group_and_every_other_test_has_its_files() -> None:
+    items = [
+        _Item("tests/learning/test_a.py::test_x", "learning"),
+        _Item("tests/integration/test_b.py::test_y", "learning"),
+        _Item("tests/unit/test_c.py::test_z[1]", "timeout"),
+        _Item("tests/unit/test_c.py::test_z[2]"),
+    ]
+    group_for_workers(items)  # type: ignore[arg-type]
+    file_c = "tests/unit/test_c.py"
+    assert [item.group() for item in items] == [LEARNING_GROUP, LEARNING_GROUP, file_c, file_c]
+
+
+def test_this_sessions_tests_carry_the_groups(request: pytest.FixtureRequest) -> None:
+    """The hook ran on this collection too."""
+    for item in request.session.items:
+        learning = item.get_closest_marker("learning") is not None
+        want = LEARNING_GROUP if learning else item.nodeid.split("::")[0]
+        assert _Item.group(item) == want, item.nodeid  # type: ignore[arg-type]
