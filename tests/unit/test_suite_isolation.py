@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from common.metrics import MetricsServer, new_registry
-from tests.conftest import LEARNING_GROUP, group_for_workers
+from tests.conftest import LEARNING_GROUP, SERIAL_FILES, group_for_workers
 from tests.ports import HOST, PortReservation, logged_metrics_port
 
 TESTS = Path(__file__).resolve().parents[1]
@@ -93,15 +93,19 @@ def test_learning_tests_share_one_group_and_every_other_test_has_its_files() -> 
         _Item("tests/integration/test_b.py::test_y", "learning"),
         _Item("tests/unit/test_c.py::test_z[1]", "timeout"),
         _Item("tests/unit/test_c.py::test_z[2]"),
+        *(_Item(f"{path}::test_w") for path in sorted(SERIAL_FILES)),
     ]
     group_for_workers(items)  # type: ignore[arg-type]
     file_c = "tests/unit/test_c.py"
-    assert [item.group() for item in items] == [LEARNING_GROUP, LEARNING_GROUP, file_c, file_c]
+    want = [LEARNING_GROUP, LEARNING_GROUP, file_c, file_c, *(LEARNING_GROUP for _ in SERIAL_FILES)]
+    assert [item.group() for item in items] == want
+    assert all((TESTS.parent / path).is_file() for path in SERIAL_FILES), "a renamed file would run beside others"
 
 
 def test_this_sessions_tests_carry_the_groups(request: pytest.FixtureRequest) -> None:
     """The hook ran on this collection too."""
     for item in request.session.items:
-        learning = item.get_closest_marker("learning") is not None
-        want = LEARNING_GROUP if learning else item.nodeid.split("::")[0]
+        path = item.nodeid.split("::")[0]
+        serial = path in SERIAL_FILES or item.get_closest_marker("learning") is not None
+        want = LEARNING_GROUP if serial else path
         assert _Item.group(item) == want, item.nodeid  # type: ignore[arg-type]
