@@ -1,5 +1,5 @@
 """What keeps the suite right under ``pytest -n N --dist loadgroup`` (pytest-xdist): ports held, never bound and
-released (``tests.ports``), the learning runs in one group, every other file in its own (``tests/conftest.py``)."""
+released (``tests.ports``), the learning runs in one worker, every other file in one (``tests/conftest.py``)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from common.metrics import MetricsServer, new_registry
-from tests.conftest import LEARNING_GROUP, SERIAL_FILES, group_for_workers
+from tests.conftest import LEARNING_FILES, LEARNING_GROUP, worker_group
 from tests.ports import HOST, PortReservation, logged_metrics_port
 
 TESTS = Path(__file__).resolve().parents[1]
@@ -68,44 +68,20 @@ def test_no_test_finds_a_port_by_binding_and_releasing_it() -> None:
     assert offenders == [], f"use tests.ports.PortReservation (the ports fixture) instead: {offenders}"
 
 
-class _Item:
-    """What of ``pytest.Item`` the grouping uses."""
-
-    def __init__(self, nodeid: str, *markers: str) -> None:
-        self.nodeid = nodeid
-        self.markers = [getattr(pytest.mark, name) for name in markers]
-
-    def get_closest_marker(self, name: str) -> pytest.MarkDecorator | None:
-        return next((m for m in self.markers if m.name == name), None)
-
-    def add_marker(self, marker: pytest.MarkDecorator) -> None:
-        self.markers.append(marker)
-
-    def group(self) -> str:
-        marker = self.get_closest_marker("xdist_group")
-        assert marker is not None, self.nodeid
-        return str(marker.args[0])
+def test_learning_runs_share_one_group_and_every_other_file_has_its_own() -> None:
+    assert worker_group("tests/learning/test_a.py::test_x[1]") == LEARNING_GROUP
+    for path in LEARNING_FILES:
+        assert worker_group(f"{path}::test_y") == LEARNING_GROUP
+        assert (TESTS.parent / path).is_file(), f"{path} is gone: its tests would run beside others"
+    assert (
+        worker_group("tests/unit/test_c.py::test_z[1]")
+        == worker_group("tests/unit/test_c.py::test_w")
+        == ("tests/unit/test_c.py")
+    )
 
 
-def test_learning_tests_share_one_group_and_every_other_test_has_its_files() -> None:
-    items = [
-        _Item("tests/learning/test_a.py::test_x", "learning"),
-        _Item("tests/integration/test_b.py::test_y", "learning"),
-        _Item("tests/unit/test_c.py::test_z[1]", "timeout"),
-        _Item("tests/unit/test_c.py::test_z[2]"),
-        *(_Item(f"{path}::test_w") for path in sorted(SERIAL_FILES)),
-    ]
-    group_for_workers(items)  # type: ignore[arg-type]
-    file_c = "tests/unit/test_c.py"
-    want = [LEARNING_GROUP, LEARNING_GROUP, file_c, file_c, *(LEARNING_GROUP for _ in SERIAL_FILES)]
-    assert [item.group() for item in items] == want
-    assert all((TESTS.parent / path).is_file() for path in SERIAL_FILES), "a renamed file would run beside others"
-
-
-def test_this_sessions_tests_carry_the_groups(request: pytest.FixtureRequest) -> None:
-    """The hook ran on this collection too."""
+def test_every_learning_test_of_this_session_is_in_the_learning_group(request: pytest.FixtureRequest) -> None:
+    """The group goes by path (the scheduler sees node ids, not marks): a ``learning`` test elsewhere must be listed."""
     for item in request.session.items:
-        path = item.nodeid.split("::")[0]
-        serial = path in SERIAL_FILES or item.get_closest_marker("learning") is not None
-        want = LEARNING_GROUP if serial else path
-        assert _Item.group(item) == want, item.nodeid  # type: ignore[arg-type]
+        if item.get_closest_marker("learning") is not None:
+            assert worker_group(item.nodeid) == LEARNING_GROUP, f"add {item.nodeid.split('::')[0]} to LEARNING_FILES"
