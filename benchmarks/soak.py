@@ -47,7 +47,6 @@ import multiprocessing as mp
 import os
 import queue
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -79,6 +78,9 @@ GOOD_PREFIX = "soak-"
 """The well-behaved clients' client ids (and so their session ids) start with it; the hostile ones' do not."""
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # run as a script: benchmarks.hostile is imported as a package module
+
+from tests.ports import PortReservation  # noqa: E402
+
 CONFIG = f"""
 behaviors:
   {BEHAVIOR}:
@@ -440,10 +442,12 @@ def _idle_rss(pid: int) -> int:
     return peak
 
 
+_PORTS = PortReservation()
+"""Held until the process exits: a port probed free and released could be taken by a concurrent test's server."""
+
+
 def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    return _PORTS.port()
 
 
 def _scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

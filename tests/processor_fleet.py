@@ -49,7 +49,8 @@ from envclient.reconnect import Backoff, ReconnectingEnvClient  # noqa: E402
 from envclient.session import EnvSession  # noqa: E402
 from envclient.simple_env import SimpleEnv  # noqa: E402
 from processor.behaviors import IN_DOUBT_LOG  # noqa: E402
-from tests.nats_server import NatsServer, free_port  # noqa: E402
+from tests.nats_server import NatsServer  # noqa: E402
+from tests.ports import PortReservation  # noqa: E402
 from tests.scrape import scrape  # noqa: E402
 
 logger = logging.getLogger(__name__)
@@ -109,8 +110,9 @@ class Fleet:
         self.root = root
         self.config = config
         self.broker = NatsServer(root / "nats")
-        self.ports = [free_port() for _ in range(count)]
-        self.metrics_ports = [free_port() for _ in range(count)]
+        self._reservation = PortReservation()  # held until stop: a processor restarts on its port
+        self.ports = [self._reservation.port() for _ in range(count)]
+        self.metrics_ports = [self._reservation.port() for _ in range(count)]
         self.ids = [f"p{i}" for i in range(count)]
         self.processes: list[subprocess.Popen[bytes] | None] = [None] * count
         self.extra_args = list(extra_args)
@@ -210,6 +212,7 @@ class Fleet:
                     process.wait()
                 self.processes[i] = None
         self.broker.stop()
+        self._reservation.close()
 
     def __enter__(self) -> Fleet:
         return self.start()

@@ -38,7 +38,7 @@ import yaml
 
 from common.config import parse_config
 from tests.cli_batch import CommandResult, run_batch
-from tests.integration.test_stack import _free_port
+from tests.ports import logged_metrics_port
 from tests.scrape import Scrapes
 
 REPO = Path(__file__).resolve().parents[2]
@@ -459,7 +459,6 @@ def interrupted_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Interr
     """One run for the SIGINT and the metrics tests (each training process costs a TensorFlow import): its
     endpoint is scraped at ``INTERRUPT_AFTER_STEPS`` and twice that, then it gets SIGINT."""
     root = tmp_path_factory.mktemp("interrupted")
-    port = _free_port()  # free now; the run binds it a moment later
     long_run = 50 * MAX_STEPS
     config = write_config(
         root / "long.yaml", max_steps=long_run, summary_freq=SUMMARY_FREQ, checkpoint_interval=long_run, keep_checkpoints=2
@@ -469,7 +468,7 @@ def interrupted_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Interr
     log = root / "interrupted.log"
     with open(log, "wb") as out:
         proc = subprocess.Popen(
-            [*stepstream_command(), *map(str, train_args(config, results, run_id, "--metrics-port", str(port)))],
+            [*stepstream_command(), *map(str, train_args(config, results, run_id, "--metrics-port", "0"))],
             cwd=REPO,
             env=subprocess_env(),
             stdout=out,
@@ -477,7 +476,7 @@ def interrupted_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Interr
         )
     try:
         wait_for_steps(run_dir, proc, INTERRUPT_AFTER_STEPS, log)
-        scrapes = Scrapes(f"http://127.0.0.1:{port}/metrics")
+        scrapes = Scrapes(f"http://127.0.0.1:{logged_metrics_port(log)}/metrics")  # port 0: the one it bound
         scrapes.take()
         wait_for_steps(run_dir, proc, 2 * INTERRUPT_AFTER_STEPS, log)
         scrapes.take()

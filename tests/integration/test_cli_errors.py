@@ -29,6 +29,7 @@ import pytest
 from common.config import MAX_CONFIG_BYTES, MAX_CONFIG_NODES
 from tests.cli_batch import CommandResult, run_batch
 from tests.integration.test_cli import BASE_CONFIG, REPO, RUN_TIMEOUT_S, run_cli, stepstream_command, subprocess_env, tail
+from tests.ports import PortReservation
 
 QUICK_TIMEOUT_S = 60.0
 """Liveness bound of a refused command (it stops before TensorFlow loads; the bomb once hung past 1 GB)."""
@@ -229,11 +230,9 @@ def test_a_failed_start_leaves_no_run_folder_so_the_rerun_is_not_refused(tmp_pat
         assert not (results / "ppo").exists(), attempt
 
 
-def test_trainer_resume_without_a_checkpoint_says_it_starts_from_scratch(tmp_path: Path) -> None:
+def test_trainer_resume_without_a_checkpoint_says_it_starts_from_scratch(tmp_path: Path, ports: PortReservation) -> None:
     """The stack trainer keeps its documented fallback (--resume with nothing saved starts fresh), and says so."""
-    with socket.socket() as probe:  # a port nobody listens on: the trainer waits for its processor
-        probe.bind(("127.0.0.1", 0))
-        address = f"127.0.0.1:{probe.getsockname()[1]}"
+    address = f"127.0.0.1:{ports.port()}"  # held and never listened on: the trainer waits for its processor
     log = tmp_path / "trainer.log"
     args = ["trainer", BASE_CONFIG, "--behavior", "CartPole", "--processor", address, "--resume", "--results-dir", tmp_path]
     with open(log, "w", encoding="utf-8") as out:

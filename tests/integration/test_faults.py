@@ -52,8 +52,9 @@ from common.topics import TRAINER_SUBSCRIBER
 from common.topics.grpc_transport import GrpcPolicyPublisher, GrpcTrajectorySubscription
 from common.trajectory import Trajectory
 from tests import fault_client
-from tests.integration.test_stack import REPO, STOP_TIMEOUT_S, Stack, _free_port, serving
+from tests.integration.test_stack import REPO, STOP_TIMEOUT_S, Stack, serving
 from tests.policies import build_mlp_policy_update
+from tests.ports import PortReservation
 from tests.scrape import scrape
 
 logger = logging.getLogger(__name__)
@@ -296,9 +297,11 @@ def assert_flushed_from_first_sighting(trajectories: list[Trajectory], agents: i
         assert t.episode_reward is None, "an interrupted segment does not end an episode"
 
 
-def test_env_client_killed_mid_episode_is_reclaimed_and_its_restart_starts_clean(tmp_path: Path) -> None:
+def test_env_client_killed_mid_episode_is_reclaimed_and_its_restart_starts_clean(
+    tmp_path: Path, ports: PortReservation
+) -> None:
     agents, steps, restarted_steps = 4, 10, 6
-    port, metrics_port = _free_port(), _free_port()
+    port, metrics_port = ports.port(), ports.port()
     address = f"127.0.0.1:{port}"
     processor = Metrics(metrics_port)
     behavior = {"behavior": fault_client.BEHAVIOR}
@@ -424,8 +427,8 @@ def snapshot_and_kill(stack: FaultStack, checkpoints: Path) -> tuple[int, int, i
         time.sleep(0.2)
 
 
-def test_trainer_killed_resumes_and_processor_killed_restarts(tmp_path: Path) -> None:
-    port, metrics_port, trainer_port, env_port = (_free_port() for _ in range(4))
+def test_trainer_killed_resumes_and_processor_killed_restarts(tmp_path: Path, ports: PortReservation) -> None:
+    port, metrics_port, trainer_port, env_port = (ports.port() for _ in range(4))
     address = f"127.0.0.1:{port}"
     processor, trainer, env = Metrics(metrics_port), Metrics(trainer_port), Metrics(env_port)
     behavior = {"behavior": SIMPLE_BEHAVIOR}
@@ -580,8 +583,10 @@ def sample_until(done: Callable[[], bool], what: str, deadline_s: float, every_s
 
 @pytest.mark.learning
 @pytest.mark.parametrize("full_policy", ["block", "drop_oldest"])
-def test_paused_trainer_stalls_or_drops_within_the_queue_capacity(full_policy: str, tmp_path: Path) -> None:
-    port, metrics_port, trainer_port = (_free_port() for _ in range(3))
+def test_paused_trainer_stalls_or_drops_within_the_queue_capacity(
+    full_policy: str, tmp_path: Path, ports: PortReservation
+) -> None:
+    port, metrics_port, trainer_port = (ports.port() for _ in range(3))
     address = f"127.0.0.1:{port}"
     processor, trainer = Metrics(metrics_port), Metrics(trainer_port)
     behavior = {"behavior": SIMPLE_BEHAVIOR}
@@ -686,9 +691,9 @@ def test_paused_trainer_stalls_or_drops_within_the_queue_capacity(full_policy: s
 # -- 4. a hung env client; the processor's SIGTERM with a session open ---------------------------
 
 
-def test_hung_env_client_is_reclaimed_within_the_keepalive_bound(tmp_path: Path) -> None:
+def test_hung_env_client_is_reclaimed_within_the_keepalive_bound(tmp_path: Path, ports: PortReservation) -> None:
     agents, steps = 4, 10
-    port, metrics_port = _free_port(), _free_port()
+    port, metrics_port = ports.port(), ports.port()
     address = f"127.0.0.1:{port}"
     processor = Metrics(metrics_port)
     behavior = {"behavior": fault_client.BEHAVIOR}
@@ -718,12 +723,12 @@ def test_hung_env_client_is_reclaimed_within_the_keepalive_bound(tmp_path: Path)
 
 
 def test_sigterm_delivers_an_open_sessions_flush_before_ending_subscriptions_and_logs_no_traceback(
-    tmp_path: Path,
+    tmp_path: Path, ports: PortReservation
 ) -> None:
     """The flush of a session still open at the end of the grace period was counted as published, but the
     Subscribe streams were cancelled at the same moment: the items were requeued and lost with the process."""
     agents, steps = 4, 10
-    port, metrics_port = _free_port(), _free_port()
+    port, metrics_port = ports.port(), ports.port()
     address = f"127.0.0.1:{port}"
     params = fault_client.BRAIN_PARAMETERS
     with FaultStack(tmp_path) as stack:

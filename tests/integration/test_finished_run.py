@@ -31,7 +31,8 @@ from processor.behaviors import BehaviorRuntime
 from protos import pb
 from tests.integration.conftest import StartProcessor
 from tests.integration.helpers import SUBSCRIBER, itest_settings, policy_update, wait_until
-from tests.integration.test_stack import STOP_TIMEOUT_S, Stack, _free_port, _stepstream, serving
+from tests.integration.test_stack import STOP_TIMEOUT_S, Stack, _stepstream, serving
+from tests.ports import PortReservation
 
 BEHAVIOR = "Simple1D"
 RUN_TIMEOUT_S = 240.0
@@ -110,9 +111,9 @@ async def test_finish_releases_a_blocked_env_client_and_ends_every_later_one(
         assert not (await asyncio.to_thread(publisher.status)).training_finished
 
 
-def test_the_three_local_processes_end_by_themselves_after_max_steps(tmp_path: Path) -> None:
+def test_the_three_local_processes_end_by_themselves_after_max_steps(tmp_path: Path, ports: PortReservation) -> None:
     config = _write_config(tmp_path)
-    port = _free_port()
+    port = ports.port()
     address = f"127.0.0.1:{port}"
     results = tmp_path / "results"
     with Stack(tmp_path) as stack:

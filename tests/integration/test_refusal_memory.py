@@ -30,7 +30,8 @@ from protos import PROTOCOL_VERSION, pb
 from protos import stepstream_pb2_grpc as pb_grpc
 from tests.assembly_cases import CONTINUOUS, R, brain_info_proto, step
 from tests.integration.helpers import LIVENESS_S, Harness, itest_settings, wait_until
-from tests.integration.test_stack import REPO, _free_port, serving
+from tests.integration.test_stack import REPO, serving
+from tests.ports import PortReservation
 
 SERVICE = "/stepstream.v1.AgentProcessor"
 REFUSALS = 20
@@ -52,9 +53,9 @@ def _rss_bytes(pid: int) -> int:
 
 
 @pytest.fixture
-def processor(tmp_path: Path) -> Iterator[tuple[str, int]]:
+def processor(tmp_path: Path, ports: PortReservation) -> Iterator[tuple[str, int]]:
     """A ``stepstream processor`` (no config) on a free port: its address and pid."""
-    port = _free_port()
+    port = ports.port()
     address = f"127.0.0.1:{port}"
     command = [sys.executable, "-m", "cli.main", "--log-level", "ERROR", "processor", "--port", str(port)]
     with open(tmp_path / "processor.log", "wb") as log_file:

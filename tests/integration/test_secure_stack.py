@@ -28,7 +28,8 @@ from pathlib import Path
 import pytest
 
 from tests.certs import make_certs
-from tests.integration.test_stack import CONFIG, STOP_TIMEOUT_S, Stack, _free_port, _stepstream
+from tests.integration.test_stack import CONFIG, STOP_TIMEOUT_S, Stack, _stepstream
+from tests.ports import PortReservation
 from tests.scrape import Scrapes, documented
 
 pytestmark = pytest.mark.learning
@@ -55,11 +56,14 @@ PROCESSOR_MOVES = (
 """What this run must move at the processor, however late its first scrape (all of them: ``test_metrics.py``)."""
 
 
-def test_a_short_run_trains_over_mutual_tls_with_a_token_and_every_endpoint_reports(tmp_path: Path) -> None:
+def test_a_short_run_trains_over_mutual_tls_with_a_token_and_every_endpoint_reports(
+    tmp_path: Path, ports: PortReservation
+) -> None:
     certs = make_certs(tmp_path / "certs")
     token_file = tmp_path / "token"
     token_file.write_text(TOKEN + "\n")
-    port, metrics = _free_port(), {name: _free_port() for name in ("processor", "trainer", "env")}
+    # Held, not bound and released: the env client dials the processor's port before the processor binds it.
+    port, metrics = ports.port(), {name: ports.port() for name in ("processor", "trainer", "env")}
     address = f"localhost:{port}"  # the server certificate names localhost
     client_flags = ("--tls-ca", str(certs.ca), "--tls-cert", str(certs.client_cert), "--tls-key", str(certs.client_key))
     client_env = {

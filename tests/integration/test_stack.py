@@ -25,7 +25,6 @@ import json
 import logging
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -36,6 +35,8 @@ from types import TracebackType
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from tests.ports import PortReservation
 
 pytestmark = pytest.mark.learning
 
@@ -60,12 +61,6 @@ def _stepstream() -> list[str]:
     """The ``stepstream`` console script of the Python running the tests (``.venv/bin/stepstream``)."""
     script = Path(sys.executable).with_name("stepstream")
     return [str(script)] if script.exists() else [sys.executable, "-m", "cli.main"]
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class Stack:
@@ -168,10 +163,10 @@ def reached(rows: list[tuple[int, float, int]]) -> bool:
     return len(rows) >= WINDOW and sum(reward for _, reward, _ in rows[-WINDOW:]) / WINDOW > THRESHOLD
 
 
-def test_stack_learns_survives_a_processor_restart_and_stops_cleanly(tmp_path: Path) -> None:
+def test_stack_learns_survives_a_processor_restart_and_stops_cleanly(tmp_path: Path, ports: PortReservation) -> None:
     results = tmp_path / "results"
     episodes_csv = results / RUN_ID / BEHAVIOR / "episodes.csv"
-    port = _free_port()
+    port = ports.port()  # held through the restart: no other test's server takes it meanwhile
     address = f"127.0.0.1:{port}"
     processor_args = ("processor", str(CONFIG), "--port", str(port), "--grace-s", "1")
     started = time.monotonic()

@@ -25,12 +25,12 @@ from tests.integration.test_stack import (
     POLL_S,
     WINDOW,
     Stack,
-    _free_port,
     reached,
     read_episodes,
     serving,
 )
 from tests.nats_server import NatsServer
+from tests.ports import PortReservation
 
 pytestmark = pytest.mark.learning
 
@@ -42,11 +42,11 @@ BROKER_DOWN_S = 2.0
 """How long the broker stays dead: the processor's publishes wait (env clients with them), none fails."""
 
 
-def test_stack_learns_through_jetstream_and_survives_a_broker_sigkill(tmp_path: Path) -> None:
+def test_stack_learns_through_jetstream_and_survives_a_broker_sigkill(tmp_path: Path, ports: PortReservation) -> None:
     results = tmp_path / "results"
     episodes_csv = results / RUN_ID / BEHAVIOR / "episodes.csv"
     broker = NatsServer(tmp_path / "nats").start()
-    addresses = [f"127.0.0.1:{_free_port()}" for _ in range(2)]
+    addresses = [f"127.0.0.1:{ports.port()}" for _ in range(2)]
     topics = ("--topics", broker.url)
     started = time.monotonic()
     try:
@@ -90,7 +90,7 @@ FINISH_STEPS = 1500
 
 
 @pytest.mark.parametrize("processors", [1, 2])
-def test_a_finished_run_ends_every_service_through_jetstream(tmp_path: Path, processors: int) -> None:
+def test_a_finished_run_ends_every_service_through_jetstream(tmp_path: Path, processors: int, ports: PortReservation) -> None:
     """The compose stack's end (``docker compose up`` returns) as local processes on the broker: the trainer
     reaches max_steps and exits 0; the env clients, blocked on the full ``block`` stream as the trainer stops
     taking trajectories, are woken (the finished behavior's durable consumer is removed, the broker frees its
@@ -104,7 +104,7 @@ def test_a_finished_run_ends_every_service_through_jetstream(tmp_path: Path, pro
     settings["behaviors"][BEHAVIOR].update(max_steps=FINISH_STEPS, summary_freq=500, checkpoint_interval=FINISH_STEPS)
     config.write_text(yaml.safe_dump(settings, sort_keys=False), encoding="utf-8")
     broker = NatsServer(tmp_path / "nats").start()
-    addresses = [f"127.0.0.1:{_free_port()}" for _ in range(processors)]
+    addresses = [f"127.0.0.1:{ports.port()}" for _ in range(processors)]
     topics = ("--topics", broker.url)
     try:
         with Stack(tmp_path) as stack:

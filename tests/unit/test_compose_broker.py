@@ -24,7 +24,8 @@ import yaml
 
 from common.config import load_config
 from common.topics.jetstream import RECOMMENDED_MAX_PAYLOAD_BYTES
-from tests.nats_server import free_port, nats_server_binary
+from tests.nats_server import nats_server_binary
+from tests.ports import PortReservation
 from tests.unit.test_compose import BROKER, REPO, SERVICES, STEPSTREAM_SERVICES, _argv, _host_argv, _mounts, _parse
 
 BROKER_CONF = REPO / "docker" / "nats-server.conf"
@@ -168,9 +169,9 @@ def test_the_stack_config_is_the_cartpole_example_sized_for_several_clients() ->
 # -- docker/nats_broker.py, with a real nats-server ------------------------------------------------------------
 
 
-def test_the_broker_stops_once_its_clients_are_gone(tmp_path: Path) -> None:
+def test_the_broker_stops_once_its_clients_are_gone(tmp_path: Path, ports: PortReservation) -> None:
     """Serves until a client came and went, then stops the server cleanly and exits 0 (so `up` returns)."""
-    port, http_port = free_port(), free_port()
+    port, http_port = ports.port(), ports.port()
     conf = tmp_path / "nats-server.conf"
     conf.write_text(
         BROKER_CONF.read_text(encoding="utf-8")

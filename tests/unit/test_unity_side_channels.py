@@ -37,7 +37,11 @@ def test_split_messages_reads_back_what_frame_writes() -> None:
     assert sc.STATS.bytes_le == data[:16]  # C#'s Guid.ToByteArray order, not the RFC order
 
 
-@pytest.mark.parametrize("data", [b"\x00" * 19, uuid.uuid4().bytes_le + struct.pack("<i", 5) + b"abc"])
+# A fixed channel id, not uuid4(): pytest-xdist's workers must collect the same parameters.
+TRUNCATED = uuid.UUID("6f1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c4d").bytes_le + struct.pack("<i", 5) + b"abc"
+
+
+@pytest.mark.parametrize("data", [b"\x00" * 19, TRUNCATED], ids=["short-header", "short-payload"])
 def test_split_messages_refuses_a_truncated_message(data: bytes) -> None:
     with pytest.raises(ProtocolError, match="side_channel"):
         list(sc.split_messages(data))
