@@ -119,6 +119,13 @@ class NatsServer:
         that hangs with a publish in flight); ``resume`` lets it read and answer that."""
         assert self.process is not None, "not running"
         self.process.send_signal(signal.SIGSTOP)
+        # kill() returns before every thread has stopped: a thread already running may still answer one
+        # publish (seen on the loaded 2-core machine), so wait until each of its threads is stopped.
+        tasks = Path(f"/proc/{self.process.pid}/task")
+        deadline = time.monotonic() + 10.0
+        while not all(_task_state(task) in ("T", "t") for task in tasks.iterdir()):
+            assert time.monotonic() < deadline, "nats-server did not stop"
+            time.sleep(0.001)
 
     def resume(self) -> None:
         assert self.process is not None, "not running"
@@ -152,3 +159,11 @@ def nats_server(tmp_path: Path) -> Iterator[NatsServer]:
         yield server
     finally:
         server.stop()
+
+
+def _task_state(task: Path) -> str:
+    """The scheduler state of one thread (``/proc/PID/task/TID/stat``'s third field); "" once it is gone."""
+    try:
+        return (task / "stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return ""
