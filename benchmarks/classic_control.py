@@ -214,6 +214,12 @@ Suite runs (record each with its date):
   72.7k / 51.6k / 56.6k steps, 123.3 / 75.6 / 96.6 s (median 96.6 s). Final return met (within the seeds'
   spread); seconds met in this run, but only because the peer's single-threaded torch slowed ~3x under this
   load (03:15's run at load 4.8: 22-30 s): ours still takes 1.33x the peer's steps (median 75.5k vs 56.6k).
+* 2026-12-02 06:22-07:15, ``classic_control.py --tasks sac-pendulum --seeds 1 2`` (load 8-10 falling to 1, five
+  helpers' work beside it): seed 1 ours final -179.5, threshold at 7,064 steps / 361.6 s; SB3 -175.4, at 6,400
+  steps / 453.5 s. Seed 2 ours -177.3, at 10,464 steps / 264.9 s; SB3 -170.9, at 10,000 steps / 188.4 s. With
+  seed 0 (above): final medians ours -177.3 vs SB3 -170.9 (the spreads overlap: -179.5..-169.3 vs -175.4..-159.9);
+  time medians 361.6 vs 281.0 s (not met, 1.29x) at about the same steps (6.9k / 7.1k / 10.5k vs 8.4k / 6.4k /
+  10.0k): what is left is our SAC's cost per step, not its sample efficiency.
 """
 
 from __future__ import annotations
