@@ -33,6 +33,9 @@ LEARNING_FILES = frozenset(
         # at load 8-10 (a 90 s bound passed; ping timeouts moved every client to one processor), and passed alone.
         "tests/integration/test_faults.py",
         "tests/integration/test_processor_fleet.py",
+        # Asserts another session's step wait during a big flush (< max(0.5 s, flush / 4)): beside another worker
+        # it saw 0.66 s during a 1.99 s flush in one of two full -n 2 runs (2026-12-02, load ~2).
+        "tests/integration/test_agent_state.py",
     }
 )
 """Files outside ``tests/learning/`` whose tests join ``LEARNING_GROUP`` (every ``learning`` test's file is one:
