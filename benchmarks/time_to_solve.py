@@ -57,7 +57,8 @@ Measured, ``ppo-pixel`` beside ``sb3_pixel.py``, alternating per seed (ours, the
   from its process start (``peer_clock.py``; 8,336 / 6,400 / 8,312 steps). Medians on one clock: 47.3 against 56.4 s
   (0.84x) after the imports, 64.9 against 63.5 s (1.02x) from the process start. Again at 07:01-07:07 (load 9
   falling to 6): ours 59.5 / 44.9 / 31.8 s, 46.2 / 34.3 / 25.2 after the imports (the same steps); peer 53.1 / 29.4 /
-  40.8 s, 59.2 / 31.8 / 44.3 from its start: 0.84x and 1.01x.
+  40.8 s, 59.2 / 31.8 / 44.3 from its start: 0.84x and 1.01x. By the yardsticks' rule (ours ``wall_s`` against
+  the peer's own clock): 64.9 against 56.4 s (1.15x) and 44.9 against 40.8 s (1.10x): the goal is not met.
 
 Prints one JSON line last: ``{"algo_env", "solved", "steps", "wall_s", "wall_s_after_imports"}``. The run's own output goes
 to ``<results-dir>/train.log`` (its tail is logged if the run fails); the load average is logged
