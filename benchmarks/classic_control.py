@@ -220,6 +220,13 @@ Suite runs (record each with its date):
   seed 0 (above): final medians ours -177.3 vs SB3 -170.9 (the spreads overlap: -179.5..-169.3 vs -175.4..-159.9);
   time medians 361.6 vs 281.0 s (not met, 1.29x) at about the same steps (6.9k / 7.1k / 10.5k vs 8.4k / 6.4k /
   10.0k): what is left is our SAC's cost per step, not its sample efficiency.
+* 2026-12-02 08:21-08:27, ``classic_control.py --tasks ppo-acrobot --seeds 0 1 2`` on the quiet machine (load
+  0.0-1.4, nothing beside it; configs/acrobot_ppo.yaml with ``strength: 0.3``): ours final -81.4 / -81.6 / -94.0
+  (median -81.6), threshold at 73.7k / 77.9k / 64.2k steps, 19.1 / 24.1 / 17.3 s (median 19.1 s); SB3 -87.1 /
+  -81.2 / -80.9 (median -81.2), at 72.7k / 51.6k / 56.6k steps, 29.5 / 15.0 / 17.1 s (median 17.1 s). Final met
+  within the spread; time 1.12x, not met. Of our 17-24 s, ~5 s is start-up before the first step (train.log
+  "imports done 5.088 s" in seed 2's run; TensorFlow's import alone 1.8-3.5 s), which the peer's clock leaves out;
+  per step ours is faster (~6k vs ~3.3k steps/s), and it needs 1.3x the peer's steps (median 73.7k vs 56.6k).
 """
 
 from __future__ import annotations
