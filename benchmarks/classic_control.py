@@ -224,8 +224,9 @@ Suite runs (record each with its date):
   0.0-1.4, nothing beside it; configs/acrobot_ppo.yaml with ``strength: 0.3``): ours final -81.4 / -81.6 / -94.0
   (median -81.6), threshold at 73.7k / 77.9k / 64.2k steps, 19.1 / 24.1 / 17.3 s (median 19.1 s); SB3 -87.1 /
   -81.2 / -80.9 (median -81.2), at 72.7k / 51.6k / 56.6k steps, 29.5 / 15.0 / 17.1 s (median 17.1 s). Final met
-  within the spread; time 1.12x, not met. Of our 17-24 s, ~5 s is start-up before the first step (train.log
-  "imports done 5.088 s" in seed 2's run; TensorFlow's import alone 1.8-3.5 s), which the peer's clock leaves out;
+  within the spread; time 1.12x, not met. Of our 17-24 s, 3-5 s is start-up before the first step (train.log
+  "imports done 5.088 s" in seed 2's run, 2.9 s in a later warm run; TensorFlow's import alone 1.8-3.5 s), which
+  the peer's clock leaves out;
   per step ours is faster (~6k vs ~3.3k steps/s), and it needs 1.3x the peer's steps (median 73.7k vs 56.6k).
 """
 

@@ -80,8 +80,8 @@ def test_ppo_learns_from_pixels(encoder: EncoderType, shared_critic: bool) -> No
 
 
 SAC_PIXEL_STEP_BUDGET = 3000
-"""SAC's budget from pixels: at the vector test's budget of then 1,000 steps each variant missed the threshold in one
-of two full-suite runs (last-20 means of 0.18 and -0.15 at 1,000 steps), so three times that, as PPO's pixel budget is;
+"""SAC's budget from pixels: at the vector test's budget at the time (1,000 steps) each variant missed the threshold in
+one of two full-suite runs (last-20 means of 0.18 and -0.15 at 1,000 steps), so three times that, as PPO's pixel budget is;
 the threshold is the vector test's, and a run stops as soon as it reaches it."""
 
 
