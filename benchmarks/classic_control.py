@@ -160,6 +160,33 @@ try also exported by full conversion every 8 steps, 765 s for 16k steps, fixed b
 episodes 70-94). Chosen for the 3-seed run below (2026-12-02 06:26): -1.5 with ``sde_sample_freq: 64``; it lost to
 the shipped white noise there (lower final, one seed never at 90), so the config keeps ``use_sde`` off.
 
+Start-up and collection on Acrobot-v1, measured 2026-12-02 13:20-13:46 on the quiet machine (load 0.4-1.8, nothing
+beside it), our side only unless said, configs/acrobot_ppo.yaml; times to -100 in seconds from the process start.
+
+* ml_dtypes: 0.7.0's import alone took 0.83-0.89 s, 0.6.0's and 0.5.4's 0.01 s (``python -c`` timing ``import
+  ml_dtypes`` after numpy, two runs each); TensorFlow's import (scikit-learn hidden, as ``load_tensorflow``) fell
+  from 3.5-3.7 s to 2.3-2.8 s. Pinned below 0.7 in pyproject.toml; "imports done" now reads 2.4-3.7 s in train.log
+  (19 runs) where session 8 read 2.9-5.1 s.
+* the first update: ``_trace_update`` (tracing and instantiating the update graph) takes 0.70-0.75 s alone (a
+  learner built in a bare process; 0.56 s of it Python tracing, 1,099 ops, 0.21 s instantiating) but 1.7-1.8 s
+  beside the acting envs, which share the GIL; the first update ends 2.1-2.6 s after the first export, and the
+  envs act those seconds with version 0 (~8k steps). Started at the first export instead of the first trajectory
+  (a 2-line change, not kept): that end came 0.46 s sooner, and the times to -100 were 14.8 / 13.4 / 14.7 s
+  against 14.0 / 16.3 / 13.0 s as shipped, seeds 0 / 1 / 2 alternated: inside the runs' noise.
+* acting before the first policy (a prototype, not kept: uniform actions with their log-probs as version -1,
+  the env clients started before TensorFlow's import, which ran in a thread): the envs acted at 0.4-0.5 s, but
+  TensorFlow's import, beside them, took 4.2-4.7 s, so the first policy came later (5.1 s against 3.6 s); times to
+  -100 16.9 / 15.0 / 12.4 s against 14.0 / 16.3 / 13.0 s.
+* ``max_queued_trajectories`` (the envs wait sooner while the trainer updates): 2 took 67.1k / 66.9k / 64.2k steps,
+  14.7 / 13.9 / 15.3 s; 4 took 59.0k / 66.2k / 67.0k steps, 13.4 / 15.6 / 14.1 s; the shipped 16 (one buffer)
+  77.1k / 80.6k / 67.0k steps, 15.2 / 13.7 / 13.3 s. Fewer steps, the same seconds: what the rows gain in
+  freshness the envs lose waiting. Not set.
+* more env clients (a prototype: the 16 envs as 2 clients of 8 or 4 of 4, one session each): 7.7k, 5.7k and 5.0k
+  agent-steps/s over the first 30-40k steps: each extra round trip costs more than the overlap gains.
+* where a run's time goes (``py-spy record --threads --idle``, 80k steps): the event loop's thread (env clients'
+  ``SyncVectorEnv.step`` 22%, the processor's ``Step`` 10%, TensorFlow's import 18%) waits in epoll 33% of its
+  time; the trainer's thread waits for trajectories 47.5% and runs the update graph 31%.
+
 Held noise on Pendulum-v1 (the zoo's ``sde_sample_freq: 4``), 2026-12-02 (load 7.6-10.3), our side only, 100k
 steps, the same driver, seeds 0 / 1: ``noise_hold_steps`` 1 (as shipped) final -163.2 / -180.9, at -200 by 58.4k /
 51.2k steps, 75.4 / 84.3 s (CPU 58.5 / 55.9 s); 4: -171.0 / -181.6, by 72.0k / 60.0k steps, 73.2 / 69.1 s (CPU
@@ -228,6 +255,26 @@ Suite runs (record each with its date):
   "imports done 5.088 s" in seed 2's run, 2.9 s in a later warm run; TensorFlow's import alone 1.8-3.5 s), which
   the peer's clock leaves out;
   per step ours is faster (~6k vs ~3.3k steps/s), and it needs 1.3x the peer's steps (median 73.7k vs 56.6k).
+* 2026-12-02 13:24-13:29, ``classic_control.py --tasks ppo-acrobot --seeds 0 1 2`` on the quiet machine (load
+  0.8-1.4, nothing beside it), after the ml_dtypes pin: ours final -79.1 / -86.0 / -83.4 (median -83.4), threshold
+  at 67.0k / 79.1k / 70.1k steps, 15.9 / 16.3 / 15.4 s (median 15.9 s); SB3 -87.1 / -81.2 / -80.9 (median -81.2),
+  at 72.7k / 51.6k / 56.6k steps (the same as every run: SB3 is deterministic per seed), 20.9 / 11.6 / 12.6 s
+  (median 12.6 s; session 8's quiet run: 17.1 s). Final met within the spread; time 1.26x, not met. Ours less its
+  start-up (imports done at 3.5 s in seed 2's train.log) is 11.9-12.8 s, the peer's clock. Our side alone, 6 more
+  runs of the shipped config in the next 20 minutes: 15.2 / 13.7 / 13.3 and 14.0 / 16.3 / 13.0 s (medians 13.7 and
+  14.0 s, 1.09x and 1.11x the peer's 12.6 s).
+* 2026-12-02 13:49-13:54, ``classic_control.py --tasks ppo-mountaincarcontinuous --seeds 0 1 2`` on the quiet
+  machine (load 1.1-1.6): ours final 95.1 / 95.6 / 95.8 (median 95.6), threshold at 15.1k / 13.0k / 12.1k steps,
+  37.2 / 34.1 / 27.5 s (median 34.1 s); SB3 86.6 / 93.0 / 18.2 (median 86.6), at 13.8k / 6.6k / 3.5k steps, 41.4 /
+  24.2 / 12.2 s (median 24.2 s). Final met; time 1.41x, not met (session 7's 71.5 against 115.8 s came from the
+  load slowing the peer). Per step ours is faster (~2.6 ms against ~3.7 ms); it needs 2x the peer's steps (median
+  13.0k against 6.6k): gSDE's exploration, above.
+* 2026-12-02 13:57-14:25, ``classic_control.py --tasks sac-pendulum --seeds 0 1 2`` on the quiet machine (load
+  1.0-1.6): ours final -169.3 / -179.5 / -177.3 (median -177.3), threshold at 6,864 / 7,064 / 10,464 steps, 80.1 /
+  73.5 / 114.2 s (median 80.1 s); SB3 -165.7 / -175.4 / -170.9 (median -170.9), at 8,400 / 6,400 / 10,000 steps,
+  134.3 / 103.0 / 155.6 s (median 134.3 s). Time met (0.60x); final within the seeds' spread (-179.5..-169.3
+  against -175.4..-165.7). The steps are those of the runs at load 8-10, and so are the finals but SB3's seed 0
+  (-165.7 here, -159.9 then): there the load had put our seconds above the peer's.
 """
 
 from __future__ import annotations
