@@ -275,6 +275,14 @@ Suite runs (record each with its date):
   134.3 / 103.0 / 155.6 s (median 134.3 s). Time met (0.60x); final within the seeds' spread (-179.5..-169.3
   against -175.4..-165.7). The steps are those of the runs at load 8-10, and so are the finals but SB3's seed 0
   (-165.7 here, -159.9 then): there the load had put our seconds above the peer's.
+* 2026-12-02 14:24-14:37, ``classic_control.py --tasks sac-mountaincarcontinuous --seeds 0`` (the first run of this
+  task; ours on the quiet machine, load 1.0-1.3; the peer beside the test suite, so its seconds are high): ours
+  final -0.8, never at the threshold (50 episodes, every one to the 999-step limit: it never found the flag); SB3
+  (gSDE, ``ent_coef`` fixed at 0.1) final 93.3, threshold at 18,912 steps / 200.8 s. Not met: the zoo's exploration
+  (gSDE, a fixed entropy coefficient) is what our SAC lacks (mountaincarcontinuous_sac.yaml's deviations). Seeds
+  1-2 not run. The coefficient held at 0.1 (a temporary switch skipping its update, not kept; our side, seed 0,
+  14:39-14:44): final -25.9, again every episode to the limit, none at the flag: near-uniform actions in [-1, 1]
+  pay the action cost and never climb. What is left is gSDE's held, state-dependent noise in our SAC: not built.
 """
 
 from __future__ import annotations
