@@ -176,7 +176,19 @@ beside it), our side only unless said, configs/acrobot_ppo.yaml; times to -100 i
 * acting before the first policy (a prototype, not kept: uniform actions with their log-probs as version -1,
   the env clients started before TensorFlow's import, which ran in a thread): the envs acted at 0.4-0.5 s, but
   TensorFlow's import, beside them, took 4.2-4.7 s, so the first policy came later (5.1 s against 3.6 s); times to
-  -100 16.9 / 15.0 / 12.4 s against 14.0 / 16.3 / 13.0 s.
+  -100 16.9 / 15.0 / 12.4 s against 14.0 / 16.3 / 13.0 s. A thread is not what slows it: ``load_tensorflow`` in a
+  thread under an idle event loop (with or without a gRPC server) took 2.4-3.1 s, in the main thread 2.8-4.0 s (two
+  runs each); the acting beside it did. Why the envs, held back by the full trajectory queue (16 queued when the
+  trainer attached), still slowed it is not measured. The stderr capture of the import also swallowed the
+  processor's log lines for its length (relayed after it, as native output): a thread would need its own.
+  Capped at one buffer of uniform actions (4,096 rows, then the envs wait for the first policy; seed 2, 20k
+  steps): the envs acted from 0.41 s and waited from 1.74 s, imports done at 3.32 s (2.63 s without), and step
+  12,096 came at 5.85 s against 5.78 s: no gain, because the first update still waits for TensorFlow, the learner
+  and the update graph's trace, which starts after the first export and runs beside the envs acting with version
+  0. What the timeline leaves room for (not built): trace before the first export, while the capped envs wait
+  (0.7 s uncontended), then update on the uniform rows and publish that as the first policy: the first update
+  would end at ~4.5 s instead of 5.4-6.1 s. The cap must let each env take the step that cuts its trajectory
+  (the 4,096 rows sat in the assembler, 0 queued, until version 0 acted).
 * ``max_queued_trajectories`` (the envs wait sooner while the trainer updates): 2 took 67.1k / 66.9k / 64.2k steps,
   14.7 / 13.9 / 15.3 s; 4 took 59.0k / 66.2k / 67.0k steps, 13.4 / 15.6 / 14.1 s; the shipped 16 (one buffer)
   77.1k / 80.6k / 67.0k steps, 15.2 / 13.7 / 13.3 s. Fewer steps, the same seconds: what the rows gain in
