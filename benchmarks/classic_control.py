@@ -160,7 +160,7 @@ try also exported by full conversion every 8 steps, 765 s for 16k steps, fixed b
 episodes 70-94). Chosen for the 3-seed run below (2026-12-02 06:26): -1.5 with ``sde_sample_freq: 64``; it lost to
 the shipped white noise there (lower final, one seed never at 90), so the config keeps ``use_sde`` off.
 
-Start-up and collection on Acrobot-v1, measured 2026-12-02 13:20-13:46 on the quiet machine (load 0.4-1.8, nothing
+Start-up and collection on Acrobot-v1, measured 2026-12-02 13:20-14:46 on the quiet machine (load 0.4-1.8, nothing
 beside it), our side only unless said, configs/acrobot_ppo.yaml; times to -100 in seconds from the process start.
 
 * ml_dtypes: 0.7.0's import alone took 0.83-0.89 s, 0.6.0's and 0.5.4's 0.01 s (``python -c`` timing ``import
@@ -171,24 +171,24 @@ beside it), our side only unless said, configs/acrobot_ppo.yaml; times to -100 i
   learner built in a bare process; 0.56 s of it Python tracing, 1,099 ops, 0.21 s instantiating) but 1.7-1.8 s
   beside the acting envs, which share the GIL; the first update ends 2.1-2.6 s after the first export, and the
   envs act those seconds with version 0 (~8k steps). Started at the first export instead of the first trajectory
-  (a 2-line change, not kept): that end came 0.46 s sooner, and the times to -100 were 14.8 / 13.4 / 14.7 s
+  (a one-line change in ``PPOLearner.export_policy``, not kept): that end came 0.46 s sooner, and the times to -100 were 14.8 / 13.4 / 14.7 s
   against 14.0 / 16.3 / 13.0 s as shipped, seeds 0 / 1 / 2 alternated: inside the runs' noise.
 * acting before the first policy (a prototype, not kept: uniform actions with their log-probs as version -1,
   the env clients started before TensorFlow's import, which ran in a thread): the envs acted at 0.4-0.5 s, but
   TensorFlow's import, beside them, took 4.2-4.7 s, so the first policy came later (5.1 s against 3.6 s); times to
   -100 16.9 / 15.0 / 12.4 s against 14.0 / 16.3 / 13.0 s. A thread is not what slows it: ``load_tensorflow`` in a
   thread under an idle event loop (with or without a gRPC server) took 2.4-3.1 s, in the main thread 2.8-4.0 s (two
-  runs each); the acting beside it did. Why the envs, held back by the full trajectory queue (16 queued when the
-  trainer attached), still slowed it is not measured. The stderr capture of the import also swallowed the
-  processor's log lines for its length (relayed after it, as native output): a thread would need its own.
-  Capped at one buffer of uniform actions (4,096 rows, then the envs wait for the first policy; seed 2, 20k
-  steps): the envs acted from 0.41 s and waited from 1.74 s, imports done at 3.32 s (2.63 s without), and step
-  12,096 came at 5.85 s against 5.78 s: no gain, because the first update still waits for TensorFlow, the learner
-  and the update graph's trace, which starts after the first export and runs beside the envs acting with version
-  0. What the timeline leaves room for (not built): trace before the first export, while the capped envs wait
-  (0.7 s uncontended), then update on the uniform rows and publish that as the first policy: the first update
-  would end at ~4.5 s instead of 5.4-6.1 s. The cap must let each env take the step that cuts its trajectory
-  (the 4,096 rows sat in the assembler, 0 queued, until version 0 acted).
+  runs each); the acting beside it did: the trajectory queue filled at the envs' first cuts (16 of 256 steps) and
+  held them back only at their next, at the episodes' end (episodes.csv: the first 8,000 rows all uniform). The
+  stderr capture of the import also swallowed the processor's log lines for its length (relayed after it, as
+  native output): a thread would need its own. Capped at one buffer of uniform actions (4,096 rows, then the envs
+  wait for the first policy; seed 2, 20k steps): the envs acted from 0.41 s and waited from 1.74 s, imports done at
+  3.32 s (2.63 s without), and step 12,096 came at 5.85 s against 5.78 s: no gain, because the first update still
+  waits for TensorFlow, the learner and the update graph's trace, which starts after the first export and runs
+  beside the envs acting with version 0. What the timeline leaves room for (not built): trace before the first
+  export, while the capped envs wait (0.7 s uncontended), then update on the uniform rows and publish that as the
+  first policy: the first update would end at ~4.5 s instead of 5.4-6.1 s. The cap must let each env take the step
+  that cuts its trajectory (the 4,096 rows sat in the assembler, 0 queued, until version 0 acted).
 * ``max_queued_trajectories`` (the envs wait sooner while the trainer updates): 2 took 67.1k / 66.9k / 64.2k steps,
   14.7 / 13.9 / 15.3 s; 4 took 59.0k / 66.2k / 67.0k steps, 13.4 / 15.6 / 14.1 s; the shipped 16 (one buffer)
   77.1k / 80.6k / 67.0k steps, 15.2 / 13.7 / 13.3 s. Fewer steps, the same seconds: what the rows gain in

@@ -62,13 +62,13 @@ Measured, ``ppo-pixel`` beside ``sb3_pixel.py``, alternating per seed (ours, the
 * 2026-12-02 13:46-13:49 UTC on the quiet machine (load 1.0-1.3, nothing beside it), after the ml_dtypes pin
   (pyproject.toml: TensorFlow's import 2.3-2.8 s instead of 3.5-3.7 s): seeds 0 / 1 / 2 ours 24.2 / 20.5 / 21.0 s
   from the process start, 21.3 / 17.5 / 18.2 s after the imports (7,741 / 6,749 / 6,726 steps; imports done at
-  2.9 / 3.0 / 2.8 s, the first policy 1.4 / 0.4 / 0.6 s later: seed 0 converted the TFLite probes the cache then
-  held); peer 18.6 / 16.8 / 23.6 s on its clock, 20.6 / 18.6 / 25.4 s from its process start (8,336 / 6,400 /
-  8,312 steps). Medians: by the yardsticks' rule 21.0 against 18.6 s, **1.13x, not met**; on one clock 18.2
-  against 18.6 s after the imports (0.98x), 21.0 against 20.6 s from the process start (1.02x). Per step the two
-  are close (after the imports, ours 2.6-2.75 ms an agent step, the peer's 2.2-2.8 ms); the gap is our start-up,
-  counted on our side only: ~2.9 s to the imports and 0.4-0.6 s more to the first policy, against the peer's ~1.9 s
-  of imports.
+  2.9 / 3.0 / 2.8 s, the first policy 1.4 / 0.4 / 0.6 s later: seed 0 converted the TFLite probes, not yet in this
+  fresh machine's cache); peer 18.6 / 16.8 / 23.6 s on its clock, 20.6 / 18.6 / 25.4 s from its process start
+  (8,336 / 6,400 / 8,312 steps). Medians: by the yardsticks' rule 21.0 against 18.6 s, **1.13x, not met**; on one
+  clock 18.2 against 18.6 s after the imports (0.98x), 21.0 against 20.6 s from the process start (1.02x). Per step
+  the two are close (after the imports, ours 2.6-2.75 ms an agent step, the peer's 2.2-2.8 ms); the gap is our
+  start-up, counted on our side only: ~2.9 s to the imports and 0.4-0.6 s more to the first policy, against the
+  peer's ~1.9 s of imports.
 
 Prints one JSON line last: ``{"algo_env", "solved", "steps", "wall_s", "wall_s_after_imports"}``. The run's own output goes
 to ``<results-dir>/train.log`` (its tail is logged if the run fails); the load average is logged
