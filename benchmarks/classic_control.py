@@ -171,8 +171,9 @@ beside it), our side only unless said, configs/acrobot_ppo.yaml; times to -100 i
   learner built in a bare process; 0.56 s of it Python tracing, 1,099 ops, 0.21 s instantiating) but 1.7-1.8 s
   beside the acting envs, which share the GIL; the first update ends 2.1-2.6 s after the first export, and the
   envs act those seconds with version 0 (~8k steps). Started at the first export instead of the first trajectory
-  (a one-line change in ``PPOLearner.export_policy``, not kept): that end came 0.46 s sooner, and the times to -100 were 14.8 / 13.4 / 14.7 s
-  against 14.0 / 16.3 / 13.0 s as shipped, seeds 0 / 1 / 2 alternated: inside the runs' noise.
+  (a one-line change in ``PPOLearner.export_policy``, not kept): that end came 0.46 s sooner, and the times to
+  -100 were 14.8 / 13.4 / 14.7 s against 14.0 / 16.3 / 13.0 s as shipped, seeds 0 / 1 / 2 alternated: inside the
+  runs' noise.
 * acting before the first policy (a prototype, not kept: uniform actions with their log-probs as version -1,
   the env clients started before TensorFlow's import, which ran in a thread): the envs acted at 0.4-0.5 s, but
   TensorFlow's import, beside them, took 4.2-4.7 s, so the first policy came later (5.1 s against 3.6 s); times to
