@@ -247,7 +247,7 @@ Suite runs (record each with its date):
   -131.7, at 100.9k steps / 97.1 s. Seed 2: ours -128.8, SB3 -125.8, neither at the threshold. With 03:10's seed 0,
   3 seeds: final medians ours -118.8 vs SB3 -131.7 (met); time to -110 ours 74.1 / 63.3 s / never (median 74.1 s)
   vs SB3 never / 97.1 s / never (median Infinity). The peer solves 1 seed of 3, and there ours is faster (63.3 vs
-  97.1 s): met where the task counts.
+  97.1 s): met where the task counts. The quiet run of 14:54 below, where the peer solves 2 seeds, changes this.
 * 2026-12-02 06:34-06:58, ``classic_control.py --tasks ppo-acrobot --seeds 0 1 2`` with ``strength: 0.3`` (load
   7.2-11.7, other helpers' work beside it): ours final -81.6 / -79.0 / -89.6 (median -81.6), threshold at 75.5k /
   89.8k / 65.3k steps, 44.9 / 40.9 / 52.4 s (median 44.9 s); SB3 final -87.1 / -81.2 / -80.9 (median -81.2), at
@@ -288,6 +288,20 @@ Suite runs (record each with its date):
   134.3 / 103.0 / 155.6 s (median 134.3 s). Time met (0.60x); final within the seeds' spread (-179.5..-169.3
   against -175.4..-165.7). The steps are those of the runs at load 8-10, and so are the finals but SB3's seed 0
   (-165.7 here, -159.9 then): there the load had put our seconds above the peer's.
+* 2026-12-02 14:48-14:55, ``classic_control.py --tasks ppo-cartpole --seeds 0 1 2``, then ``--tasks ppo-pendulum``,
+  on the quiet machine (load 0.5-1.4, nothing beside it): ppo-cartpole ours final 500 / 500 / 500, threshold at
+  29.6k / 37.9k / 29.6k steps, 8.5 / 9.0 / 8.2 s (median 8.5 s); SB3 500 / 500 / 500, at 25.1k / 25.5k / 32.5k
+  steps, 8.6 / 6.8 / 8.9 s (median 8.6 s): met, by 0.04 s. ppo-pendulum ours final -189.3 / -180.0 / -184.7 (median
+  -184.7), at 58.4k / 51.2k / 52.0k steps, 17.9 / 14.6 / 15.2 s (median 15.2 s); SB3 -168.0 / -164.2 / -193.1
+  (median -168.0), at 52.8k / 60.8k / 51.2k steps, 19.3 / 25.2 / 21.6 s (median 21.6 s): time met (0.70x), final
+  within the peer's spread (-193.1..-164.2) but below its median. SB3's steps here differ from the earlier rows'
+  (Acrobot's repeated exactly on this new machine and its rebuilt side venv; why these did not is not looked into).
+* 2026-12-02 14:54-15:00, ``classic_control.py --tasks ppo-mountaincar --seeds 0 1 2`` on the quiet machine (load
+  1.2-1.5): ours final -118.9 / -114.1 / -117.1 (median -117.1), threshold at 193.2k / 253.1k / 106.6k steps, 35.9 /
+  37.5 / 16.9 s (median 35.9 s); SB3 -120.7 / -131.7 / -125.8 (median -125.8), at 35.2k / 100.9k steps / never, 7.2
+  / 16.0 s / never (median 16.0 s). Final met; time **2.2x, not met**: on this machine the peer's seed 0 solves (at
+  35.2k steps; -134.6 and never in the 03:10 run), so the task now counts on 2 seeds of 3, and ours takes 2.5-5.5x
+  the peer's steps there (per step ours is a little faster: 5.4k against 4.9k steps/s on seed 0).
 * 2026-12-02 14:24-14:37, ``classic_control.py --tasks sac-mountaincarcontinuous --seeds 0`` (the first run of this
   task; ours on the quiet machine, load 1.0-1.3; the peer beside the test suite, so its seconds are high): ours
   final -0.8, never at the threshold (50 episodes, every one to the 999-step limit: it never found the flag); SB3
