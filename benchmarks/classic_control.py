@@ -302,6 +302,12 @@ Suite runs (record each with its date):
   / 16.0 s / never (median 16.0 s). Final met; time **2.2x, not met**: on this machine the peer's seed 0 solves (at
   35.2k steps; -134.6 and never in the 03:10 run), so the task now counts on 2 seeds of 3, and ours takes 2.5-5.5x
   the peer's steps there (per step ours is a little faster: 5.4k against 4.9k steps/s on seed 0).
+  Our side, one variable at a time (15:01-15:10, load 0.3-1.8, seeds 0 / 1 / 2; ``--skip-sb3 --config`` a copy):
+  ``proximal_clip: true`` -115.8 / -123.8, 180.3k / 129.3k steps, 31.5 / 24.1 s; extrinsic ``strength: 0.3`` (as
+  acrobot_ppo.yaml) -104.4 / -104.9 / -103.9, 122.3k / 173.2k / 163.2k steps, 23.8 / 28.7 / 28.1 s (median 28.1 s);
+  both -110.7 / -119.4, 257.7k / 160.4k steps, 43.1 / 25.4 s; strength 1 (shipped) on seed 2 again: -115.3, 180.1k
+  steps, 24.9 s. Kept: ``strength: 0.3`` in mountaincar_ppo.yaml (a better final on every seed, 1.76x the peer's
+  time instead of 2.2x): still not met; the steps are what is left (1.7-3.5x the peer's where it solves).
 * 2026-12-02 14:24-14:37, ``classic_control.py --tasks sac-mountaincarcontinuous --seeds 0`` (the first run of this
   task; ours on the quiet machine, load 1.0-1.3; the peer beside the test suite, so its seconds are high): ours
   final -0.8, never at the threshold (50 episodes, every one to the 999-step limit: it never found the flag); SB3
