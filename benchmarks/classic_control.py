@@ -42,16 +42,20 @@ Deviations of the translation (each config's comments say which apply):
   32 x 8 instead of 8 x 32, see its config).
 
 Figures per seed: ``final`` = the mean of the last 20 finished episodes at the end of the budget; ``solve_s``
-= seconds until that mean first reached the threshold (ours from the process start, imports included, as
-benchmarks/time_to_solve.py; the peer's after its imports); null if never (Infinity in the median).
+= seconds until that mean first reached the threshold, on both sides from the process start, imports included
+(ours TensorFlow's, the peer's PyTorch's and SB3's: ``episodes.csv``'s ``wall_seconds`` and the peer's
+``solve_s_from_process_start``); null if never (Infinity in the median). ``sb3_solve_s_after_imports`` keeps the
+peer's own clock, which starts after its imports. Runs recorded below before 2026-12-02 21:10 UTC give the peer's
+``solve_s`` after its imports (1.8-2.7 s less: ``time python -c "import torch, stable_baselines3, gymnasium,
+yaml"`` in the SB3 environment, three runs, load 0), ours from the process start.
 
 usage: classic_control.py [--seeds 0 1 2] [--tasks ppo-acrobot ...] [--results-dir DIR] [--sb3-python PATH]
                           [--skip-sb3] [--config VARIANT.yaml (one task: our side runs it instead)]
 
 Prints one JSON line last: ``{"workload": "classic_control", "date": ..., "<algo_env>": {"ours_final": [...],
 "sb3_final": [...], "ours_solve_s": [...], "sb3_solve_s": [...], "ours_solve_steps": [...], "sb3_solve_steps":
-[...], "median_ours_final": ..., "median_sb3_final": ..., "median_ours_solve_s": ..., "median_sb3_solve_s": ...},
-...}``.
+[...], "sb3_solve_s_after_imports": [...], "median_ours_final": ..., "median_sb3_final": ..., "median_ours_solve_s":
+..., "median_sb3_solve_s": ..., "median_sb3_solve_s_after_imports": ...}, ...}``.
 
 Why PPO trailed on Acrobot-v1 (issue 15), measured 2026-12-01 on the 2-core machine (load 8-9, other work
 beside it), our side only, configs/acrobot_ppo.yaml with ``max_steps`` 80000 (constant schedules: the budget does
@@ -376,6 +380,8 @@ class Figures:
     final: float | None
     solve_steps: int | None
     solve_s: float | None
+    solve_s_after_imports: float | None = None
+    """The peer's own clock (after its imports); None on our side."""
 
 
 def episode_figures(csv_path: Path, threshold: float) -> Figures:
@@ -415,7 +421,7 @@ def run_sb3(task: Task, seed: int, sb3_python: Path) -> Figures:
         log.error("the peer failed (exit %d):\n%s", done.returncode, done.stderr[-4000:])
         return Figures(None, None, None)
     result = json.loads(done.stdout.strip().splitlines()[-1])
-    return Figures(result["final"], result["solve_steps"], result["solve_s"])
+    return Figures(result["final"], result["solve_steps"], result["solve_s_from_process_start"], result["solve_s"])
 
 
 def median(values: list[float | None], missing: float | None) -> float:
@@ -455,7 +461,7 @@ def main(argv: list[str] | None = None) -> int:
         for name in args.tasks:
             task = TASKS[name]
             entry: dict[str, list[Any]] = {k: [] for k in ("ours_final", "sb3_final", "ours_solve_s", "sb3_solve_s")}
-            entry.update({"ours_solve_steps": [], "sb3_solve_steps": []})
+            entry.update({"ours_solve_steps": [], "sb3_solve_steps": [], "sb3_solve_s_after_imports": []})
             for seed in args.seeds:
                 sides = [("ours", run_ours(name, task, seed, results_dir, args.config))]
                 if not args.skip_sb3:
@@ -464,11 +470,14 @@ def main(argv: list[str] | None = None) -> int:
                     entry[f"{side}_final"].append(figures.final)
                     entry[f"{side}_solve_s"].append(figures.solve_s)
                     entry[f"{side}_solve_steps"].append(figures.solve_steps)
+                    if side == "sb3":
+                        entry["sb3_solve_s_after_imports"].append(figures.solve_s_after_imports)
                     log.info("%s seed %d %s: %s", name, seed, side, figures)
             summary: dict[str, Any] = dict(entry)
             for side in ("ours", "sb3"):
                 summary[f"median_{side}_final"] = median(entry[f"{side}_final"], None)
                 summary[f"median_{side}_solve_s"] = median(entry[f"{side}_solve_s"], math.inf)
+            summary["median_sb3_solve_s_after_imports"] = median(entry["sb3_solve_s_after_imports"], math.inf)
             report[name] = summary
     print(json.dumps(report))  # json writes inf as Infinity
     return 0

@@ -9,9 +9,12 @@ does: ``n_envs``, ``normalize`` (``VecNormalize``, observations and rewards unle
 
 usage: classic_control_sb3.py ALGO GYM_ID SEED BUDGET THRESHOLD
 
-Prints one JSON line last: ``{"final", "solve_steps", "solve_s", "steps", "wall_s", "hyperparams"}``:
-the mean of the last 20 finished episodes at the end, the env steps (``num_timesteps``) and seconds
-(after imports) at which that mean first reached THRESHOLD (null if never), and the run's totals.
+Prints one JSON line last: ``{"final", "solve_steps", "solve_s", "solve_s_from_process_start", "steps", "wall_s",
+"hyperparams"}``: the mean of the last 20 finished episodes at the end, the env steps (``num_timesteps``) and
+seconds at which that mean first reached THRESHOLD (null if never), and the run's totals. ``solve_s`` and
+``wall_s`` count after the imports; ``solve_s_from_process_start`` counts from this process's start, imports
+included, as our side's ``episodes.csv`` ``wall_seconds`` does (``cli.results.process_start_time``: the same
+/proc reading, written again here because this runs in the SB3 environment, without stepstream).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from __future__ import annotations
 import collections
 import importlib.util
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -32,6 +36,18 @@ from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.vec_env import VecNormalize
 
 WINDOW = 20
+
+
+def process_start_time() -> float:
+    """Epoch seconds when this process started, from /proc (``time.time()`` where there is none)."""
+    try:
+        with open("/proc/self/stat", encoding="ascii") as f:
+            start_ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/uptime", encoding="ascii") as f:
+            uptime_s = float(f.read().split()[0])
+        return time.time() - uptime_s + start_ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return time.time()
 
 
 def zoo_hyperparams(algo: str, gym_id: str) -> dict[str, Any]:
@@ -58,6 +74,7 @@ class Watch(BaseCallback):
         self.start = start
         self.solve_steps: int | None = None
         self.solve_s: float | None = None
+        self.solved_at: float | None = None
 
     def _on_step(self) -> bool:
         for info in self.locals.get("infos", []):
@@ -66,6 +83,7 @@ class Watch(BaseCallback):
                 full = len(self.rewards) == WINDOW
                 if full and self.solve_steps is None and sum(self.rewards) / WINDOW >= self.threshold:
                     self.solve_steps, self.solve_s = self.num_timesteps, time.perf_counter() - self.start
+                    self.solved_at = time.time()  # epoch seconds: against the process start
         return True
 
 
@@ -97,6 +115,7 @@ def main(argv: list[str]) -> int:
         "final": sum(rewards) / len(rewards) if rewards else None,
         "solve_steps": watch.solve_steps,
         "solve_s": None if watch.solve_s is None else round(watch.solve_s, 2),
+        "solve_s_from_process_start": None if watch.solved_at is None else round(watch.solved_at - process_start_time(), 2),
         "steps": int(model.num_timesteps),
         "wall_s": round(time.perf_counter() - start, 2),
         "hyperparams": {k: str(v) for k, v in recorded.items()},
