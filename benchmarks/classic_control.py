@@ -320,6 +320,15 @@ Suite runs (record each with its date):
   1-2 not run. The coefficient held at 0.1 (a temporary switch skipping its update, not kept; our side, seed 0,
   14:39-14:44): final -25.9, again every episode to the limit, none at the flag: near-uniform actions in [-1, 1]
   pay the action cost and never climb. What is left is gSDE's held, state-dependent noise in our SAC: not built.
+* 2026-12-02 21:07-21:22, ``classic_control.py --tasks ppo-acrobot ppo-mountaincar --seeds 0 1 2`` (quiet machine,
+  load 0.2-1.2; the first run with the peer on the process-start clock too). Acrobot: ours final -77.8 / -80.1 /
+  -94.0 (median -80.1), at -100 by 74.3k / 84.3k / 68.2k steps, 21.2 / 23.3 / 18.4 s (median 21.2 s); SB3 -89.3 /
+  -75.3 / -85.9 (median -85.9), 62.5k / 51.6k / 55.3k steps, 19.7 / 16.1 / 24.9 s from its process start (18.1 /
+  13.9 / 22.7 s after its imports; medians 19.7 / 18.1 s). Final met; time 1.08x on the same clock (1.17x against
+  the peer's own), **not met**. MountainCar: ours -115.4 / -112.0 / -119.3 (median -115.4), at -110 by 208.8k /
+  118.6k / 184.9k steps, 49.3 / 27.3 / 47.3 s (median 47.3 s); SB3 -134.6 / -121.7 / -123.3 (median -123.3),
+  solved on seed 2 only, at 256.8k steps, 69.3 s (67.2 s after imports): median Infinity. Ours is ahead on this
+  run's every figure, but the peer solved 2 of 3 seeds in the 14:54 run above and 1 of 3 here: left open, not met.
 """
 
 from __future__ import annotations
