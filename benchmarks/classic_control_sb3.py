@@ -13,8 +13,8 @@ Prints one JSON line last: ``{"final", "solve_steps", "solve_s", "solve_s_from_p
 "hyperparams"}``: the mean of the last 20 finished episodes at the end, the env steps (``num_timesteps``) and
 seconds at which that mean first reached THRESHOLD (null if never), and the run's totals. ``solve_s`` and
 ``wall_s`` count after the imports; ``solve_s_from_process_start`` counts from this process's start, imports
-included, as our side's ``episodes.csv`` ``wall_seconds`` does (``cli.results.process_start_time``: the same
-/proc reading, written again here because this runs in the SB3 environment, without stepstream).
+included, as our side's ``episodes.csv`` ``wall_seconds`` does (``common.clock``, standard library only: the
+repository root goes on ``sys.path`` for it, as this runs in the SB3 environment without stepstream installed).
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ from __future__ import annotations
 import collections
 import importlib.util
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -35,19 +34,10 @@ from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.vec_env import VecNormalize
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: common.clock, stdlib only
+from common.clock import process_start_time
+
 WINDOW = 20
-
-
-def process_start_time() -> float:
-    """Epoch seconds when this process started, from /proc (``time.time()`` where there is none)."""
-    try:
-        with open("/proc/self/stat", encoding="ascii") as f:
-            start_ticks = int(f.read().rsplit(")", 1)[1].split()[19])
-        with open("/proc/uptime", encoding="ascii") as f:
-            uptime_s = float(f.read().split()[0])
-        return time.time() - uptime_s + start_ticks / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError):
-        return time.time()
 
 
 def zoo_hyperparams(algo: str, gym_id: str) -> dict[str, Any]:

@@ -11,7 +11,6 @@ import logging
 import os
 import shutil
 import tempfile
-import time
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -79,18 +78,6 @@ def _make_dirs(path: Path, flag_value: Path) -> None:
         probe.close()
     except OSError as err:
         raise ConfigError(f"--results-dir {flag_value}: cannot write {path}: {err.strerror or err}") from None
-
-
-def process_start_time() -> float:
-    """Epoch seconds when this process started (imports included), from /proc where it exists."""
-    try:
-        with open("/proc/self/stat", encoding="ascii") as f:
-            start_ticks = int(f.read().rsplit(")", 1)[1].split()[19])
-        with open("/proc/uptime", encoding="ascii") as f:
-            uptime_s = float(f.read().split()[0])
-        return time.time() - uptime_s + start_ticks / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError):
-        return time.time()
 
 
 def write_configuration(run_dir: Path, run_options: RunOptions, unity_keys: Mapping[str, Any] | None = None) -> None:

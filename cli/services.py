@@ -36,7 +36,7 @@ from cli.console import load_tensorflow
 from cli.flags import MetricsEndpoint, broker_security_from_args, client_security_from_args, metrics_from_args
 from cli.ports import check_port_free
 from cli.processor_replicas import replica_security, replica_targets
-from cli.results import has_checkpoint, prepare_behavior_dir, process_start_time, removed_if_unstarted
+from cli.results import has_checkpoint, prepare_behavior_dir, removed_if_unstarted
 from cli.run_config import (
     EnvFlags,
     check_inputs,
@@ -47,6 +47,7 @@ from cli.run_config import (
     vector_env_settings,
 )
 from cli.signals import StopSignals, set_soon
+from common.clock import process_start_time
 from common.config import BehaviorSettings, TrainerType
 from common.errors import ConfigError, DeadlineExceededError, StepstreamError, TopicClosedError
 from common.logs import log_context

@@ -30,7 +30,7 @@ from typing import Any
 from cli.console import RATE_WINDOW_S, StepRate, format_elapsed, load_tensorflow, progress_bar
 from cli.flags import MetricsEndpoint, metrics_from_args
 from cli.ports import check_port_free
-from cli.results import check_resumable, has_checkpoint, prepare_run_dir, process_start_time, removed_if_unstarted
+from cli.results import check_resumable, has_checkpoint, prepare_run_dir, removed_if_unstarted
 from cli.run_config import (
     EnvFlags,
     check_inputs,
@@ -43,6 +43,7 @@ from cli.run_config import (
 )
 from cli.signals import StopSignals, set_soon
 from cli.unity_train import UnityLaunch, UnitySource, unity_keys, unity_launch, without_env_path
+from common.clock import process_start_time
 from common.config import BehaviorSettings, RunOptions, TrainerType, load_config
 from common.errors import ConfigError
 from common.logs import log_context
