@@ -139,21 +139,20 @@ class BehaviorSettings:
     @property
     def noise_hold_steps(self) -> int:
         """Steps the processor holds each agent's action noise (``PPOHyperparameters.noise_hold_steps``; with
-        ``use_sde``, gSDE's ``sde_sample_freq``, -1 meaning ``time_horizon``); 1 for other trainer types (fresh noise
-        every step)."""
+        ``use_sde``, PPO's or SAC's, gSDE's ``sde_sample_freq``, -1 meaning ``time_horizon``); 1 otherwise (fresh
+        noise every step)."""
         hp = self.hyperparameters
-        if not isinstance(hp, PPOHyperparameters):
-            return 1
-        if hp.use_sde:
+        if isinstance(hp, PPOHyperparameters | SACHyperparameters) and hp.use_sde:
             return self.time_horizon if hp.sde_sample_freq == -1 else hp.sde_sample_freq
-        return hp.noise_hold_steps
+        return hp.noise_hold_steps if isinstance(hp, PPOHyperparameters) else 1
 
     @property
     def sde_latent_size(self) -> int:
         """Rows L of the gSDE exploration matrix the processor holds per agent (the policy's last hidden layer,
-        ``hidden_units``) with PPO's ``use_sde``; 0 without gSDE."""
+        ``hidden_units``) with PPO's or SAC's ``use_sde``; 0 without gSDE."""
         hp = self.hyperparameters
-        return self.network_settings.hidden_units if isinstance(hp, PPOHyperparameters) and hp.use_sde else 0
+        sde = isinstance(hp, PPOHyperparameters | SACHyperparameters) and hp.use_sde
+        return self.network_settings.hidden_units if sde else 0
 
     @property
     def demo_path(self) -> str | None:

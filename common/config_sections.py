@@ -2,7 +2,7 @@
 
 One frozen dataclass per section. Field names and defaults are those of ML-Agents 1.x (release 20+,
 ``mlagents.trainers.settings``); ``trainer_type: bc`` is stepstream's own, and so are the fields whose metadata
-is ``STEPSTREAM_KEY`` (PPO's variants). Every class validates its
+is ``STEPSTREAM_KEY`` (PPO's variants, gSDE). Every class validates its
 ranges in ``__post_init__``, so a direct construction is checked exactly like a parsed file, with a
 :class:`ConfigKeyError` whose ``key`` names the field; the parser (:mod:`common.config`) prefixes the
 dotted path and the file name. Import these names from :mod:`common.config`.
@@ -62,6 +62,11 @@ def positive(value: float, key: str) -> None:
     require(value > 0, key, f"must be > 0, got {value!r}")
 
 
+def log_std_in_range(value: float) -> None:
+    """``log_std_init`` (PPO's, SAC's) lies within the clip of the policy's log std."""
+    require(-20.0 <= value <= 2.0, "log_std_init", f"must be in [-20, 2], got {value!r}")
+
+
 class ScheduleType(str, Enum):
     """How a hyperparameter changes over ``max_steps`` (ML-Agents' ``ScheduleType``)."""
 
@@ -107,7 +112,33 @@ class RewardSignalType(str, Enum):
 
 
 @dataclass(frozen=True, kw_only=True)
-class PPOHyperparameters:
+class StateDependentExploration:
+    """gSDE's keys (stepstream's own), shared by PPO and SAC: generalised state-dependent exploration for continuous
+    actions (SB3's ``use_sde``, Raffin et al. 2021, "Smooth Exploration for Robotic Reinforcement Learning")."""
+
+    use_sde: bool = field(default=False, metadata=STEPSTREAM_KEY)
+    """The noise is ``latent(s) @ W``, the policy's last hidden layer times an exploration matrix ``W ~ N(0, sigma^2)``
+    [hidden_units, C] that the processor holds per agent, drawn anew at its episode start and every
+    ``sde_sample_freq`` steps; the log-prob is the Gaussian of the per-state std ``sqrt(latent^2 @ sigma^2)`` (SAC's
+    then tanh-squashed). ``log_std_init`` is sigma's initial log. false: white noise (ML-Agents)."""
+    sde_sample_freq: int = field(default=-1, metadata=STEPSTREAM_KEY)
+    """With ``use_sde``: agent steps each agent keeps one exploration matrix; -1 (SB3's default): one trajectory
+    segment, ``time_horizon`` steps (SB3 draws at each rollout start: PPO's ``n_steps``, SAC's ``train_freq``);
+    >= 1 otherwise."""
+    use_expln: bool = field(default=False, metadata=STEPSTREAM_KEY)
+    """With ``use_sde``: sigma is ``expln(log_std)`` (``exp`` below 0, ``log1p(x) + 1`` above) instead of
+    ``exp(log_std)`` (SB3's ``use_expln``)."""
+
+    def _check_sde(self) -> None:
+        require(
+            self.sde_sample_freq == -1 or self.sde_sample_freq >= 1,
+            "sde_sample_freq",
+            f"must be -1 or >= 1, got {self.sde_sample_freq!r}",
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class PPOHyperparameters(StateDependentExploration):
     """``hyperparameters`` for ``trainer_type: ppo`` (Schulman et al. 2017, arXiv:1707.06347)."""
 
     batch_size: int = 1024
@@ -154,18 +185,6 @@ class PPOHyperparameters:
     ML-Agents and SB3's default); in [-20, 2], the clip of the policy's log_std. With ``use_sde`` it is the initial
     log std of every entry of gSDE's exploration matrix (SB3's meaning there too): an action's std is then
     ``sqrt(sum_j latent_j^2) * exp(log_std_init)``, ~5.7 times it for 64 tanh units near +-1."""
-    use_sde: bool = field(default=False, metadata=STEPSTREAM_KEY)
-    """Generalised state-dependent exploration for continuous actions (SB3's ``use_sde``, Raffin et al. 2021): the
-    noise is ``latent(s) @ W``, the policy's last hidden layer times an exploration matrix ``W ~ N(0, sigma^2)``
-    [hidden_units, C] that the processor holds per agent, drawn anew at its episode start and every
-    ``sde_sample_freq`` steps; the log-prob is the Gaussian of the per-state std ``sqrt(latent^2 @ sigma^2)``.
-    false: a state-independent Gaussian, white noise (ML-Agents)."""
-    sde_sample_freq: int = field(default=-1, metadata=STEPSTREAM_KEY)
-    """With ``use_sde``: agent steps each agent keeps one exploration matrix; -1 (SB3's default): one trajectory
-    segment, ``time_horizon`` steps (SB3 draws at each rollout start, ``n_steps``); >= 1 otherwise."""
-    use_expln: bool = field(default=False, metadata=STEPSTREAM_KEY)
-    """With ``use_sde``: sigma is ``expln(log_std)`` (``exp`` below 0, ``log1p(x) + 1`` above) instead of
-    ``exp(log_std)`` (SB3's ``use_expln``)."""
     noise_hold_steps: int = field(default=1, metadata=STEPSTREAM_KEY)
     """Agent steps each agent keeps one draw of its continuous actions' Gaussian noise (the processor's, per agent,
     redrawn every this many of its steps and at its episode start); >= 1; 1: fresh noise every step (ML-Agents). Held
@@ -182,13 +201,9 @@ class PPOHyperparameters:
         at_least(self.num_epoch, 1, "num_epoch")
         if self.max_grad_norm is not None:
             positive(self.max_grad_norm, "max_grad_norm")
-        require(-20.0 <= self.log_std_init <= 2.0, "log_std_init", f"must be in [-20, 2], got {self.log_std_init!r}")
+        log_std_in_range(self.log_std_init)
         at_least(self.noise_hold_steps, 1, "noise_hold_steps")
-        require(
-            self.sde_sample_freq == -1 or self.sde_sample_freq >= 1,
-            "sde_sample_freq",
-            f"must be -1 or >= 1, got {self.sde_sample_freq!r}",
-        )
+        self._check_sde()
         # gSDE holds its own noise (the exploration matrix); holding the white noise too would be a second key for it.
         require(
             not (self.use_sde and self.noise_hold_steps > 1),
@@ -217,7 +232,7 @@ class PPOHyperparameters:
 
 
 @dataclass(frozen=True, kw_only=True)
-class SACHyperparameters:
+class SACHyperparameters(StateDependentExploration):
     """``hyperparameters`` for ``trainer_type: sac`` (Haarnoja et al. 2018, arXiv:1812.05905)."""
 
     batch_size: int = 128
@@ -240,8 +255,20 @@ class SACHyperparameters:
     """Initial entropy coefficient alpha (dimensionless); > 0."""
     reward_signal_steps_per_update: float | None = None
     """Agent steps per reward-signal update (ratio); > 0; None means steps_per_update, as in ML-Agents."""
+    # Stepstream's own keys: the networks' activation, a fixed entropy coefficient, gSDE (StateDependentExploration)
+    # and its initial sigma.
+    activation: ActivationType = field(default=ActivationType.SWISH, metadata=STEPSTREAM_KEY)
+    """Activation of the policy's and critics' hidden layers: swish (ML-Agents), relu (SB3's SAC) or tanh."""
+    learn_entcoef: bool = field(default=True, metadata=STEPSTREAM_KEY)
+    """Tune the entropy coefficients towards their target entropies (ML-Agents, SB3's ``ent_coef: auto``); false
+    holds them at ``init_entcoef`` (SB3's ``ent_coef: <float>``, as RL-Zoo's MountainCarContinuous entry)."""
+    log_std_init: float = field(default=-3.0, metadata=STEPSTREAM_KEY)
+    """With ``use_sde``: the initial log std of every entry of gSDE's exploration matrix (SB3's SAC ``log_std_init``,
+    whose default is -3); in [-20, 2]. Without gSDE SAC's std is a head of the policy network and this is unused."""
 
     def __post_init__(self) -> None:
+        self._check_sde()
+        log_std_in_range(self.log_std_init)
         at_least(self.batch_size, 1, "batch_size")
         at_least(self.buffer_size, 1, "buffer_size")
         positive(self.learning_rate, "learning_rate")

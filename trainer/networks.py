@@ -154,7 +154,10 @@ class PolicyNetwork(tf.Module):
     ``0.5 * log(latent^2 @ sigma^2 + SDE_EPSILON)`` per row and PPO's Gaussian log-prob needs no other change;
     ``SDE_NOISE_SCALE`` ``latent_j * sigma_jc`` [B, L, C] is what the processor multiplies its held standard
     normal by (``common.policy_contract``). ``use_expln``: SB3's ``expln`` instead of ``exp`` for sigma
-    (``exp(x)`` for x <= 0, ``log1p(x) + 1`` above: it grows slowly).
+    (``exp(x)`` for x <= 0, ``log1p(x) + 1`` above: it grows slowly). ``sde_learn_features`` (SAC's gSDE, as SB3's SAC
+    actor sets ``learn_features``): the std's gradient reaches the features too. ``clip_mean``: the mean is clipped
+    to [-clip_mean, clip_mean] (SB3's SAC actor clips at 2 with gSDE: tanh is flat beyond, and there the held noise
+    could not move the squashed action).
     """
 
     def __init__(
@@ -170,12 +173,14 @@ class PolicyNetwork(tf.Module):
         encoder: ObservationEncoder | None = None,
         sde: bool = False,
         use_expln: bool = False,
+        sde_learn_features: bool = False,
+        clip_mean: float | None = None,
     ) -> None:
         """``activation`` and ``orthogonal_init`` shape the body (see ``mlp``); with ``orthogonal_init`` the
         heads get orthogonal kernels of gain 0.01 (SB3's policy heads), else variance scaling 0.01.
         ``encoder``: the observations' encoder (images); None concatenates vectors of ``observation_sizes``.
         ``sde``, ``use_expln``: gSDE (class docstring; not with ``state_dependent_std``), ``initial_log_std`` then
-        filling its ``[hidden_units, C]`` log_std."""
+        filling its ``[hidden_units, C]`` log_std; ``sde_learn_features`` and ``clip_mean`` as the class docstring."""
         super().__init__(name="policy")
         if sde and state_dependent_std:
             raise ValueError("sde and state_dependent_std exclude each other")
@@ -194,6 +199,8 @@ class PolicyNetwork(tf.Module):
         )
         self.sde = bool(sde and c)
         self.use_expln = use_expln
+        self.sde_learn_features = sde_learn_features
+        self.clip_mean = clip_mean
         log_std_shape = [hidden_units, c] if self.sde else [c]
         self.log_std = (
             tf.Variable(tf.fill(log_std_shape, initial_log_std), name="log_std") if c and not state_dependent_std else None
@@ -218,12 +225,15 @@ class PolicyNetwork(tf.Module):
         out: dict[str, tf.Tensor] = {}
         if self.mean_head is not None:
             out[MEAN] = self.mean_head(h)
+            if self.clip_mean is not None:
+                out[MEAN] = tf.clip_by_value(out[MEAN], -self.clip_mean, self.clip_mean)
             if self.log_std_head is not None:
                 out[LOG_STD] = tf.clip_by_value(self.log_std_head(h), LOG_STD_MIN, LOG_STD_MAX)
             elif self.sde:
                 assert self.log_std is not None
                 log_std = tf.clip_by_value(self.log_std, LOG_STD_MIN, LOG_STD_MAX)
-                out[LOG_STD], out[SDE_NOISE_SCALE] = sde_log_std_and_scale(tf.stop_gradient(h), log_std, self.use_expln)
+                latent = h if self.sde_learn_features else tf.stop_gradient(h)
+                out[LOG_STD], out[SDE_NOISE_SCALE] = sde_log_std_and_scale(latent, log_std, self.use_expln)
             else:
                 assert self.log_std is not None
                 out[LOG_STD] = tf.broadcast_to(tf.clip_by_value(self.log_std, LOG_STD_MIN, LOG_STD_MAX), tf.shape(out[MEAN]))

@@ -14,6 +14,7 @@ continuous-only is one branch (nB' = 1) of one option of probability 1, so each 
     critics     Q(s, a) -> y = r + gamma (1 - done) V'(s'), V' under min(target Q1, target Q2)   (eq. 5)
     policy      maximise V(s) under min(Q1, Q2)                                                  (eq. 7, 12)
     alpha       minimise E[alpha (H(s) - H_target)], through log alpha                            (eq. 18)
+                (unless ``learn_entcoef`` is false: then alpha stays ``init_entcoef``, SB3's fixed ``ent_coef``)
 
 Top to bottom: the constants, ``SACSettings`` (what the learner takes from a behavior's settings), the replay
 minibatch ``SACBatch``, the maths (pure functions, tensors in and out), then ``SACLearner`` with its gradient step.
@@ -33,6 +34,14 @@ the policy steps, each signal takes ``due * steps_per_update / reward_signal_ste
 mean against the demonstrated action, num_epoch 1 by default) runs after every gradient step, as ML-Agents'
 off-policy trainer calls its ``BCModule`` inside its update loop. Run once per ``update`` call instead, the
 actor's steps would outnumber the cloning steps by the due steps of the call, a count set by the loop's timing.
+
+gSDE (``use_sde``, Raffin et al. 2021; ``common.config.StateDependentExploration``): the processor acts with
+``tanh(mean + latent(s) @ W)``, ``W`` an exploration matrix it holds per agent for ``sde_sample_freq`` steps (SB3's SAC
+draws one per ``train_freq`` rollout), and the policy's std is the per-state ``sqrt(latent^2 @ sigma^2)`` rather than a
+head. The gradient step samples each row's ``u = mean + std(s) * eps`` independently: per row the same Gaussian as
+SB3's ``latent @ W`` with one ``W`` for the whole minibatch, so the losses and the entropy tuning read as above.
+As SB3's SAC actor, the std's gradient reaches the features (``learn_features``) and the mean is clipped at
+``SDE_CLIP_MEAN``.
 """
 
 from __future__ import annotations
@@ -58,6 +67,7 @@ from trainer.export import TFLiteExporter, make_policy_update, normalizer_state
 from trainer.networks import (
     PolicyNetwork,
     ValueNetwork,
+    activation_function,
     gaussian_log_prob,
     masked_log_softmax,
     normalized_observations,
@@ -91,6 +101,7 @@ DISCRETE_TARGET_ENTROPY_SCALE = 0.2
 BUFFER_TRUNCATE_FRACTION = 0.8  # an over-full replay buffer keeps its newest 80% (ML-Agents)
 SAMPLE_CHUNK_STEPS = 64  # gradient steps whose minibatches are sampled at once (bounds memory)
 NEXT_ACTION_MASK = "next_action_mask"  # the replay column of the action mask at next_obs
+SDE_CLIP_MEAN = 2.0  # with gSDE the mean is clipped here, as SB3's SAC actor does (trainer.networks.PolicyNetwork)
 
 
 @dataclass(frozen=True)
@@ -253,13 +264,16 @@ class SACLearner:
         self._obs_sizes = [int(np.prod(o.shape)) for o in obs_specs]
         self._warm_up_rows = max(hyper.batch_size, hyper.buffer_init_steps)
         behavior = brain_parameters.behavior_name
+        activation = activation_function(hyper.activation)
 
         def encoder(name: str) -> ObservationEncoder | None:  # each critic and target encodes images itself
             return observation_encoder(obs_specs, net.vis_encode_type, net.hidden_units, behavior, name)
 
         def critic(name: str, own: ObservationEncoder | None) -> ValueNetwork:
             q_input_size = (own.output_size if own is not None else sum(self._obs_sizes)) + self._c
-            return ValueNetwork(net.hidden_units, net.num_layers, q_input_size, self._m or 1, name=name, encoder=own)
+            return ValueNetwork(
+                net.hidden_units, net.num_layers, q_input_size, self._m or 1, name=name, activation=activation, encoder=own
+            )
 
         with seeded_initializers(seed):
             # The policy reads images through Q1's encoder, which only the critic loss trains (POLICY_ENCODER).
@@ -271,8 +285,14 @@ class SACLearner:
                 spec,
                 net.hidden_units,
                 net.num_layers,
-                state_dependent_std=True,
+                state_dependent_std=not hyper.use_sde,
+                initial_log_std=hyper.log_std_init,
                 encoder=q1_encoder,
+                sde=hyper.use_sde,
+                use_expln=hyper.use_expln,
+                sde_learn_features=True,
+                clip_mean=SDE_CLIP_MEAN if hyper.use_sde else None,
+                activation=activation,
             )
             self.q1, self.q2 = critic("q1", q1_encoder), critic("q2", encoder("q2_encoder"))
             self.target_q1 = critic("target_q1", encoder("target_q1_encoder"))
@@ -465,7 +485,8 @@ class SACLearner:
         target_entropy = tf.concat(targets, axis=1)
         with tf.GradientTape() as tape:
             alpha_loss = entropy_coefficient_loss(self.log_alpha, entropy, target_entropy)
-        self.entropy_optimizer.apply_gradients([(tape.gradient(alpha_loss, self.log_alpha), self.log_alpha)])
+        if self.settings.hyperparameters.learn_entcoef:  # else held at init_entcoef (SB3's fixed ent_coef)
+            self.entropy_optimizer.apply_gradients([(tape.gradient(alpha_loss, self.log_alpha), self.log_alpha)])
 
         for online, target_var in zip(self._q_vars, self._target_vars, strict=True):
             target_var.assign(polyak_average(online, target_var, tau))

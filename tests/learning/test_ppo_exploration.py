@@ -38,12 +38,20 @@ STEP_BUDGET = 6000
 """Trainer steps (experiences taken in)."""
 
 
-async def far_goal_client(address: str, index: int, continuous: bool, agents: int, seed: int, stop: asyncio.Event) -> RunStats:
-    env = SimpleEnv(
-        agents, continuous=continuous, behavior_name=harness.BEHAVIOR, seed=seed * 1000 + index, step_size=STEP_SIZE
-    )
-    async with EnvSession(address, f"far-goal-{index}", [env.brain_parameters]) as session:
-        return await run_env(session, env, harness.BEHAVIOR, stop=stop)
+def far_goal(step_size: float) -> harness.EnvClient:
+    """An env client of the 1-D task whose goal lies ``1 / step_size`` full moves away."""
+
+    async def client(address: str, index: int, continuous: bool, agents: int, seed: int, stop: asyncio.Event) -> RunStats:
+        env = SimpleEnv(
+            agents, continuous=continuous, behavior_name=harness.BEHAVIOR, seed=seed * 1000 + index, step_size=step_size
+        )
+        async with EnvSession(address, f"far-goal-{index}", [env.brain_parameters]) as session:
+            return await run_env(session, env, harness.BEHAVIOR, stop=stop)
+
+    return client
+
+
+far_goal_client = far_goal(STEP_SIZE)
 
 
 def reached(result: TrainerResult) -> bool:

@@ -177,7 +177,16 @@ def test_stepstream_ppo_keys_default_to_sb3s_variants() -> None:
         "sde_sample_freq": -1,
         "use_expln": False,
     }
-    for cls in (SACHyperparameters, BCHyperparameters, NetworkSettings, RewardSignalSettings, BehaviorSettings):
+    sac = SACHyperparameters()  # gSDE's keys, with SB3's SAC default for sigma's initial log
+    assert {key: getattr(sac, key) for key in _stepstream_keys(SACHyperparameters)} == {
+        "activation": ActivationType.SWISH,
+        "learn_entcoef": True,
+        "log_std_init": -3.0,
+        "use_sde": False,
+        "sde_sample_freq": -1,
+        "use_expln": False,
+    }
+    for cls in (BCHyperparameters, NetworkSettings, RewardSignalSettings, BehaviorSettings):
         assert _stepstream_keys(cls) == set(), cls
 
 

@@ -1,8 +1,10 @@
-"""gSDE (PPO's ``use_sde``): the network's distribution maths, its export, the processor's held matrices and acting.
+"""gSDE (PPO's and SAC's ``use_sde``): the network's distribution maths, its export, the processor's held matrices
+and acting.
 
-The maths pinned here is SB3's ``StateDependentNoiseDistribution`` (``full_std``, ``learn_features`` False): the noise
-``latent(s) @ W``, ``W ~ N(0, sigma^2)`` [L, C], has the per-state variance ``latent^2 @ sigma^2`` (+ 1e-6), and only
-sigma, not the features, gets the gradient of that std.
+The maths pinned here is SB3's ``StateDependentNoiseDistribution`` (``full_std``): the noise ``latent(s) @ W``,
+``W ~ N(0, sigma^2)`` [L, C], has the per-state variance ``latent^2 @ sigma^2`` (+ 1e-6). PPO's (``learn_features``
+False) gives only sigma, not the features, the gradient of that std; SAC's (SB3's SAC actor: ``learn_features`` True,
+the mean clipped at 2) gives the features theirs too, and squashes the action with tanh.
 """
 
 from __future__ import annotations
@@ -13,7 +15,14 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from common.config import BehaviorSettings, ConfigKeyError, NetworkSettings, PPOHyperparameters
+from common.config import (
+    BehaviorSettings,
+    ConfigKeyError,
+    NetworkSettings,
+    PPOHyperparameters,
+    SACHyperparameters,
+    TrainerType,
+)
 from common.errors import ProtocolError
 from common.policy_contract import LOG_STD, MEAN, SDE_EPSILON, SDE_NOISE_SCALE
 from common.specs import ActionSpec, BrainParameters, ObservationSpec
@@ -23,6 +32,7 @@ from processor.inference import Policy
 from trainer.export import TFLiteExporter, export_tflite, make_policy_update
 from trainer.networks import PolicyNetwork, expln
 from trainer.ppo import MiniBatch, PPOLearner, action_log_probs_and_entropy
+from trainer.sac import SDE_CLIP_MEAN, SACLearner, squashed_gaussian_sample
 
 HIDDEN, C = 8, 2
 OBS = np.random.default_rng(1).standard_normal((5, 3)).astype(np.float32)
@@ -139,6 +149,20 @@ def test_the_processor_holds_matrices_for_sde_sample_freq_or_the_time_horizon() 
 
 
 @pytest.mark.parametrize(
+    ("hp", "held"), [({"use_sde": True}, (8, 32)), ({"use_sde": True, "sde_sample_freq": 4}, (4, 32)), ({}, (1, 0))]
+)
+def test_the_processor_holds_sac_matrices_as_ppo_ones(hp: dict[str, object], held: tuple[int, int]) -> None:
+    settings = BehaviorSettings(
+        trainer_type=TrainerType.SAC,
+        hyperparameters=SACHyperparameters(**hp),  # type: ignore[arg-type]
+        network_settings=NetworkSettings(hidden_units=32),
+        time_horizon=8,
+    )
+    runtime = BehaviorRuntime.from_settings(settings)
+    assert (runtime.noise_hold_steps, runtime.sde_latent_size) == held
+
+
+@pytest.mark.parametrize(
     ("hp", "match"),
     [
         ({"sde_sample_freq": 0}, "sde_sample_freq: must be -1 or >= 1, got 0"),
@@ -149,6 +173,19 @@ def test_the_processor_holds_matrices_for_sde_sample_freq_or_the_time_horizon() 
 def test_sde_keys_are_checked(hp: dict[str, object], match: str) -> None:
     with pytest.raises(ConfigKeyError, match=match):
         PPOHyperparameters(**hp)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("hp", "match"),
+    [
+        ({"sde_sample_freq": 0}, "sde_sample_freq: must be -1 or >= 1, got 0"),
+        ({"log_std_init": -21.0}, r"log_std_init: must be in \[-20, 2\], got -21.0"),
+    ],
+    ids=["no-steps", "log-std"],
+)
+def test_sac_sde_keys_are_checked(hp: dict[str, object], match: str) -> None:
+    with pytest.raises(ConfigKeyError, match=match):
+        SACHyperparameters(**hp)  # type: ignore[arg-type]
 
 
 def test_ppo_recomputes_the_log_prob_the_processor_stored_for_gsde_actions() -> None:
@@ -167,3 +204,38 @@ def test_ppo_recomputes_the_log_prob_the_processor_stored_for_gsde_actions() -> 
     batch = MiniBatch((OBS,), out.continuous_actions, np.zeros((5, 0), np.int32), None, *[zeros] * 4, ones)
     log_probs, _ = action_log_probs_and_entropy(learner.policy(learner.normalizers[0].normalize(OBS)), batch, ())
     np.testing.assert_allclose(log_probs.numpy(), out.continuous_log_probs.sum(axis=1), rtol=1e-4, atol=1e-4)
+
+
+def sac_sde_learner(log_std_init: float = -0.5) -> SACLearner:
+    brain = BrainParameters("Car", (ObservationSpec((3,), np.dtype(np.float32)),), ActionSpec(C))
+    hp = SACHyperparameters(batch_size=8, buffer_size=64, use_sde=True, log_std_init=log_std_init, use_expln=True)
+    network = NetworkSettings(hidden_units=HIDDEN, num_layers=2)
+    return SACLearner(brain, BehaviorSettings(trainer_type=TrainerType.SAC, hyperparameters=hp, network_settings=network))
+
+
+def test_sac_acts_tanh_of_latent_at_w_and_stores_the_squashed_log_prob_its_learner_computes() -> None:
+    """The processor's squashed gSDE action and log-prob are the learner's maths (``squashed_gaussian_sample``) for the
+    same per-state eps: what SAC's gradient step samples from is what the agents acted with."""
+    learner = sac_sde_learner()
+    assert learner.policy.log_std is not None and learner.policy.log_std.shape == (HIDDEN, C)
+    policy = Policy.from_update(learner.export_policy(1, 0))
+    assert policy.tanh_squash and policy.sde_latent_size == HIDDEN
+    e = np.random.default_rng(3).standard_normal((5, HIDDEN, C)).astype(np.float32)
+    out = policy.act([OBS], None, np.random.default_rng(0), noise=e)
+    raw = learner.policy(OBS)  # normalize is off: the processor gives the network the raw observations
+    noise = np.einsum("nlc,nlc->nc", raw[SDE_NOISE_SCALE].numpy(), e)
+    want_a, want_log_p = squashed_gaussian_sample(raw[MEAN], raw[LOG_STD], noise / np.exp(raw[LOG_STD].numpy()))
+    np.testing.assert_allclose(out.continuous_actions, want_a.numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(out.continuous_log_probs, want_log_p.numpy(), rtol=1e-4, atol=1e-4)
+
+
+def test_sac_sde_std_trains_the_features_and_its_mean_is_clipped() -> None:
+    learner = sac_sde_learner()
+    policy = learner.policy
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(policy(OBS)[LOG_STD])
+    grads = tape.gradient(loss, policy.body.trainable_variables)
+    assert any(g is not None and np.any(g.numpy()) for g in grads)  # learn_features, as SB3's SAC actor
+    assert policy.mean_head is not None
+    policy.mean_head.bias.assign(np.full(C, 50.0, np.float32))
+    np.testing.assert_array_equal(policy(OBS)[MEAN].numpy(), np.full((5, C), SDE_CLIP_MEAN, np.float32))

@@ -14,6 +14,7 @@ import tensorflow as tf
 
 import processor.inference as inference
 from common.config import (
+    ActivationType,
     BehaviorSettings,
     ConfigKeyError,
     GAILSettings,
@@ -28,6 +29,7 @@ from common.config import (
 from common.specs import ActionSpec, BrainParameters, ObservationSpec
 from common.trajectory import DONE, REWARDS, Trajectory, TrajectoryId
 from processor.inference import Policy
+from trainer.networks import swish
 from trainer.sac import (
     TANH_LOG_EPSILON,
     SACBatch,
@@ -343,6 +345,28 @@ def test_one_masked_update_changes_every_network_and_reports_metrics(
     before = variables_of(learner)
     check_update(learner, before, learner.update(), frozen_kinds)
     assert int(learner.q_optimizer.iterations.numpy()) == 4  # 12 rows, batch 8: 4 earned
+
+
+@pytest.mark.parametrize(
+    ("activation", "function"), [(None, swish), (ActivationType.RELU, tf.nn.relu)], ids=["default-swish", "relu"]
+)
+def test_activation_is_the_hidden_layers_of_the_policy_and_every_critic(
+    activation: ActivationType | None, function: object
+) -> None:
+    """SAC's ``activation`` (stepstream's key; swish, ML-Agents', unless set: SB3's SAC uses relu)."""
+    hyper = {} if activation is None else {"activation": activation}
+    learner = make_learner(CONTINUOUS, sac_settings(**hyper))
+    for network in (learner.policy, learner.q1, learner.q2, learner.target_q1, learner.target_q2):
+        assert [layer.activation for layer in network.body.layers] == [function, function]
+
+
+@pytest.mark.parametrize("use_sde", [False, True], ids=["white-noise", "gsde"])
+def test_a_fixed_entropy_coefficient_stays_while_every_network_trains(use_sde: bool) -> None:
+    """``learn_entcoef: false`` (SB3's fixed ``ent_coef``): the networks update, the coefficients do not."""
+    learner = make_learner(HYBRID, sac_settings(init_entcoef=0.5, learn_entcoef=False, use_sde=use_sde), seed=1)
+    learner.add_trajectories([make_trajectory(HYBRID, 12, seed=2, done=True)])
+    before = variables_of(learner)
+    check_update(learner, before, learner.update(), frozen_kinds=(0, 1))
 
 
 @pytest.mark.parametrize("brain", [CONTINUOUS, HYBRID], ids=["continuous-normalized", "hybrid"])
