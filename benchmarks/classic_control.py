@@ -209,6 +209,26 @@ steps, the same driver, seeds 0 / 1: ``noise_hold_steps`` 1 (as shipped) final -
 51.2k steps, 75.4 / 84.3 s (CPU 58.5 / 55.9 s); 4: -171.0 / -181.6, by 72.0k / 60.0k steps, 73.2 / 69.1 s (CPU
 58.0 / 53.9 s). More steps with the noise held, seconds within the load's noise: not set in pendulum_ppo.yaml.
 
+Why SAC never found MountainCarContinuous-v0's flag, measured 2026-12-07 01:37-02:08 (quiet machine, two runs at a
+time), our side only, seed 0 unless said, 50k steps, ``classic_control.py --tasks sac-mountaincarcontinuous --seeds S
+--skip-sb3 --config <copy>`` (one key changed per copy). Figures: final (last-20 mean at 50k), steps / s to 90.
+
+* the cause was exploration: with white noise (2026-12-02) every episode ran to the 999-step limit. With gSDE
+  (SAC's ``use_sde``, new in this session; ``sde_sample_freq`` 32 for the zoo's ``train_freq`` rollout, ``use_expln``)
+  the flag came within the first 5k steps and the window passed 90 at 8.7-10.5k steps in every run below, against
+  SB3's 18.9k / 15.1k (seeds 0 / 1).
+* but with our default swish networks it relapsed: after 90 came runs of 999-step episodes at near full throttle
+  (-40 to -90 each, mean action^2 0.6-0.9), and the finals were log_std_init -2.0 / -3.67: 15.1 / -13.4 with the
+  entropy coefficient learned from 0.1, -13.5 / -22.9 held at 0.1 (``learn_entcoef: false``, the zoo's fixed
+  ``ent_coef``); ``time_horizon`` 32 with ``max_queued_trajectories`` 2 (the acting policy at most ~64 gradient steps
+  old, as SB3's 32): 84.2 / -61.2 at 37-38k steps, stopped there. SB3's own runs (``classic_control_sb3.py`` with an
+  episode log) also fail a few 999-step episodes before 17k steps, then settle at 70-90-step episodes.
+* SB3's SAC networks use relu: ``activation: relu`` (SAC's new key), the zoo's -3.67, coefficient held: 95.2, at 90 by
+  11.0k steps / 51.2 s (beside another run); seed 1: 94.9, 10.8k / 59.4 s; learned from 0.1 instead, seed 0: 95.5,
+  13.3k / 74.6 s. Kept in mountaincarcontinuous_sac.yaml: relu, the coefficient held (the zoo's), gSDE as the zoo's.
+  Our initial action std at -3.67 is ~0.009 (relu; ~0.005 swish) where SB3's is ~0.028, measured over 200 random
+  states of the initial networks on both sides.
+
 Suite runs (record each with its date):
 
 * 2026-12-01, ``classic_control.py --tasks ppo-acrobot --seeds 0`` (load 7.8-9.2, other work beside it):

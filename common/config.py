@@ -67,6 +67,7 @@ from common.config_sections import (
     RewardSignalType,
     SACHyperparameters,
     ScheduleType,
+    StateDependentExploration,
     TrainerType,
 )
 from common.env_paths import GYM_PREFIX, SIMPLE_BEHAVIOR, SIMPLE_KINDS, SIMPLE_PREFIX
@@ -98,6 +99,7 @@ __all__ = [
     "RunOptions",
     "SACHyperparameters",
     "ScheduleType",
+    "StateDependentExploration",
     "TrainerType",
     "behavior_name_for_env",
     "load_config",

@@ -232,6 +232,27 @@ def test_stepstream_ppo_keys_parse_strictly() -> None:
         _behavior({"trainer_type": "sac", "hyperparameters": {"max_grad_norm": 0.5}})
 
 
+def test_stepstream_sac_keys_parse_strictly() -> None:
+    own = {"use_sde": True, "sde_sample_freq": 32, "log_std_init": -3.67, "use_expln": True, "activation": "relu"}
+    parsed = _behavior({"trainer_type": "sac", "hyperparameters": {**own, "learn_entcoef": False}}).behaviors["CartPole"]
+    assert parsed.hyperparameters == SACHyperparameters(
+        use_sde=True,
+        sde_sample_freq=32,
+        log_std_init=-3.67,
+        use_expln=True,
+        activation=ActivationType.RELU,
+        learn_entcoef=False,
+    )
+    assert (parsed.noise_hold_steps, parsed.sde_latent_size) == (32, NetworkSettings().hidden_units)
+    key = "behaviors.CartPole.hyperparameters"
+    with pytest.raises(ConfigKeyError, match=rf"{key}\.learn_entcoef: expected true or false, got str 'no'"):
+        _behavior({"trainer_type": "sac", "hyperparameters": {"learn_entcoef": "no"}})
+    with pytest.raises(ConfigKeyError, match=rf"{key}\.sde_sample_freq: must be -1 or >= 1, got 0"):
+        _behavior({"trainer_type": "sac", "hyperparameters": {"sde_sample_freq": 0}})
+    with pytest.raises(ConfigKeyError, match=r"'noise_hold_steps' is a ppo hyperparameter"):
+        _behavior({"trainer_type": "sac", "hyperparameters": {"noise_hold_steps": 4}})
+
+
 def test_behavior_defaults_match_ml_agents() -> None:
     settings = _behavior({}).behaviors["CartPole"]
     assert settings.trainer_type is TrainerType.PPO
