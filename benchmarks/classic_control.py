@@ -34,8 +34,11 @@ Deviations of the translation (each config's comments say which apply):
   PyTorch init gives ~0.065: translate by measuring (below). Without gSDE, held white noise is the PPO key
   ``noise_hold_steps``; measured below, not set in the configs.
 * ``vf_coef`` (MountainCarContinuous PPO, 0.19): stepstream's value loss weight is fixed at 0.5.
-* SAC ``ent_coef`` fixed (MountainCarContinuous, 0.1): stepstream's SAC learns it from ``init_entcoef``;
-  ``train_freq`` / ``gradient_steps`` 32 / 32 -> ``steps_per_update`` 1 (the same ratio).
+* SAC ``ent_coef`` fixed (MountainCarContinuous, 0.1) -> ``init_entcoef`` 0.1 with SAC's ``learn_entcoef: false``
+  (ML-Agents always learns it); ``use_sde`` / ``log_std_init`` / ``use_expln`` -> SAC's keys of the same names, with
+  ``sde_sample_freq`` 32 for the zoo's ``train_freq`` rollout; SB3's SAC networks use relu -> SAC's ``activation:
+  relu`` (ML-Agents' swish is the default); ``train_freq`` / ``gradient_steps`` 32 / 32 -> ``steps_per_update`` 1
+  (the same ratio).
 * ``policy_kwargs`` ``ortho_init=False`` -> ``orthogonal_init: false``; ``max_grad_norm`` -> ``max_grad_norm``;
   ``net_arch`` -> ``hidden_units`` / ``num_layers``.
 * ``n_envs`` -> ``num_envs``, with ``buffer_size = n_envs * n_steps`` and ``time_horizon = n_steps`` (CartPole:
@@ -340,6 +343,13 @@ Suite runs (record each with its date):
   1-2 not run. The coefficient held at 0.1 (a temporary switch skipping its update, not kept; our side, seed 0,
   14:39-14:44): final -25.9, again every episode to the limit, none at the flag: near-uniform actions in [-1, 1]
   pay the action cost and never climb. What is left is gSDE's held, state-dependent noise in our SAC: not built.
+* 2026-12-07 02:12-02:45, ``classic_control.py --tasks sac-mountaincarcontinuous --seeds 0 1 2`` on the quiet machine
+  (load 1.0-1.6, nothing beside it), with SAC's gSDE, ``activation: relu`` and ``learn_entcoef: false`` (above): ours
+  final 95.2 / 94.9 / 63.0 (median 94.9), at 90 by 11.0k / 10.8k / 12.3k steps, 48.6 / 52.3 / 41.7 s (median 48.6
+  s); SB3 93.3 / 93.7 / 94.1 (median 93.7), at 18.9k / 15.1k / 15.4k steps, 110.7 / 97.8 / 87.5 s from its process
+  start (109.1 / 96.4 / 86.3 after its imports). Met: final median above the peer's, time 0.50x. Seed 2 relapsed
+  late (999-step failures at 22-45k steps, final 63.0) where every peer seed settled into 70-90-step episodes; seed
+  0's figures repeated the earlier run's exactly (one env: our run is deterministic per seed).
 * 2026-12-02 21:07-21:22, ``classic_control.py --tasks ppo-acrobot ppo-mountaincar --seeds 0 1 2`` (quiet machine,
   load 0.2-1.2; the first run with the peer on the process-start clock too). Acrobot: ours final -77.8 / -80.1 /
   -94.0 (median -80.1), at -100 by 74.3k / 84.3k / 68.2k steps, 21.2 / 23.3 / 18.4 s (median 21.2 s); SB3 -89.3 /
