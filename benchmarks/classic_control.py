@@ -231,6 +231,13 @@ time), our side only, seed 0 unless said, 50k steps, ``classic_control.py --task
   13.3k / 74.6 s. Kept in mountaincarcontinuous_sac.yaml: relu, the coefficient held (the zoo's), gSDE as the zoo's.
   Our initial action std at -3.67 is ~0.009 (relu; ~0.005 swish) where SB3's is ~0.028, measured over 200 random
   states of the initial networks on both sides.
+* the acting policy's age (02:48-03:16, two runs at a time): the 3-seed suite run below with relu relapsed late on
+  seed 2 (final 63.0). With ``time_horizon`` 64 and the derived queue (max(4, 512 / 64) = 8 trajectories) the trainer
+  took ~500 rows at a time and the env acted on with a policy that many gradient steps old (SB3's is at most 32, one
+  ``train_freq`` rollout). ``time_horizon`` 32 with ``max_queued_trajectories`` 2 (at most ~64): seeds 0 / 1 / 2
+  final 94.2 / 94.9 / 93.8, at 90 by 8.6k / 9.1k / 8.1k steps, 35.9 / 37.6 / 34.9 s (two runs at a time), against
+  95.2 / 94.9 / 63.0, 11.0k / 10.8k / 12.3k steps as before; seed 3 as before: 95.1, 9.5k steps / 38.3 s. Kept in
+  mountaincarcontinuous_sac.yaml.
 
 Suite runs (record each with its date):
 
@@ -350,6 +357,11 @@ Suite runs (record each with its date):
   start (109.1 / 96.4 / 86.3 after its imports). Met: final median above the peer's, time 0.50x. Seed 2 relapsed
   late (999-step failures at 22-45k steps, final 63.0) where every peer seed settled into 70-90-step episodes; seed
   0's figures repeated the earlier run's exactly (one env: our run is deterministic per seed).
+* 2026-12-07 02:54-03:24, the same with the shipped ``time_horizon`` 32 and ``max_queued_trajectories`` 2 (quiet
+  machine; load 2.5 at the start as two A/B runs ended, then 1.0-1.6): ours final 94.2 / 94.9 / 94.2 (median 94.2), at
+  90 by 8.6k / 9.1k / 8.1k steps, 31.0 / 45.6 / 35.8 s (median 35.8 s); SB3 93.3 / 93.7 / 94.1 (median 93.7), at
+  18.9k / 15.1k / 15.4k steps, 112.1 / 91.4 / 108.1 s from its process start (110.2 / 90.2 / 106.8 after its
+  imports). Met: the final above the peer's on every seed, time 0.33x.
 * 2026-12-02 21:07-21:22, ``classic_control.py --tasks ppo-acrobot ppo-mountaincar --seeds 0 1 2`` (quiet machine,
   load 0.2-1.2; the first run with the peer on the process-start clock too). Acrobot: ours final -77.8 / -80.1 /
   -94.0 (median -80.1), at -100 by 74.3k / 84.3k / 68.2k steps, 21.2 / 23.3 / 18.4 s (median 21.2 s); SB3 -89.3 /
