@@ -362,6 +362,11 @@ Suite runs (record each with its date):
   90 by 8.6k / 9.1k / 8.1k steps, 31.0 / 45.6 / 35.8 s (median 35.8 s); SB3 93.3 / 93.7 / 94.1 (median 93.7), at
   18.9k / 15.1k / 15.4k steps, 112.1 / 91.4 / 108.1 s from its process start (110.2 / 90.2 / 106.8 after its
   imports). Met: the final above the peer's on every seed, time 0.33x.
+* 2026-12-07 03:24-03:31, ppo-mountaincar, our side only, seeds 0 / 1, two runs at a time (``--skip-sb3 --config`` a
+  copy of mountaincar_ppo.yaml): ``normalize_reward: true`` with strength 1 (VecNormalize's reward half instead of
+  the constant 0.3): final -115.8 / -144.0, at -110 by 253.0k steps / never; ``max_queued_trajectories`` 4 (a fresher
+  acting policy, as SAC's fix above): -109.2 / -106.2, by 195.3k / 214.6k steps. The shipped config took 122k / 173k
+  (2026-12-02 15:01) and 209k / 119k (21:07) on these seeds: neither is the missing lever; not kept.
 * 2026-12-02 21:07-21:22, ``classic_control.py --tasks ppo-acrobot ppo-mountaincar --seeds 0 1 2`` (quiet machine,
   load 0.2-1.2; the first run with the peer on the process-start clock too). Acrobot: ours final -77.8 / -80.1 /
   -94.0 (median -80.1), at -100 by 74.3k / 84.3k / 68.2k steps, 21.2 / 23.3 / 18.4 s (median 21.2 s); SB3 -89.3 /
