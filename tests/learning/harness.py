@@ -43,7 +43,7 @@ from envclient.simple_env import SimpleEnv, expert_actions, goal_of_images, simp
 from processor.behaviors import BehaviorCounters, BehaviorRuntime, ProcessorSettings
 from processor.server import ProcessorServer, ServerOptions
 from trainer.learner import Learner
-from trainer.loop import TrainerLoop, TrainerResult, configure_tf_threads
+from trainer.loop import CONDITION, TrainerLoop, TrainerResult, configure_tf_threads
 from trainer.registry import make_learner
 
 logger = logging.getLogger(__name__)
@@ -73,6 +73,15 @@ class LearningRun:
     def env_experiences(self) -> int:
         """Experiences the env clients' rows imply (``RunStats.experiences``), summed."""
         return sum(s.experiences for s in self.envs)
+
+
+def assert_stopped_at_condition(result: TrainerResult, window: int) -> np.ndarray:
+    """Asserts that the run stopped at its ``should_stop`` condition (its threshold), saying where its last ``window``
+    episodes stood if not; returns their returns."""
+    last = np.asarray(result.episode_rewards[-window:])
+    why = f"after {result.steps} steps and {result.updates} updates, the last {window} episodes average {last.mean():.3f}"
+    assert result.stopped_by == CONDITION, why
+    return last
 
 
 def train_on_simple_env(

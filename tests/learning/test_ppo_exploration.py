@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 
-import numpy as np
 import pytest
 
 from common.config import PPOHyperparameters
@@ -26,7 +25,7 @@ from envclient.session import EnvSession
 from envclient.simple_env import SimpleEnv
 from tests.learning import harness
 from tests.learning.test_ppo_learning import WINDOW, ppo_settings
-from trainer.loop import CONDITION, TrainerResult
+from trainer.loop import TrainerResult
 
 pytestmark = pytest.mark.learning
 
@@ -72,6 +71,4 @@ def test_ppo_reaches_a_far_goal_with_noise_held_for_the_episode() -> None:
         client=far_goal_client,
     )
     result = run.trainer
-    last = np.asarray(result.episode_rewards[-WINDOW:])
-    why = f"after {result.steps} steps and {result.updates} updates, the last {WINDOW} episodes average {last.mean():.3f}"
-    assert result.stopped_by == CONDITION, why
+    harness.assert_stopped_at_condition(result, WINDOW)

@@ -13,7 +13,6 @@ trajectories (here 2), so env clients wait for the trainer and each update sees 
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 from common.config import (
@@ -26,7 +25,7 @@ from common.config import (
 )
 from envclient.simple_env import BEST_RETURN
 from tests.learning import harness
-from trainer.loop import CONDITION, TrainerResult
+from trainer.loop import TrainerResult
 
 pytestmark = pytest.mark.learning
 
@@ -71,8 +70,6 @@ def test_ppo_reaches_the_goal(continuous: bool, seed: int) -> None:
         ppo_settings(), continuous=continuous, seed=seed, max_trainer_steps=budget, should_stop=reached, timeout_s=240.0
     )
     result = run.trainer
-    last = np.asarray(result.episode_rewards[-WINDOW:])
-    why = f"after {result.steps} steps and {result.updates} updates, the last {WINDOW} episodes average {last.mean():.3f}"
-    assert result.stopped_by == CONDITION, why
+    last = harness.assert_stopped_at_condition(result, WINDOW)
     assert result.steps <= budget + QUEUE_SIZE * 64 and result.updates >= 2
     assert (last <= BEST_RETURN + 1e-6).all()

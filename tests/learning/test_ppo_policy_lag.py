@@ -17,12 +17,10 @@ from __future__ import annotations
 
 import dataclasses
 
-import numpy as np
 import pytest
 
 from tests.learning import harness
 from tests.learning.test_ppo_learning import WINDOW, ppo_settings, reached
-from trainer.loop import CONDITION
 
 pytestmark = pytest.mark.learning
 
@@ -48,6 +46,4 @@ def test_ppo_reaches_the_goal_from_lagged_trajectories() -> None:
         timeout_s=240.0,
     )
     result = run.trainer
-    last = np.asarray(result.episode_rewards[-WINDOW:])
-    why = f"after {result.steps} steps and {result.updates} updates, the last {WINDOW} episodes average {last.mean():.3f}"
-    assert result.stopped_by == CONDITION, why
+    harness.assert_stopped_at_condition(result, WINDOW)

@@ -17,14 +17,13 @@ from __future__ import annotations
 
 import dataclasses
 
-import numpy as np
 import pytest
 
 from common.config import SACHyperparameters
 from tests.learning import harness
 from tests.learning.test_ppo_exploration import far_goal
 from tests.learning.test_sac_learning import WINDOW, sac_settings
-from trainer.loop import CONDITION, TrainerResult
+from trainer.loop import TrainerResult
 
 pytestmark = pytest.mark.learning
 
@@ -57,6 +56,4 @@ def test_sac_reaches_a_far_goal_with_gsde() -> None:
         client=far_goal(STEP_SIZE),
     )
     result = run.trainer
-    last = np.asarray(result.episode_rewards[-WINDOW:])
-    why = f"after {result.steps} steps and {result.updates} updates, the last {WINDOW} episodes average {last.mean():.3f}"
-    assert result.stopped_by == CONDITION, why
+    harness.assert_stopped_at_condition(result, WINDOW)

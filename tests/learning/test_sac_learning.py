@@ -14,7 +14,6 @@ makes the clients wait for the trainer, so the policy that acts is at most a few
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 from common.config import (
@@ -28,7 +27,7 @@ from common.config import (
 )
 from envclient.simple_env import BEST_RETURN
 from tests.learning import harness
-from trainer.loop import CONDITION, TrainerResult
+from trainer.loop import TrainerResult
 
 pytestmark = pytest.mark.learning
 
@@ -84,9 +83,7 @@ def test_sac_reaches_the_goal(continuous: bool, seed: int) -> None:
         timeout_s=240.0,
     )
     result = run.trainer
-    last = np.asarray(result.episode_rewards[-WINDOW:])
-    why = f"after {result.steps} steps and {result.updates} updates, the last {WINDOW} episodes average {last.mean():.3f}"
-    assert result.stopped_by == CONDITION, why
+    last = harness.assert_stopped_at_condition(result, WINDOW)
     assert result.steps <= STEP_BUDGET + TIME_HORIZON and result.updates >= 2  # the loop overshoots by one trajectory at most
     assert (last <= BEST_RETURN + 1e-6).all()
 

@@ -19,7 +19,6 @@ from envclient.unity.gateway import GatewayServer, GatewaySettings
 from tests.learning import harness
 from tests.learning.test_ppo_learning import QUEUE_SIZE, STEP_BUDGET, WINDOW, ppo_settings, reached
 from tests.unity_fake import FakeUnity, agent_info, brain_proto
-from trainer.loop import CONDITION
 
 pytestmark = pytest.mark.learning
 
@@ -77,7 +76,5 @@ def test_ppo_reaches_the_goal_through_the_gateway(continuous: bool) -> None:
         client=unity_client,
     )
     result = run.trainer
-    last = np.asarray(result.episode_rewards[-WINDOW:])
-    why = f"after {result.steps} steps and {result.updates} updates, the last {WINDOW} episodes average {last.mean():.3f}"
-    assert result.stopped_by == CONDITION, why
+    harness.assert_stopped_at_condition(result, WINDOW)
     assert result.steps <= budget + QUEUE_SIZE * 64 and result.updates >= 2

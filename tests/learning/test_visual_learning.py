@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 
-import numpy as np
 import pytest
 
 from common.config import BehaviorSettings, EncoderType
@@ -29,7 +28,6 @@ from tests.learning.test_sac_learning import TIME_HORIZON as SAC_TIME_HORIZON
 from tests.learning.test_sac_learning import sac_settings
 from trainer.bc import BCLearner
 from trainer.encoders import MIN_RESOLUTION
-from trainer.loop import CONDITION
 from trainer.summaries import CLONING_LOSS
 
 pytestmark = pytest.mark.learning
@@ -72,9 +70,7 @@ def test_ppo_learns_from_pixels(encoder: EncoderType, shared_critic: bool) -> No
         image_shape=frame(encoder),
     )
     result = run.trainer
-    last = np.asarray(result.episode_rewards[-WINDOW:])
-    why = f"after {result.steps} steps and {result.updates} updates, the last {WINDOW} episodes average {last.mean():.3f}"
-    assert result.stopped_by == CONDITION, why
+    last = harness.assert_stopped_at_condition(result, WINDOW)
     assert result.steps <= budget + PPO_QUEUE_SIZE * 64 and result.updates >= 2
     assert (last <= BEST_RETURN + 1e-6).all()
 
@@ -103,9 +99,7 @@ def test_sac_learns_from_pixels(continuous: bool) -> None:
         image_shape=frame(EncoderType.SIMPLE),
     )
     result = run.trainer
-    last = np.asarray(result.episode_rewards[-WINDOW:])
-    why = f"after {result.steps} steps and {result.updates} updates, the last {WINDOW} episodes average {last.mean():.3f}"
-    assert result.stopped_by == CONDITION, why
+    last = harness.assert_stopped_at_condition(result, WINDOW)
     assert result.steps <= SAC_PIXEL_STEP_BUDGET + SAC_TIME_HORIZON and result.updates >= 2
     assert (last <= BEST_RETURN + 1e-6).all()
 
