@@ -134,10 +134,14 @@ def test_each_agent_holds_one_matrix_redrawn_after_hold_steps_and_freed_at_done(
     assert len(held) == 0 and held.capacity == 0
 
 
-def test_the_processor_holds_matrices_for_sde_sample_freq_or_the_time_horizon() -> None:
+@pytest.mark.parametrize("trainer_type", [TrainerType.PPO, TrainerType.SAC], ids=["ppo", "sac"])
+def test_the_processor_holds_matrices_for_sde_sample_freq_or_the_time_horizon(trainer_type: TrainerType) -> None:
+    hyperparameters = {TrainerType.PPO: PPOHyperparameters, TrainerType.SAC: SACHyperparameters}[trainer_type]
+
     def runtime(**hp: object) -> BehaviorRuntime:
         settings = BehaviorSettings(
-            hyperparameters=PPOHyperparameters(**hp),  # type: ignore[arg-type]
+            trainer_type=trainer_type,
+            hyperparameters=hyperparameters(**hp),  # type: ignore[arg-type]
             network_settings=NetworkSettings(hidden_units=32),
             time_horizon=8,
         )
@@ -149,43 +153,18 @@ def test_the_processor_holds_matrices_for_sde_sample_freq_or_the_time_horizon() 
 
 
 @pytest.mark.parametrize(
-    ("hp", "held"), [({"use_sde": True}, (8, 32)), ({"use_sde": True, "sde_sample_freq": 4}, (4, 32)), ({}, (1, 0))]
-)
-def test_the_processor_holds_sac_matrices_as_ppo_ones(hp: dict[str, object], held: tuple[int, int]) -> None:
-    settings = BehaviorSettings(
-        trainer_type=TrainerType.SAC,
-        hyperparameters=SACHyperparameters(**hp),  # type: ignore[arg-type]
-        network_settings=NetworkSettings(hidden_units=32),
-        time_horizon=8,
-    )
-    runtime = BehaviorRuntime.from_settings(settings)
-    assert (runtime.noise_hold_steps, runtime.sde_latent_size) == held
-
-
-@pytest.mark.parametrize(
-    ("hp", "match"),
+    ("hyperparameters", "hp", "match"),
     [
-        ({"sde_sample_freq": 0}, "sde_sample_freq: must be -1 or >= 1, got 0"),
-        ({"use_sde": True, "noise_hold_steps": 4}, "noise_hold_steps: must be 1 with use_sde"),
+        (PPOHyperparameters, {"sde_sample_freq": 0}, "sde_sample_freq: must be -1 or >= 1, got 0"),
+        (PPOHyperparameters, {"use_sde": True, "noise_hold_steps": 4}, "noise_hold_steps: must be 1 with use_sde"),
+        (SACHyperparameters, {"sde_sample_freq": 0}, "sde_sample_freq: must be -1 or >= 1, got 0"),
+        (SACHyperparameters, {"log_std_init": -21.0}, r"log_std_init: must be in \[-20, 2\], got -21.0"),
     ],
-    ids=["no-steps", "two-holds"],
+    ids=["no-steps", "two-holds", "sac-no-steps", "sac-log-std"],
 )
-def test_sde_keys_are_checked(hp: dict[str, object], match: str) -> None:
+def test_sde_keys_are_checked(hyperparameters: type, hp: dict[str, object], match: str) -> None:
     with pytest.raises(ConfigKeyError, match=match):
-        PPOHyperparameters(**hp)  # type: ignore[arg-type]
-
-
-@pytest.mark.parametrize(
-    ("hp", "match"),
-    [
-        ({"sde_sample_freq": 0}, "sde_sample_freq: must be -1 or >= 1, got 0"),
-        ({"log_std_init": -21.0}, r"log_std_init: must be in \[-20, 2\], got -21.0"),
-    ],
-    ids=["no-steps", "log-std"],
-)
-def test_sac_sde_keys_are_checked(hp: dict[str, object], match: str) -> None:
-    with pytest.raises(ConfigKeyError, match=match):
-        SACHyperparameters(**hp)  # type: ignore[arg-type]
+        hyperparameters(**hp)
 
 
 def test_ppo_recomputes_the_log_prob_the_processor_stored_for_gsde_actions() -> None:
