@@ -29,17 +29,19 @@ Deviations of the translation (each config's comments say which apply):
   a trajectory in.
 * ``use_sde`` / ``sde_sample_freq`` / ``log_std_init`` / ``use_expln`` (MountainCarContinuous, Pendulum PPO):
   the PPO keys of the same names (gSDE, README "Design notes"; ``sde_sample_freq`` -1 = ``time_horizon``, the
-  zoo's ``n_steps`` rollout). The zoo's ``log_std_init`` is sigma's, but the action std it gives scales with the
-  latent features, and our Glorot, zero-bias layers (``orthogonal_init: false``) give ~0.03 at -3.29 where SB3's
-  PyTorch init gives ~0.065: translate by measuring (below). Without gSDE, held white noise is the PPO key
-  ``noise_hold_steps``; measured below, not set in the configs.
+  zoo's ``n_steps`` rollout). The zoo's ``log_std_init`` is sigma's, and the action std it gives scales with the
+  latent features, so with the networks' start: ``orthogonal_init: false`` is PyTorch's, as SB3's (since
+  2026-12-07; before, Keras' Glorot with zero biases, under which gSDE's noise vanished where MountainCar's
+  episodes start: below). Without gSDE, held white noise is the PPO key ``noise_hold_steps``; measured below, not
+  set in the configs.
 * ``vf_coef`` (MountainCarContinuous PPO, 0.19): stepstream's value loss weight is fixed at 0.5.
 * SAC ``ent_coef`` fixed (MountainCarContinuous, 0.1) -> ``init_entcoef`` 0.1 with SAC's ``learn_entcoef: false``
   (ML-Agents always learns it); ``use_sde`` / ``log_std_init`` / ``use_expln`` -> SAC's keys of the same names, with
   ``sde_sample_freq`` 32 for the zoo's ``train_freq`` rollout; SB3's SAC networks use relu -> SAC's ``activation:
   relu`` (ML-Agents' swish is the default); ``train_freq`` / ``gradient_steps`` 32 / 32 -> ``steps_per_update`` 1
   (the same ratio).
-* ``policy_kwargs`` ``ortho_init=False`` -> ``orthogonal_init: false``; ``max_grad_norm`` -> ``max_grad_norm``;
+* ``policy_kwargs`` ``ortho_init=False`` -> ``orthogonal_init: false`` (torch.nn.Linear's own start, as SB3's);
+  ``max_grad_norm`` -> ``max_grad_norm``;
   ``net_arch`` -> ``hidden_units`` / ``num_layers``.
 * ``n_envs`` -> ``num_envs``, with ``buffer_size = n_envs * n_steps`` and ``time_horizon = n_steps`` (CartPole:
   32 x 8 instead of 8 x 32, see its config).

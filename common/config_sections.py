@@ -172,7 +172,8 @@ class PPOHyperparameters(StateDependentExploration):
     activation: ActivationType = field(default=ActivationType.TANH, metadata=STEPSTREAM_KEY)
     """Activation of the policy's and value network's hidden layers: tanh (SB3), relu, or swish (ML-Agents)."""
     orthogonal_init: bool = field(default=True, metadata=STEPSTREAM_KEY)
-    """Orthogonal kernels (gain sqrt(2) hidden, 0.01 policy head, 1 value head: SB3); false: Glorot (ML-Agents)."""
+    """Orthogonal kernels (gain sqrt(2) hidden, 0.01 policy head, 1 value head) and zero biases: SB3's ``ortho_init``;
+    false: SB3's ``ortho_init=False``, torch.nn.Linear's own start (kernels and biases uniform in +-1/sqrt(fan_in))."""
     proximal_clip: bool = field(default=False, metadata=STEPSTREAM_KEY)
     """Clip the ratio around the policy at the update's start and weight the advantages by pi_prox / pi_behaviour
     (decoupled PPO), so rows taken while the trainer updated (policy lag) still train; false: around the acting

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from enum import Enum
 from typing import Any
 
 import numpy as np
@@ -113,10 +114,42 @@ def activation_function(activation: ActivationType) -> Callable[[tf.Tensor], tf.
     return ACTIVATIONS[activation]
 
 
+class WeightInit(Enum):
+    """How a network's dense layers start (PPO's ``orthogonal_init`` picks ORTHOGONAL or PYTORCH)."""
+
+    GLOROT = "glorot"
+    """Keras' default: Glorot-uniform kernels, zero biases (policy heads: variance scaling 0.01). SAC's and BC's."""
+    ORTHOGONAL = "orthogonal"
+    """SB3's and CleanRL's PPO: orthogonal kernels of gain sqrt(2) hidden, 0.01 policy heads, 1 value heads; zero
+    biases."""
+    PYTORCH = "pytorch"
+    """``torch.nn.Linear``'s own start, which SB3 keeps with ``ortho_init=False``: kernels and biases uniform in
+    +-1/sqrt(fan_in), heads too. The biases matter to gSDE: with zero biases the body's output, its noise's scale,
+    vanishes at the normalised observations' mean, where episodes often start (``FanInUniformDense``)."""
+
+
 def orthogonal(gain: float) -> tf.keras.initializers.Initializer:
     """Orthogonal weights scaled by ``gain`` (Saxe et al. 2014), as SB3 and CleanRL initialise PPO; unseeded,
     like Keras' default initialisers (``trainer.seeding.seeded_initializers`` makes them repeatable)."""
     return tf.keras.initializers.Orthogonal(gain=gain)
+
+
+class FanInUniformDense(tf.keras.layers.Dense):
+    """A dense layer started as ``torch.nn.Linear``: kernel and bias uniform in +-1/sqrt(fan_in).
+
+    PyTorch's kaiming_uniform with ``a = sqrt(5)`` is variance scaling 1/3 on the fan-in; the bias's bound needs
+    the fan-in, which a Keras bias initialiser never sees, so it is made when the layer is built. Both
+    initialisers are unseeded Keras ones, drawn in build order (``seeded_initializers`` makes them repeatable).
+    """
+
+    def __init__(self, units: int, **kwargs: Any) -> None:
+        kernel = tf.keras.initializers.VarianceScaling(1.0 / 3.0, "fan_in", "uniform")
+        super().__init__(units, kernel_initializer=kernel, **kwargs)
+
+    def build(self, input_shape: Any) -> None:
+        bound = 1.0 / math.sqrt(int(input_shape[-1]))
+        self.bias_initializer = tf.keras.initializers.RandomUniform(-bound, bound)
+        super().build(input_shape)
 
 
 def mlp(
@@ -124,20 +157,25 @@ def mlp(
     num_layers: int,
     name: str,
     activation: Callable[[tf.Tensor], tf.Tensor] = swish,
-    orthogonal_init: bool = False,
+    init: WeightInit = WeightInit.GLOROT,
 ) -> tf.keras.Sequential:
-    """``num_layers`` dense layers of ``hidden_units`` with ``activation`` (default swish, ML-Agents' default).
+    """``num_layers`` dense layers of ``hidden_units`` with ``activation`` (default swish, ML-Agents' default),
+    started as ``init`` (``WeightInit``'s hidden layers)."""
 
-    ``orthogonal_init``: orthogonal kernels with gain sqrt(2) (SB3's hidden layers) instead of Keras' Glorot uniform.
-    """
+    def layer() -> tf.keras.layers.Dense:
+        if init is WeightInit.PYTORCH:
+            return FanInUniformDense(hidden_units, activation=activation)
+        kernel = orthogonal(math.sqrt(2.0)) if init is WeightInit.ORTHOGONAL else "glorot_uniform"
+        return tf.keras.layers.Dense(hidden_units, activation=activation, kernel_initializer=kernel)
 
-    def kernel() -> Any:
-        return orthogonal(math.sqrt(2.0)) if orthogonal_init else "glorot_uniform"
+    return tf.keras.Sequential([layer() for _ in range(num_layers)], name=name)
 
-    layers = [
-        tf.keras.layers.Dense(hidden_units, activation=activation, kernel_initializer=kernel()) for _ in range(num_layers)
-    ]
-    return tf.keras.Sequential(layers, name=name)
+
+def output_layer(units: int, init: WeightInit, kernel: Any, name: str) -> tf.keras.layers.Dense:
+    """An output layer: ``FanInUniformDense`` under ``WeightInit.PYTORCH``, else zero biases and ``kernel``."""
+    if init is WeightInit.PYTORCH:
+        return FanInUniformDense(units, name=name)
+    return tf.keras.layers.Dense(units, kernel_initializer=kernel, name=name)
 
 
 class PolicyNetwork(tf.Module):
@@ -169,15 +207,14 @@ class PolicyNetwork(tf.Module):
         state_dependent_std: bool = False,
         initial_log_std: float = 0.0,
         activation: Callable[[tf.Tensor], tf.Tensor] = swish,
-        orthogonal_init: bool = False,
+        init: WeightInit = WeightInit.GLOROT,
         encoder: ObservationEncoder | None = None,
         sde: bool = False,
         use_expln: bool = False,
         sde_learn_features: bool = False,
         clip_mean: float | None = None,
     ) -> None:
-        """``activation`` and ``orthogonal_init`` shape the body (see ``mlp``); with ``orthogonal_init`` the
-        heads get orthogonal kernels of gain 0.01 (SB3's policy heads), else variance scaling 0.01.
+        """``activation`` and ``init`` shape the body (see ``mlp``) and the heads (``WeightInit``).
         ``encoder``: the observations' encoder (images); None concatenates vectors of ``observation_sizes``.
         ``sde``, ``use_expln``: gSDE (class docstring; not with ``state_dependent_std``), ``initial_log_std`` then
         filling its ``[hidden_units, C]`` log_std; ``sde_learn_features`` and ``clip_mean`` as the class docstring."""
@@ -188,15 +225,14 @@ class PolicyNetwork(tf.Module):
         self.encoder = encoder
         self.action_spec = action_spec
         self.state_dependent_std = state_dependent_std
-        self.body = mlp(hidden_units, num_layers, "policy_body", activation, orthogonal_init)
+        self.body = mlp(hidden_units, num_layers, "policy_body", activation, init)
         c, m = action_spec.continuous_size, action_spec.mask_width
         # Small initial weights keep the first policy near mean 0 (ML-Agents scales its heads by 0.01-0.1).
-        # One instance for every head, as before orthogonal_init existed (SAC's initial weights stay as they were).
-        small = orthogonal(0.01) if orthogonal_init else tf.keras.initializers.VarianceScaling(0.01)
-        self.mean_head = tf.keras.layers.Dense(c, kernel_initializer=small, name="mean") if c else None
-        self.log_std_head = (
-            tf.keras.layers.Dense(c, kernel_initializer=small, name="log_std") if c and state_dependent_std else None
-        )
+        # One instance for every head, as before the initialisation was a choice (SAC's initial weights stay as they
+        # were): its seed is drawn once, here.
+        small = orthogonal(0.01) if init is WeightInit.ORTHOGONAL else tf.keras.initializers.VarianceScaling(0.01)
+        self.mean_head = output_layer(c, init, small, "mean") if c else None
+        self.log_std_head = output_layer(c, init, small, "log_std") if c and state_dependent_std else None
         self.sde = bool(sde and c)
         self.use_expln = use_expln
         self.sde_learn_features = sde_learn_features
@@ -205,7 +241,7 @@ class PolicyNetwork(tf.Module):
         self.log_std = (
             tf.Variable(tf.fill(log_std_shape, initial_log_std), name="log_std") if c and not state_dependent_std else None
         )
-        self.logits_head = tf.keras.layers.Dense(m, kernel_initializer=small, name="logits") if m else None
+        self.logits_head = output_layer(m, init, small, "logits") if m else None
         total = encoder.output_size if encoder is not None else sum(self.observation_sizes)
         self.body.build((None, total))
         for head in (self.mean_head, self.log_std_head, self.logits_head):
@@ -267,18 +303,17 @@ class ValueNetwork(tf.Module):
         outputs: int = 1,
         name: str = "value",
         activation: Callable[[tf.Tensor], tf.Tensor] = swish,
-        orthogonal_init: bool = False,
+        init: WeightInit = WeightInit.GLOROT,
         encoder: ObservationEncoder | None = None,
     ) -> None:
-        """``activation`` and ``orthogonal_init`` as ``mlp``; with ``orthogonal_init`` the head gets gain 1
-        (SB3's value head). ``encoder``: this network's own observation encoder (images), which ``evaluate``
+        """``activation`` and ``init`` as ``mlp``; under ``WeightInit.ORTHOGONAL`` the head gets gain 1 (SB3's value
+        head). ``encoder``: this network's own observation encoder (images), which ``evaluate``
         runs; then ``input_size`` counts the inputs after the encoding (its ``output_size`` plus any extra,
         such as SAC's actions)."""
         super().__init__(name=name)
         self.encoder = encoder
-        self.body = mlp(hidden_units, num_layers, f"{name}_body", activation, orthogonal_init)
-        head_init = orthogonal(1.0) if orthogonal_init else "glorot_uniform"
-        self.head = tf.keras.layers.Dense(outputs, kernel_initializer=head_init, name=f"{name}_head")
+        self.body = mlp(hidden_units, num_layers, f"{name}_body", activation, init)
+        self.head = output_layer(outputs, init, value_head_kernel(init), f"{name}_head")
         self.body.build((None, input_size))
         self.head.build((None, hidden_units))
 
@@ -310,12 +345,13 @@ class SharedValueHeads(tf.Module):
     loss trains them beside the policy loss; only the heads are this module's own weights (``trainable_variables``).
     """
 
-    def __init__(self, policy: PolicyNetwork, hidden_units: int, outputs: int = 1, orthogonal_init: bool = False) -> None:
-        """``hidden_units``: the policy body's width; ``orthogonal_init`` gives the head gain 1, as ``ValueNetwork``."""
+    def __init__(
+        self, policy: PolicyNetwork, hidden_units: int, outputs: int = 1, init: WeightInit = WeightInit.GLOROT
+    ) -> None:
+        """``hidden_units``: the policy body's width; ``init`` starts the head as ``ValueNetwork``'s."""
         super().__init__(name="value")
         self.policy = policy
-        head_init = orthogonal(1.0) if orthogonal_init else "glorot_uniform"
-        self.head = tf.keras.layers.Dense(outputs, kernel_initializer=head_init, name="value_head")
+        self.head = output_layer(outputs, init, value_head_kernel(init), "value_head")
         self.head.build((None, hidden_units))
 
     def __call__(self, features: tf.Tensor) -> tf.Tensor:
@@ -335,6 +371,11 @@ class SharedValueHeads(tf.Module):
     def variables(self) -> tuple[tf.Variable, ...]:
         """The heads' weights (all are trainable)."""
         return self.trainable_variables
+
+
+def value_head_kernel(init: WeightInit) -> Any:
+    """A value head's kernel initialiser: orthogonal of gain 1 (SB3's) under ``WeightInit.ORTHOGONAL``, else Glorot."""
+    return orthogonal(1.0) if init is WeightInit.ORTHOGONAL else "glorot_uniform"
 
 
 def encoded(encoder: ObservationEncoder | None, normalized_obs: Sequence[tf.Tensor]) -> tf.Tensor:

@@ -21,8 +21,9 @@ within 100k); SB3's, 30-36k (benchmarks/time_to_solve.py):
 * ``max_grad_norm`` 0.5: the global norm of each minibatch's gradient is clipped (SB3's ``max_grad_norm``;
   ML-Agents does not clip).
 * ``activation`` tanh and ``orthogonal_init``: SB3's MlpPolicy (orthogonal kernels, gain sqrt(2) hidden, 0.01
-  policy head, 1 value head) instead of ML-Agents' swish and Keras' Glorot init. This one change took CartPole
-  from 57-39k to 30-36k steps (value clipping off, gradients clipped, seeds 0-1).
+  policy head, 1 value head). Against ML-Agents' swish and Keras' Glorot init, this one change took CartPole
+  from 57-39k to 30-36k steps (value clipping off, gradients clipped, seeds 0-1). ``orthogonal_init: false`` is
+  SB3's ``ortho_init=False``: ``torch.nn.Linear``'s own start, biases included (``trainer.networks.WeightInit``).
 
 ``log_std_init`` (a stepstream key, default 0: std 1, as ML-Agents and SB3 start) sets the Gaussian's initial
 log_std: on MountainCarContinuous-v0, std 1 pays ~-33 in action cost per failed episode and drives the policy to
@@ -79,6 +80,7 @@ from trainer.networks import (
     PolicyNetwork,
     SharedValueHeads,
     ValueNetwork,
+    WeightInit,
     activation_function,
     normalized_observations,
     observation_normalizers,
@@ -508,6 +510,8 @@ class PPOLearner:
         hp = self.hyperparameters
         self.normalizers = observation_normalizers(specs)  # vectors only: None for an image
         activation = activation_function(hp.activation)
+        # SB3's two starts: ortho_init True (its default) or False, which leaves torch.nn.Linear's own.
+        init = WeightInit.ORTHOGONAL if hp.orthogonal_init else WeightInit.PYTORCH
         name = brain_parameters.behavior_name
         with seeded_initializers(seed):
             # The policy and the critic each encode the images with encoders of their own, as ML-Agents' PPO, unless
@@ -521,7 +525,7 @@ class PPOLearner:
                 state_dependent_std=False,
                 initial_log_std=hp.log_std_init,
                 activation=activation,
-                orthogonal_init=hp.orthogonal_init,
+                init=init,
                 encoder=policy_encoder,
                 sde=hp.use_sde,
                 use_expln=hp.use_expln,
@@ -529,7 +533,7 @@ class PPOLearner:
             self.signals = make_reward_signals(brain_parameters, settings.reward_signals, seed)
             self.value: ValueNetwork | SharedValueHeads
             if hp.shared_critic:  # ML-Agents' SharedActorCritic: value heads on the policy's encoder and body
-                self.value = SharedValueHeads(self.policy, net.hidden_units, len(self.signals), hp.orthogonal_init)
+                self.value = SharedValueHeads(self.policy, net.hidden_units, len(self.signals), init)
             else:
                 value_encoder = observation_encoder(specs, net.vis_encode_type, net.hidden_units, name, "value_encoder")
                 self.value = ValueNetwork(
@@ -538,7 +542,7 @@ class PPOLearner:
                     value_encoder.output_size if value_encoder is not None else sum(sizes),
                     len(self.signals),
                     activation=activation,
-                    orthogonal_init=hp.orthogonal_init,
+                    init=init,
                     encoder=value_encoder,
                 )
         self._transitions = any(s.checkpoint_objects() for s in self.signals)  # a signal with networks of its own

@@ -27,7 +27,7 @@ from protos import pb
 from trainer import probe_cache
 from trainer.encoders import ObservationEncoder
 from trainer.export import TFLiteExporter, make_policy_update
-from trainer.networks import LOG_STD_MAX, PolicyNetwork
+from trainer.networks import LOG_STD_MAX, PolicyNetwork, WeightInit
 from trainer.probe_cache import PROBE_CACHE_ENV
 from trainer.weight_template import NotPatchableError, constant_buffers
 
@@ -75,6 +75,8 @@ POLICY_CASES = {
     "continuous_state_dependent_log_std": (dict(state_dependent_std=True), ActionSpec(3)),
     "discrete": (dict(), ActionSpec(0, (3, 2))),
     "hybrid": (dict(), ActionSpec(2, (4,))),
+    # PPO's orthogonal_init false: non-zero biases from the first export on.
+    "hybrid_pytorch_start": (dict(init=WeightInit.PYTORCH), ActionSpec(2, (4,))),
 }
 
 
@@ -87,7 +89,7 @@ def test_patched_export_equals_full_conversion(case: str, shapes: list[tuple[int
     spec = action_spec.to_proto()
     first = exporter.export()
     assert exporter.patches_weights
-    assert_same_as_full_conversion(net, shapes, first, spec)  # initial weights (zero biases) in the general layout
+    assert_same_as_full_conversion(net, shapes, first, spec)  # initial weights in the general layout
     for seed in (1, 2):
         # A shift of 3 pushes the state-independent log_std past LOG_STD_MAX: the folded clip must follow.
         perturb(net.trainable_variables, seed, log_std_shift=3.0 if seed == 2 else 0.0)

@@ -32,7 +32,7 @@ from common.specs import ActionSpec, BrainParameters, ObservationSpec
 from common.trajectory import Trajectory, TrajectoryId
 from processor.inference import Policy
 from trainer import ppo as ppo_module
-from trainer.networks import swish
+from trainer.networks import ValueNetwork, swish
 from trainer.ppo import (
     ACTION_CLIP,
     ADVANTAGES,
@@ -443,21 +443,26 @@ def test_log_std_init_is_the_gaussians_initial_log_std(log_std_init: float) -> N
     np.testing.assert_allclose(learner.policy(x)[LOG_STD].numpy(), np.full([4, 2], log_std_init, np.float32))
 
 
-@pytest.mark.parametrize("orthogonal", [True, False], ids=["orthogonal", "glorot"])
-def test_orthogonal_init_gives_sb3s_gains_or_glorot(orthogonal: bool) -> None:
+@pytest.mark.parametrize("orthogonal", [True, False], ids=["orthogonal", "pytorch"])
+def test_orthogonal_init_gives_sb3s_gains_or_pytorchs_own_start(orthogonal: bool) -> None:
     learner = PPOLearner(brain(CONTINUOUS), settings(orthogonal_init=orthogonal), warm_up=False)
-    hidden = learner.policy.body.layers[0].kernel.numpy()  # [3, 8]: orthogonal rows
-    mean_head = learner.policy.mean_head.kernel.numpy()  # type: ignore[union-attr]  # [8, 2]: orthogonal columns
-    value_head = learner.value.head.kernel.numpy()  # [8, 1]
-    gram = hidden @ hidden.T
-    if orthogonal:  # gains sqrt(2) hidden, 0.01 policy head, 1 value head (SB3's MlpPolicy)
+    hidden = learner.policy.body.layers[0]  # [3, 8]: orthogonal rows
+    mean_head = learner.policy.mean_head  # [8, 2]: orthogonal columns
+    value_head = learner.value.head  # [8, 1]
+    assert mean_head is not None and isinstance(learner.value, ValueNetwork)
+    gram = hidden.kernel.numpy() @ hidden.kernel.numpy().T
+    if orthogonal:  # gains sqrt(2) hidden, 0.01 policy head, 1 value head (SB3's MlpPolicy), zero biases
         np.testing.assert_allclose(gram, 2.0 * np.eye(OBS), atol=1e-5)
-        np.testing.assert_allclose(mean_head.T @ mean_head, 1e-4 * np.eye(2), atol=1e-9)
-        assert float(np.linalg.norm(value_head)) == pytest.approx(1.0, rel=1e-5)
-    else:  # Glorot uniform: not orthogonal, and within its bound sqrt(6 / (fan_in + fan_out))
+        np.testing.assert_allclose(mean_head.kernel.numpy().T @ mean_head.kernel.numpy(), 1e-4 * np.eye(2), atol=1e-9)
+        assert float(np.linalg.norm(value_head.kernel.numpy())) == pytest.approx(1.0, rel=1e-5)
+        assert not any(np.any(layer.bias.numpy()) for layer in (hidden, mean_head, value_head))
+    else:  # SB3's ortho_init=False: torch.nn.Linear's kernels and biases, uniform in +-1/sqrt(fan_in), heads too
         assert not np.allclose(gram, np.diag(np.diag(gram)), atol=1e-3)
-        assert np.abs(hidden).max() <= math.sqrt(6 / (OBS + 8))
-        assert float(np.linalg.norm(value_head)) != pytest.approx(1.0, rel=1e-3)
+        for layer, fan_in in ((hidden, OBS), (mean_head, 8), (value_head, 8)):
+            bound = 1.0 / math.sqrt(fan_in)
+            for weights in (layer.kernel.numpy(), layer.bias.numpy()):
+                assert np.all(weights != 0) and np.abs(weights).max() <= bound
+        assert np.abs(hidden.kernel.numpy()).max() > 0.5 / math.sqrt(OBS)  # PyTorch's bound, not a narrower one
 
 
 # -- proximal_clip (decoupled PPO) and normalize_reward -----------------------------------------------------------
