@@ -221,6 +221,20 @@ class Fleet:
         self.stop()
 
 
+PLACEABLE_CHANNEL_OPTIONS = (
+    # A connection of its own, as a client in its own process has: gRPC otherwise shares one per processor among
+    # the channels of a process, and a pause or a kill hits them all at once.
+    ("grpc.use_local_subchannel_pool", 1),
+    # gRPC's client-side health checking: a connection counts as ready for round_robin only once the processor's
+    # health Watch says SERVING. A SIGSTOPped processor still completes the TCP handshake, and without this a
+    # client placed while it is paused could send its Hello there (2 of 48 runs did, 2026-12-07) and wait out the
+    # keepalive (15 s), by when the clients on the paused processor had moved away too. Failover is unchanged:
+    # a SIGKILL closes the connection either way.
+    ("grpc.service_config", json.dumps({"healthCheckConfig": {"serviceName": ""}})),
+)
+"""Channel options of ``FleetClients``: what ``place`` needs on top of the env client's own."""
+
+
 class FleetClients:
     """``count`` env clients of ``agents`` agents each on ``target``, stepping in this process's event loop."""
 
@@ -234,9 +248,7 @@ class FleetClients:
                 SimpleEnv(agents, continuous=False, seed=i),
                 self.stop,
                 backoff=Backoff(initial_s=0.2, max_s=1.0),
-                # A connection of its own, as a client in its own process has: gRPC otherwise shares one
-                # per processor among the channels of a process, and a pause or a kill hits them all at once.
-                channel_options=(("grpc.use_local_subchannel_pool", 1),),
+                channel_options=PLACEABLE_CHANNEL_OPTIONS,
             )
             for i in range(count)
         ]
@@ -250,7 +262,7 @@ class FleetClients:
     async def place(self, fleet: Fleet, timeout_s: float = READY_TIMEOUT_S) -> None:
         """Start the clients spread evenly, client ``i`` on processor ``i % N``: the others are paused while its
         session opens (one fresh channel's ``round_robin`` picks the first processor ready, so unpaused
-        clients that start together all land on one)."""
+        clients that start together all land on one; a paused one never turns ready: ``PLACEABLE_CHANNEL_OPTIONS``)."""
         count = len(fleet.ports)
         for p in range(count):
             # A first Hello declares the behavior (its inference too): slow. Done first on this processor alone,
