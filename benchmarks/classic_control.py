@@ -169,6 +169,28 @@ try also exported by full conversion every 8 steps, 765 s for 16k steps, fixed b
 episodes 70-94). Chosen for the 3-seed run below (2026-12-02 06:26): -1.5 with ``sde_sample_freq: 64``; it lost to
 the shipped white noise there (lower final, one seed never at 90), so the config keeps ``use_sde`` off.
 
+The networks' start on MountainCarContinuous-v0 (PPO), measured 2026-12-07 04:00-04:32 (two runs at a time; the
+first four beside a loop of the fleet test), our side only, 20k steps, ``classic_control.py --tasks
+ppo-mountaincarcontinuous --seeds S --skip-sb3 --config <copy>``. Figures: steps to 90 per seed, "-" never, and
+finals. The zoo's ``ortho_init=False`` is torch.nn.Linear's own start (kernels and biases uniform in
++-1/sqrt(fan_in)); ``orthogonal_init: false`` gave Keras' Glorot with zero biases. With zero biases the body's
+output, gSDE's noise scale, vanishes at the normalised observations' centre, where the episodes start: at the
+zoo's ``log_std_init`` -3.29 the action std there is 0.006-0.010 (six initial networks, observations N(0, 0.1)),
+PyTorch's start 0.054-0.074, SB3's ~0.065 (the earlier probe). ``orthogonal_init: false`` is now PyTorch's start
+(``trainer.networks.WeightInit.PYTORCH``; tests/unit/test_gsde.py pins the std).
+
+* the zoo's gSDE (``use_sde``, -3.29, ``sde_sample_freq`` -1) with PyTorch's start: a prototype (biases from TF's
+  unseeded generator), seeds 0-3, twice: 8.9k / 6.2k / 7.5k / 8.0k, then 6.9k / 3.9k / - / 9.7k. As committed
+  (seeded biases), seeds 0-8: - / 13.2k / - / 12.0k / 11.8k / - / 7.3k / 16.1k / 5.7k, finals 87.3 / 68.7 / 81.8 /
+  75.0 / 92.7 / 18.1 / 90.2 / 85.5 / 40.2: it finds the flag, then relapses into 999-step failures on several
+  seeds (seeds 0-2 from a suite run beside the peer, 04:08). With ``normalize_reward: true``: - / 7.6k / 17.1k /
+  8.4k / - / - (seeds 0-5), finals 71.0 / 92.6 / 90.1 / 91.6 / 54.6 / 30.5. With ``proximal_clip: true``: 16.3k /
+  13.3k / 6.6k / 15.9k / - / 10.2k, finals 90.1 / 76.1 / 87.0 / 95.0 / 81.8 / 90.9. The peer's gSDE relapses too
+  (seed 2: at 90 by 3.5k steps, final 18.2).
+* white noise (``log_std_init`` -1.0, as shipped) with PyTorch's start, seeds 0-5: 7.5k / 7.9k / 6.3k / 10.6k /
+  11.1k / 6.8k, finals 95.8 / 95.9 / 95.4 / 96.2 / 96.1 / 90.0; with Glorot's (the 13:49 suite run of 2026-12-02):
+  15.1k / 13.0k / 12.1k. Kept: white noise, now on PyTorch's start.
+
 Start-up and collection on Acrobot-v1, measured 2026-12-02 13:20-14:46 on the quiet machine (load 0.4-1.8, nothing
 beside it), our side only unless said, configs/acrobot_ppo.yaml; times to -100 in seconds from the process start.
 
@@ -369,6 +391,12 @@ Suite runs (record each with its date):
   the constant 0.3): final -115.8 / -144.0, at -110 by 253.0k steps / never; ``max_queued_trajectories`` 4 (a fresher
   acting policy, as SAC's fix above): -109.2 / -106.2, by 195.3k / 214.6k steps. The shipped config took 122k / 173k
   (2026-12-02 15:01) and 209k / 119k (21:07) on these seeds: neither is the missing lever; not kept.
+* 2026-12-07 04:32-04:38, ``classic_control.py --tasks ppo-mountaincarcontinuous --seeds 0 1 2`` on the quiet machine
+  (load 4.0 at the start as killed A/B runs ended, then 1.3-2.0; nothing beside it), with ``orthogonal_init: false``
+  as PyTorch's start (above): ours final 95.9 / 95.6 / 95.5 (median 95.6), at 90 by 6.8k / 9.0k / 6.5k steps, 14.5 /
+  16.9 / 12.2 s (median 14.5 s); SB3 86.6 / 93.0 / 18.2 (median 86.6), at 13.8k / 6.6k / 3.5k steps, 38.0 / 17.4 /
+  10.6 s from its process start (median 17.4 s; 16.2 s after its imports). **Met**: final above the peer's on
+  every seed, time 0.84x. (2026-12-02 13:49's run, Glorot's start: 34.1 against 24.2 s, 1.41x.)
 * 2026-12-02 21:07-21:22, ``classic_control.py --tasks ppo-acrobot ppo-mountaincar --seeds 0 1 2`` (quiet machine,
   load 0.2-1.2; the first run with the peer on the process-start clock too). Acrobot: ours final -77.8 / -80.1 /
   -94.0 (median -80.1), at -100 by 74.3k / 84.3k / 68.2k steps, 21.2 / 23.3 / 18.4 s (median 21.2 s); SB3 -89.3 /

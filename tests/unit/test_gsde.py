@@ -80,8 +80,8 @@ def test_only_sigma_gets_the_gradient_of_the_std_the_features_are_detached() -> 
 def test_only_nonzero_biases_keep_gsdes_noise_where_the_normalised_observations_centre(
     init: WeightInit, low: float, high: float
 ) -> None:
-    """Why PPO's MountainCarContinuous-v0 needs SB3's ``ortho_init=False`` start (``orthogonal_init: false``): its
-    episodes start at the normalised observations' centre, where a zero-bias body's latent, gSDE's noise scale,
+    """Why gSDE on MountainCarContinuous-v0 (PPO) needs SB3's ``ortho_init=False`` start (``orthogonal_init: false``):
+    its episodes start at the normalised observations' centre, where a zero-bias body's latent, gSDE's noise scale,
     vanishes. There, with the zoo's shapes (2 observations, 2 x 64 tanh, log_std_init -3.29), SB3's actions start
     at std ~0.065 (measured in SB3); torch.nn.Linear's start gives 0.054-0.074 over six seeds, zero biases
     0.006-0.010, and never found the flag in 20k steps (benchmarks/classic_control.py's docstring)."""
