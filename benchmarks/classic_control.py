@@ -396,7 +396,9 @@ Suite runs (record each with its date):
   as PyTorch's start (above): ours final 95.9 / 95.6 / 95.5 (median 95.6), at 90 by 6.8k / 9.0k / 6.5k steps, 14.5 /
   16.9 / 12.2 s (median 14.5 s); SB3 86.6 / 93.0 / 18.2 (median 86.6), at 13.8k / 6.6k / 3.5k steps, 38.0 / 17.4 /
   10.6 s from its process start (median 17.4 s; 16.2 s after its imports). **Met**: final above the peer's on
-  every seed, time 0.84x. (2026-12-02 13:49's run, Glorot's start: 34.1 against 24.2 s, 1.41x.)
+  every seed, time 0.84x. (2026-12-02 13:49's run, Glorot's start: 34.1 against 24.2 s, 1.41x.) Again 04:45-04:51
+  (load 1.2-1.9): ours 95.5 / 95.7 / 95.6 (median 95.6), at 7.9k / 7.9k / 9.1k steps, 14.6 / 17.3 / 18.1 s (median
+  17.3 s); SB3 the same finals and steps, 36.0 / 19.7 / 11.3 s (median 19.7 s; 18.4 s after its imports): met, 0.88x.
 * 2026-12-02 21:07-21:22, ``classic_control.py --tasks ppo-acrobot ppo-mountaincar --seeds 0 1 2`` (quiet machine,
   load 0.2-1.2; the first run with the peer on the process-start clock too). Acrobot: ours final -77.8 / -80.1 /
   -94.0 (median -80.1), at -100 by 74.3k / 84.3k / 68.2k steps, 21.2 / 23.3 / 18.4 s (median 21.2 s); SB3 -89.3 /
