@@ -399,6 +399,17 @@ Suite runs (record each with its date):
   every seed, time 0.84x. (2026-12-02 13:49's run, Glorot's start: 34.1 against 24.2 s, 1.41x.) Again 04:45-04:51
   (load 1.2-1.9): ours 95.5 / 95.7 / 95.6 (median 95.6), at 7.9k / 7.9k / 9.1k steps, 14.6 / 17.3 / 18.1 s (median
   17.3 s); SB3 the same finals and steps, 36.0 / 19.7 / 11.3 s (median 19.7 s; 18.4 s after its imports): met, 0.88x.
+* 2026-12-07 04:51-04:58, ``classic_control.py --tasks ppo-acrobot ppo-mountaincar --seeds 0 1 2`` (this session's
+  machine, quiet, load 0.6-1.3; shipped configs). Acrobot: ours final -109.9 / -82.1 / -74.9 (median -82.1), at -100 by
+  67.2k / 77.8k / 72.8k steps, 10.3 / 11.3 / 10.8 s (median 10.8 s); SB3 -87.1 / -81.2 / -80.9 (median -81.2), 72.7k /
+  51.6k / 56.6k steps, 14.9 / 10.5 / 12.1 s (median 12.1 s): 0.89x. MountainCar: ours -110.4 / -123.4 / -109.6 (median
+  -110.4), at -110 by 162.8k / 126.1k / 125.0k steps, 26.0 / 18.4 / 19.3 s (median 19.3 s); SB3 -120.7 / -131.7 /
+  -125.8 (median -125.8), 35.2k / 100.9k steps / never, 7.4 / 17.6 s / never (median 17.6 s): final met, time 1.10x,
+  not met. Both machines' clocks ran faster than 2026-12-02's (ours 6.5-7k steps/s with start-up, imports done at
+  2.8 s). Acrobot again, 04:58-05:04 (``--tasks ppo-acrobot``, load 1.0-1.3): ours -79.5 / -82.6 / -80.0 (median
+  -80.0), 70.0k / 76.9k / 68.0k steps, 11.0 / 12.7 / 12.7 s (median 12.7 s); SB3 the same finals and steps, 14.2 /
+  10.9 / 11.4 s (median 11.4 s): 1.11x, not met. At parity within run-to-run noise; ours still needs 1.2-1.5x the
+  peer's steps on seeds 1-2 and ~1.6 s more start-up (its imports end 1.2-1.4 s after its process start).
 * 2026-12-02 21:07-21:22, ``classic_control.py --tasks ppo-acrobot ppo-mountaincar --seeds 0 1 2`` (quiet machine,
   load 0.2-1.2; the first run with the peer on the process-start clock too). Acrobot: ours final -77.8 / -80.1 /
   -94.0 (median -80.1), at -100 by 74.3k / 84.3k / 68.2k steps, 21.2 / 23.3 / 18.4 s (median 21.2 s); SB3 -89.3 /
