@@ -410,6 +410,10 @@ Suite runs (record each with its date):
   -80.0), 70.0k / 76.9k / 68.0k steps, 11.0 / 12.7 / 12.7 s (median 12.7 s); SB3 the same finals and steps, 14.2 /
   10.9 / 11.4 s (median 11.4 s): 1.11x, not met. At parity within run-to-run noise; ours still needs 1.2-1.5x the
   peer's steps on seeds 1-2 and ~1.6 s more start-up (its imports end 1.2-1.4 s after its process start).
+  PyTorch's start on these two (``orthogonal_init: false``, not the zoo's: a probe, our side only, 05:09-05:13, one
+  Acrobot and one MountainCar run at a time): Acrobot at -100 by 73.3k / 68.2k / 69.6k steps, finals -93.0 / -75.2 /
+  -91.8 (no fewer steps than orthogonal's 67-78k, worse finals); MountainCar at -110 by 170.3k / 116.0k / 55.2k,
+  finals -124.3 / -109.9 / -116.4. Not kept: neither is the zoo's setting, and neither gain is clear.
 * 2026-12-02 21:07-21:22, ``classic_control.py --tasks ppo-acrobot ppo-mountaincar --seeds 0 1 2`` (quiet machine,
   load 0.2-1.2; the first run with the peer on the process-start clock too). Acrobot: ours final -77.8 / -80.1 /
   -94.0 (median -80.1), at -100 by 74.3k / 84.3k / 68.2k steps, 21.2 / 23.3 / 18.4 s (median 21.2 s); SB3 -89.3 /
