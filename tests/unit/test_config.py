@@ -191,8 +191,9 @@ def test_stepstream_ppo_keys_default_to_sb3s_variants() -> None:
 
 
 def test_stepstream_ppo_keys_parse_strictly() -> None:
-    ml_agents = {"clip_value_loss": True, "max_grad_norm": None, "activation": "swish", "orthogonal_init": False}
-    ppo = _behavior({"trainer_type": "ppo", "hyperparameters": ml_agents}).behaviors["CartPole"].hyperparameters
+    # ML-Agents' value loss, gradients and activation, with SB3's ortho_init=False start.
+    variants = {"clip_value_loss": True, "max_grad_norm": None, "activation": "swish", "orthogonal_init": False}
+    ppo = _behavior({"trainer_type": "ppo", "hyperparameters": variants}).behaviors["CartPole"].hyperparameters
     assert ppo == PPOHyperparameters(
         clip_value_loss=True, max_grad_norm=None, activation=ActivationType.SWISH, orthogonal_init=False
     )
