@@ -414,6 +414,10 @@ Suite runs (record each with its date):
   Acrobot and one MountainCar run at a time): Acrobot at -100 by 73.3k / 68.2k / 69.6k steps, finals -93.0 / -75.2 /
   -91.8 (no fewer steps than orthogonal's 67-78k, worse finals); MountainCar at -110 by 170.3k / 116.0k / 55.2k,
   finals -124.3 / -109.9 / -116.4. Not kept: neither is the zoo's setting, and neither gain is clear.
+  Adam's epsilon as SB3's ActorCriticPolicy sets it (1e-5; ours is ML-Agents' and PyTorch's 1e-8; a copy of the tree
+  with ``trainer.ppo.ADAM_EPSILON`` changed, 05:16-05:22, the same pairing): Acrobot at -100 by 72.4k / 88.5k /
+  61.9k steps, finals -83.7 / -81.9 / -81.7; MountainCar at -110 by 243.8k / 156.7k / 202.6k, finals -109.6 / -121.4 /
+  -120.9. No fewer steps on Acrobot, more on MountainCar: not kept.
 * 2026-12-02 21:07-21:22, ``classic_control.py --tasks ppo-acrobot ppo-mountaincar --seeds 0 1 2`` (quiet machine,
   load 0.2-1.2; the first run with the peer on the process-start clock too). Acrobot: ours final -77.8 / -80.1 /
   -94.0 (median -80.1), at -100 by 74.3k / 84.3k / 68.2k steps, 21.2 / 23.3 / 18.4 s (median 21.2 s); SB3 -89.3 /
