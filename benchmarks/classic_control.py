@@ -230,6 +230,16 @@ beside it), our side only unless said, configs/acrobot_ppo.yaml; times to -100 i
 * where a run's time goes (``py-spy record --threads --idle``, 80k steps): the event loop's thread (env clients'
   ``SyncVectorEnv.step`` 22%, the processor's ``Step`` 10%, TensorFlow's import 18%) waits in epoll 33% of its
   time; the trainer's thread waits for trajectories 47.5% and runs the update graph 31%.
+* the update graph traced at the first export, in the trainer's thread, before any env acts (2026-12-07 05:19-05:40,
+  this session's machine, quiet, one run at a time, alternating with the shipped code per seed; a copy of the tree
+  with the change): the first policy comes ~0.7 s later, but the trace has the CPU to itself, and the envs act with
+  version 1 after 4.3-8.0k steps (3.7-4.5 s) instead of 12.2-16.0k (4.6-5.6 s). Times to -100, seeds 0 / 1 / 2, then
+  3 / 4 / 5 / 0 / 1 / 2: 10.2 / 9.9 / 10.2, 11.5 / 8.5 / 9.1 / 11.0 / 9.4 / 10.9 s against 11.4 / 12.5 / 10.1, 10.2 /
+  10.3 / 9.3 / 11.9 / 10.6 / 9.5 s: 6 of 9 pairs faster, by 0.58 s on average (+1.4 to -2.7 s: the steps to -100 vary
+  by run); wall time at 40k steps, median 7.08 against 7.39 s (8 pairs). CartPole-v1 (T1), the same way, 05:23-05:36,
+  seeds 0-7: 7.3 / 7.5 / 8.3 / 6.8 / 7.4 / 14.8 / 7.0 / 11.6 s (median 7.5 s) against 6.7 / 8.4 / 5.7 / 7.1 / 10.0 /
+  10.9 / 8.7 / 10.9 s (median 8.5 s); the steps to 475 vary 24-88k by run, and neither side is slower to its first
+  episodes. Kept: ``PPOLearner.export_policy`` runs the warm-up (trainer/ppo.py).
 
 Held noise on Pendulum-v1 (the zoo's ``sde_sample_freq: 4``), 2026-12-02 (load 7.6-10.3), our side only, 100k
 steps, the same driver, seeds 0 / 1: ``noise_hold_steps`` 1 (as shipped) final -163.2 / -180.9, at -200 by 58.4k /

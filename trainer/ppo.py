@@ -479,12 +479,13 @@ class PPOLearner:
     def __init__(
         self, brain_parameters: BrainParameters, settings: BehaviorSettings, seed: int = 0, warm_up: bool = True
     ) -> None:
-        """Builds the networks; with ``warm_up``, the first ``add_trajectories`` also starts tracing and instantiating
-        the update graph (~1-2 s of CPU on 2 cores) in a thread of its own, so the first update does not keep env
-        clients waiting on a policy (tests skip it). Not here: the trainer loop exports the first policy after building
-        the learner, and the envs wait for that policy; started at the first trajectory, the warm-up runs while they act
-        with it. Not in the trainer's thread either: the loop goes on taking trajectories in meanwhile, so a small
-        trajectory queue (``max_queued_trajectories``) does not stop the envs for the warm-up's length. ``update`` and
+        """Builds the networks; with ``warm_up`` (tests skip it), the update graph is traced and instantiated before
+        the first update needs it. The first ``export_policy`` does it first, in the caller's thread: the trainer loop
+        exports the first policy right after building the learner and the envs wait for that policy, so the trace
+        (~0.7 s on 2 cores) has the CPU to itself. Started at the first trajectory instead, beside the acting envs, it
+        took 1.7-1.8 s, and the envs acted ~12-16k steps with version 0 rather than ~4-8k (Acrobot-v1,
+        benchmarks/classic_control.py's docstring). A learner that takes trajectories in before any export traces in a
+        thread of its own from the first ``add_trajectories``, so the caller goes on meanwhile; ``update`` and
         checkpoints wait for it.
 
         Raises:
@@ -570,8 +571,9 @@ class PPOLearner:
         self._stacked_signature = stacked
         self._exporter = TFLiteExporter(self.policy, [spec.shape for spec in specs], observation_dtypes=dtypes)
 
-    def _warm_up(self) -> None:
-        """Starts the warm-up (``_trace_update``) in a thread of its own, once (``__init__``'s ``warm_up``).
+    def _warm_up(self, in_thread: bool) -> None:
+        """Runs the warm-up (``_trace_update``) once (``__init__``'s ``warm_up``): in the caller's thread, or started
+        in a thread of its own (``_warmed_up`` waits for it; either way it raises a failed trace).
 
         The value function is traced here first, in the caller's thread: the two traces would otherwise call the same
         Keras layers from two threads at once. After it, the caller only runs traced graphs while the thread traces.
@@ -580,6 +582,10 @@ class PPOLearner:
             return
         self._warm_up_pending = False
         self._value_estimates.get_concrete_function()
+        if not in_thread:
+            self._trace_update()
+            self._warmed_up()
+            return
         self._warm_up_thread = threading.Thread(target=self._trace_update, name="ppo-warm-up", daemon=True)
         self._warm_up_thread.start()
 
@@ -660,7 +666,7 @@ class PPOLearner:
         """
         if not trajectories:
             return 0
-        self._warm_up()
+        self._warm_up(in_thread=True)
         n_obs = len(self.normalizers)
         obs, next_obs = observations(trajectories, n_obs)
         if self.normalize:  # as ML-Agents: fold the new observations in before estimating values with them
@@ -785,7 +791,9 @@ class PPOLearner:
     # -- policy, checkpoints -------------------------------------------------------------------------------
 
     def export_policy(self, version: int, trainer_step: int) -> pb.PolicyUpdate:
-        """The policy network as TFLite, with the normaliser state when ``normalize`` is on."""
+        """The policy network as TFLite, with the normaliser state when ``normalize`` is on. The first export runs the
+        warm-up first (``__init__``)."""
+        self._warm_up(in_thread=False)
         normalizers = [normalizer_state(*n.state()) for n in self.normalizers if n is not None] if self.normalize else []
         name = self.brain_parameters.behavior_name
         spec = self.brain_parameters.action_spec.to_proto()

@@ -263,6 +263,28 @@ def test_the_warm_up_leaves_the_trainers_thread_free_and_the_update_waits_for_it
     assert int(learner.optimizer.iterations.numpy()) == 2 * (48 // 8)
 
 
+def test_the_first_export_traces_the_update_before_any_env_can_act(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The trainer loop exports the first policy before any env acts: the trace runs there, on a CPU of its own,
+    and no later call starts another."""
+    learner = PPOLearner(brain(DISCRETE), settings(max_steps=96))
+    learner.export_policy(0, 0)
+    assert learner._train_epoch.experimental_get_tracing_count() == 1 and learner._warm_up_thread is None
+    monkeypatch.setattr(threading, "Thread", None)  # a warm-up thread from here on would fail
+    learner.add_trajectories([trajectory(DISCRETE, 16, seed=s) for s in range(3)])
+    assert math.isfinite(learner.update()[POLICY_LOSS])
+    assert learner._train_epoch.experimental_get_tracing_count() == 1
+
+
+def test_a_failed_warm_up_fails_the_first_export(monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(*unused_args: Any) -> Any:
+        raise ValueError("no graph today")
+
+    monkeypatch.setattr(ppo_module, "summed_over_minibatches", broken)
+    learner = PPOLearner(brain(DISCRETE), settings(max_steps=96))
+    with pytest.raises(ValueError, match="no graph today"):
+        learner.export_policy(0, 0)
+
+
 def test_a_failed_warm_up_fails_the_next_update(monkeypatch: pytest.MonkeyPatch) -> None:
     def broken(*unused_args: Any) -> Any:
         raise ValueError("no graph today")
@@ -277,11 +299,11 @@ def test_a_failed_warm_up_fails_the_next_update(monkeypatch: pytest.MonkeyPatch)
 @pytest.mark.parametrize("spec", [CONTINUOUS, DISCRETE], ids=["continuous", "discrete"])
 def test_update_trains_both_networks_and_reports_ml_agents_tags(spec: ActionSpec) -> None:
     learner = PPOLearner(brain(spec), settings(max_steps=96))  # warms up at its first trajectories
-    assert learner._train_epoch.experimental_get_tracing_count() == 0  # the first policy's export does not wait on it
+    assert learner._train_epoch.experimental_get_tracing_count() == 0  # nothing traced before a first export or trajectory
     assert int(learner.optimizer.iterations.numpy()) == 0 and learner.update_buffer.num_experiences == 0
     before = [v.numpy().copy() for v in (*learner.policy.trainable_variables, *learner.value.trainable_variables)]
     learner.add_trajectories([trajectory(spec, 16, seed=s, done_reached=s == 1) for s in range(3)])  # 48 rows
-    learner._warmed_up()  # the warm-up runs in a thread of its own (test below)
+    learner._warmed_up()  # without an export first, the warm-up runs in a thread of its own (test above)
     assert learner._train_epoch.experimental_get_tracing_count() == 1  # warmed up: traced, but nothing trained yet
     assert int(learner.optimizer.iterations.numpy()) == 0
     assert learner.ready_to_update()
