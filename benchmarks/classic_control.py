@@ -428,6 +428,12 @@ Suite runs (record each with its date):
   with ``trainer.ppo.ADAM_EPSILON`` changed, 05:16-05:22, the same pairing): Acrobot at -100 by 72.4k / 88.5k /
   61.9k steps, finals -83.7 / -81.9 / -81.7; MountainCar at -110 by 243.8k / 156.7k / 202.6k, finals -109.6 / -121.4 /
   -120.9. No fewer steps on Acrobot, more on MountainCar: not kept.
+* 2026-12-07 05:34-05:41, ``classic_control.py --tasks ppo-acrobot ppo-cartpole --seeds 0 1 2`` (quiet, load 1.1-1.4),
+  with the update graph traced at the first export (above). Acrobot: ours final -93.0 / -80.0 / -82.4 (median -82.4),
+  at -100 by 68.8k / 67.2k / 72.2k steps, 14.1 / 12.1 / 12.6 s (median 12.6 s); SB3 -87.1 / -81.2 / -80.9 (median
+  -81.2), the same steps as ever, 17.7 / 10.5 / 12.3 s (median 12.3 s): 1.02x, not met (both sides' seed 0 ran ~3 s
+  slower than in the runs before). CartPole (T1): ours 500 x 3, at 475 by 47.6k / 28.1k / 40.6k steps, 8.2 / 5.8 /
+  7.4 s (median 7.4 s); SB3 500 x 3, 25.1k / 25.5k / 32.5k steps, 8.0 / 7.6 / 9.9 s (median 8.0 s): met, 0.93x.
 * 2026-12-02 21:07-21:22, ``classic_control.py --tasks ppo-acrobot ppo-mountaincar --seeds 0 1 2`` (quiet machine,
   load 0.2-1.2; the first run with the peer on the process-start clock too). Acrobot: ours final -77.8 / -80.1 /
   -94.0 (median -80.1), at -100 by 74.3k / 84.3k / 68.2k steps, 21.2 / 23.3 / 18.4 s (median 21.2 s); SB3 -89.3 /
