@@ -428,6 +428,11 @@ Suite runs (record each with its date):
   with ``trainer.ppo.ADAM_EPSILON`` changed, 05:16-05:22, the same pairing): Acrobot at -100 by 72.4k / 88.5k /
   61.9k steps, finals -83.7 / -81.9 / -81.7; MountainCar at -110 by 243.8k / 156.7k / 202.6k, finals -109.6 / -121.4 /
   -120.9. No fewer steps on Acrobot, more on MountainCar: not kept.
+* 2026-12-07 05:41-05:49, ``classic_control.py --tasks ppo-mountaincarcontinuous --seeds 0 1 2`` (quiet), after the
+  trace change: ours final 95.5 / 73.4 / 95.2 (median 95.2), at 90 by 7.2k / 10.9k / 7.1k steps, 15.1 / 23.6 / 14.2 s
+  (median 15.1 s); SB3 86.6 / 93.0 / 18.2 (median 86.6), 40.5 / 19.4 / 10.5 s (median 19.4 s): met, 0.78x. Seed 1
+  relapsed in its last episodes (4 of the last 6 at 999 steps, after 40 successes), where the two runs before ended
+  it at 95.6 and 95.7: one of the runs' timing, which moves each run's policy lag.
 * 2026-12-07 05:34-05:41, ``classic_control.py --tasks ppo-acrobot ppo-cartpole --seeds 0 1 2`` (quiet, load 1.1-1.4),
   with the update graph traced at the first export (above). Acrobot: ours final -93.0 / -80.0 / -82.4 (median -82.4),
   at -100 by 68.8k / 67.2k / 72.2k steps, 14.1 / 12.1 / 12.6 s (median 12.6 s); SB3 -87.1 / -81.2 / -80.9 (median
