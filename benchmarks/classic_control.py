@@ -239,7 +239,9 @@ beside it), our side only unless said, configs/acrobot_ppo.yaml; times to -100 i
   by run); wall time at 40k steps, median 7.08 against 7.39 s (8 pairs). CartPole-v1 (T1), the same way, 05:23-05:36,
   seeds 0-7: 7.3 / 7.5 / 8.3 / 6.8 / 7.4 / 14.8 / 7.0 / 11.6 s (median 7.5 s) against 6.7 / 8.4 / 5.7 / 7.1 / 10.0 /
   10.9 / 8.7 / 10.9 s (median 8.5 s); the steps to 475 vary 24-88k by run, and neither side is slower to its first
-  episodes. Kept: ``PPOLearner.export_policy`` runs the warm-up (trainer/ppo.py).
+  episodes. T3 (``time_to_solve.py ppo-pixel S``, 05:55-05:57, each seed before then after): the same steps (7,741 /
+  6,749 / 6,726), 19.7 / 16.0 / 14.8 s against 19.9 / 16.0 / 15.3 s. Kept: ``PPOLearner.export_policy`` runs the
+  warm-up (trainer/ppo.py).
 
 Held noise on Pendulum-v1 (the zoo's ``sde_sample_freq: 4``), 2026-12-02 (load 7.6-10.3), our side only, 100k
 steps, the same driver, seeds 0 / 1: ``noise_hold_steps`` 1 (as shipped) final -163.2 / -180.9, at -200 by 58.4k /
