@@ -230,13 +230,13 @@ beside it), our side only unless said, configs/acrobot_ppo.yaml; times to -100 i
 * where a run's time goes (``py-spy record --threads --idle``, 80k steps): the event loop's thread (env clients'
   ``SyncVectorEnv.step`` 22%, the processor's ``Step`` 10%, TensorFlow's import 18%) waits in epoll 33% of its
   time; the trainer's thread waits for trajectories 47.5% and runs the update graph 31%.
-* the update graph traced at the first export, in the trainer's thread, before any env acts (2026-12-07 05:19-05:40,
+* the update graph traced at the first export, in the trainer's thread, before any env acts (2026-12-07 05:19-05:29,
   this session's machine, quiet, one run at a time, alternating with the shipped code per seed; a copy of the tree
   with the change): the first policy comes ~0.7 s later, but the trace has the CPU to itself, and the envs act with
   version 1 after 4.3-8.0k steps (3.7-4.5 s) instead of 12.2-16.0k (4.6-5.6 s). Times to -100, seeds 0 / 1 / 2, then
   3 / 4 / 5 / 0 / 1 / 2: 10.2 / 9.9 / 10.2, 11.5 / 8.5 / 9.1 / 11.0 / 9.4 / 10.9 s against 11.4 / 12.5 / 10.1, 10.2 /
   10.3 / 9.3 / 11.9 / 10.6 / 9.5 s: 6 of 9 pairs faster, by 0.58 s on average (+1.4 to -2.7 s: the steps to -100 vary
-  by run); wall time at 40k steps, median 7.08 against 7.39 s (8 pairs). CartPole-v1 (T1), the same way, 05:23-05:36,
+  by run); wall time at 40k steps, median 7.08 against 7.39 s (8 pairs). CartPole-v1 (T1), the same way, 05:28-05:34,
   seeds 0-7: 7.3 / 7.5 / 8.3 / 6.8 / 7.4 / 14.8 / 7.0 / 11.6 s (median 7.5 s) against 6.7 / 8.4 / 5.7 / 7.1 / 10.0 /
   10.9 / 8.7 / 10.9 s (median 8.5 s); the steps to 475 vary 24-88k by run, and neither side is slower to its first
   episodes. T3 (``time_to_solve.py ppo-pixel S``, 05:55-05:57, each seed before then after): the same steps (7,741 /
@@ -418,19 +418,19 @@ Suite runs (record each with its date):
   -110.4), at -110 by 162.8k / 126.1k / 125.0k steps, 26.0 / 18.4 / 19.3 s (median 19.3 s); SB3 -120.7 / -131.7 /
   -125.8 (median -125.8), 35.2k / 100.9k steps / never, 7.4 / 17.6 s / never (median 17.6 s): final met, time 1.10x,
   not met. Both machines' clocks ran faster than 2026-12-02's (ours 6.5-7k steps/s with start-up, imports done at
-  2.8 s). Acrobot again, 04:58-05:04 (``--tasks ppo-acrobot``, load 1.0-1.3): ours -79.5 / -82.6 / -80.0 (median
+  2.8 s). Acrobot again, 04:58-05:02 (``--tasks ppo-acrobot``, load 1.0-1.3): ours -79.5 / -82.6 / -80.0 (median
   -80.0), 70.0k / 76.9k / 68.0k steps, 11.0 / 12.7 / 12.7 s (median 12.7 s); SB3 the same finals and steps, 14.2 /
   10.9 / 11.4 s (median 11.4 s): 1.11x, not met. At parity within run-to-run noise; ours still needs 1.2-1.5x the
   peer's steps on seeds 1-2 and ~1.6 s more start-up (its imports end 1.2-1.4 s after its process start).
-  PyTorch's start on these two (``orthogonal_init: false``, not the zoo's: a probe, our side only, 05:09-05:13, one
+  PyTorch's start on these two (``orthogonal_init: false``, not the zoo's: a probe, our side only, 05:03-05:06, one
   Acrobot and one MountainCar run at a time): Acrobot at -100 by 73.3k / 68.2k / 69.6k steps, finals -93.0 / -75.2 /
   -91.8 (no fewer steps than orthogonal's 67-78k, worse finals); MountainCar at -110 by 170.3k / 116.0k / 55.2k,
   finals -124.3 / -109.9 / -116.4. Not kept: neither is the zoo's setting, and neither gain is clear.
   Adam's epsilon as SB3's ActorCriticPolicy sets it (1e-5; ours is ML-Agents' and PyTorch's 1e-8; a copy of the tree
-  with ``trainer.ppo.ADAM_EPSILON`` changed, 05:16-05:22, the same pairing): Acrobot at -100 by 72.4k / 88.5k /
+  with ``trainer.ppo.ADAM_EPSILON`` changed, 05:12-05:17, the same pairing): Acrobot at -100 by 72.4k / 88.5k /
   61.9k steps, finals -83.7 / -81.9 / -81.7; MountainCar at -110 by 243.8k / 156.7k / 202.6k, finals -109.6 / -121.4 /
   -120.9. No fewer steps on Acrobot, more on MountainCar: not kept.
-* 2026-12-07 05:41-05:49, ``classic_control.py --tasks ppo-mountaincarcontinuous --seeds 0 1 2`` (quiet), after the
+* 2026-12-07 05:41-05:46, ``classic_control.py --tasks ppo-mountaincarcontinuous --seeds 0 1 2`` (quiet), after the
   trace change: ours final 95.5 / 73.4 / 95.2 (median 95.2), at 90 by 7.2k / 10.9k / 7.1k steps, 15.1 / 23.6 / 14.2 s
   (median 15.1 s); SB3 86.6 / 93.0 / 18.2 (median 86.6), 40.5 / 19.4 / 10.5 s (median 19.4 s): met, 0.78x. Seed 1
   relapsed in its last episodes (4 of the last 6 at 999 steps, after 40 successes), where the two runs before ended
