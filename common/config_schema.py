@@ -29,6 +29,7 @@ from common.config_sections import (
     RewardSignalSettings,
     RewardSignalType,
     SACHyperparameters,
+    StateDependentExploration,
     TrainerType,
     at_least,
     require,
@@ -142,7 +143,7 @@ class BehaviorSettings:
         ``use_sde``, PPO's or SAC's, gSDE's ``sde_sample_freq``, -1 meaning ``time_horizon``); 1 otherwise (fresh
         noise every step)."""
         hp = self.hyperparameters
-        if isinstance(hp, PPOHyperparameters | SACHyperparameters) and hp.use_sde:
+        if isinstance(hp, StateDependentExploration) and hp.use_sde:
             return self.time_horizon if hp.sde_sample_freq == -1 else hp.sde_sample_freq
         return hp.noise_hold_steps if isinstance(hp, PPOHyperparameters) else 1
 
@@ -151,8 +152,7 @@ class BehaviorSettings:
         """Rows L of the gSDE exploration matrix the processor holds per agent (the policy's last hidden layer,
         ``hidden_units``) with PPO's or SAC's ``use_sde``; 0 without gSDE."""
         hp = self.hyperparameters
-        sde = isinstance(hp, PPOHyperparameters | SACHyperparameters) and hp.use_sde
-        return self.network_settings.hidden_units if sde else 0
+        return self.network_settings.hidden_units if isinstance(hp, StateDependentExploration) and hp.use_sde else 0
 
     @property
     def demo_path(self) -> str | None:
