@@ -25,8 +25,8 @@ Deviations of the translation (each config's comments say which apply):
 * ``normalize``: the zoo's ``normalize: true`` wraps the envs in ``VecNormalize``, which scales observations
   *and* rewards (by the running std of the discounted return). ML-Agents' ``network_settings.normalize`` scales
   observations only; stepstream's PPO key ``normalize_reward`` (follows ``normalize`` when unset) adds the reward
-  half. SB3 updates the observation statistics every env step; stepstream, as ML-Agents, when the trainer takes
-  a trajectory in.
+  half. SB3 updates the observation statistics every env step; ML-Agents when the trainer takes a trajectory in;
+  stepstream's PPO with all of an update's trajectories, just before the update (since 2026-12-07).
 * ``use_sde`` / ``sde_sample_freq`` / ``log_std_init`` / ``use_expln`` (MountainCarContinuous, Pendulum PPO):
   the PPO keys of the same names (gSDE, README "Design notes"; ``sde_sample_freq`` -1 = ``time_horizon``, the
   zoo's ``n_steps`` rollout). The zoo's ``log_std_init`` is sigma's, and the action std it gives scales with the

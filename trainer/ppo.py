@@ -553,7 +553,10 @@ class PPOLearner:
         self._variables = (*self.policy.trainable_variables, *self.value.trainable_variables)
         self.optimizer = adam(hp.learning_rate, self._variables, epsilon=ADAM_EPSILON)
         self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")
-        self.update_buffer = AgentBuffer()
+        self._update_buffer = AgentBuffer()
+        self._pending: list[tr.Trajectory] = []
+        """Trajectories taken in and not yet turned into rows (``add_trajectories``)."""
+        self._pending_rows = 0
         self.bc = BCComponent.from_behavior(settings, brain_parameters, self.policy, self._normalized, hp.num_epoch, seed=seed)
 
         # Fixed signatures with dynamic leading axes: each function traces once for the learner's life.
@@ -659,7 +662,14 @@ class PPOLearner:
         return advantages
 
     def add_trajectories(self, trajectories: Sequence[tr.Trajectory]) -> int:
-        """Estimates values, computes GAE per trajectory and signal, and appends the rows to the update buffer.
+        """Takes trajectories in for the next update and counts their experiences as trainer steps.
+
+        They wait as they are until the update buffer is read (``update_buffer``: by ``update``, a checkpoint or an
+        export); then every waiting trajectory is turned into rows at once (``_rows_of_pending``). Why: with short
+        trajectories the trainer takes them in one or two at a time, and each turn cost one value-network call and
+        the normaliser's eager ops (~1.1 ms for two 16-step trajectories, 2x64 MLP). On MountainCar-v0
+        (configs/mountaincar_ppo.yaml: 16-step trajectories, an update every 256 steps) that took ~3x the trainer
+        thread's CPU of the updates themselves (py-spy, benchmarks/classic_control.py's docstring).
 
         Returns:
             The experiences added (the sum of the trajectories' lengths).
@@ -667,6 +677,29 @@ class PPOLearner:
         if not trajectories:
             return 0
         self._warm_up(in_thread=True)
+        n = sum(trajectory.length for trajectory in trajectories)
+        self._pending.extend(trajectories)
+        self._pending_rows += n
+        self.step.assign_add(n)
+        return n
+
+    @property
+    def update_buffer(self) -> AgentBuffer:
+        """The rows (observations, actions, values, advantages, returns) of every trajectory taken in since the last
+        update; the trajectories still waiting are turned into rows first."""
+        self._rows_of_pending()
+        return self._update_buffer
+
+    def _rows_of_pending(self) -> None:
+        """Turns the waiting trajectories into rows in one pass: folds their observations into the normalisers,
+        estimates values, computes GAE per trajectory and signal, and appends the rows to the update buffer.
+
+        ML-Agents folds each trajectory in just before estimating its values; here all of an update's trajectories
+        are folded in before any of them is estimated (the networks do not change in between either way).
+        """
+        if not self._pending:
+            return
+        trajectories, self._pending, self._pending_rows = self._pending, [], 0
         n_obs = len(self.normalizers)
         obs, next_obs = observations(trajectories, n_obs)
         if self.normalize:  # as ML-Agents: fold the new observations in before estimating values with them
@@ -690,14 +723,12 @@ class PPOLearner:
             SIGNAL_REWARDS: rewards,
         }
         transitions = batch if self._transitions else None
-        self.update_buffer.extend_rows(trajectory_rows(trajectories, obs, self.branches, computed, transitions))
-        self.step.assign_add(n)
-        return n
+        self._update_buffer.extend_rows(trajectory_rows(trajectories, obs, self.branches, computed, transitions))
 
     # -- the update --------------------------------------------------------------------------------------
 
     def ready_to_update(self) -> bool:
-        return self.update_buffer.num_experiences >= self.hyperparameters.buffer_size
+        return self._update_buffer.num_experiences + self._pending_rows >= self.hyperparameters.buffer_size
 
     def _gradient_step(self, batch: MiniBatch, epsilon: tf.Tensor, beta: tf.Tensor) -> PPOLosses:
         """One Adam step on one minibatch; returns its losses."""
@@ -754,7 +785,7 @@ class PPOLearner:
         sums = self._train_epoch(batches, epsilon, beta).numpy()
         if self._transitions:  # the signals with networks of their own take a step on each minibatch
             signal_stats.update(self._update_signals(take))
-        self.update_buffer.reset_agent()
+        self._update_buffer.reset_agent()
         policy, value, entropy = sums / len(take)  # take: the row indices [S, B] of the S minibatches
         traces = self._train_epoch.experimental_get_tracing_count()  # 1, unless something forces a retrace
         logger.debug("PPO update: %d experiences, %d gradient steps, %d trace(s)", n, len(take), traces)
@@ -794,6 +825,7 @@ class PPOLearner:
         """The policy network as TFLite, with the normaliser state when ``normalize`` is on. The first export runs the
         warm-up first (``__init__``)."""
         self._warm_up(in_thread=False)
+        self._rows_of_pending()  # the exported normalisers fold in every trajectory taken in
         normalizers = [normalizer_state(*n.state()) for n in self.normalizers if n is not None] if self.normalize else []
         name = self.brain_parameters.behavior_name
         spec = self.brain_parameters.action_spec.to_proto()
@@ -817,6 +849,7 @@ class PPOLearner:
         """Nothing: the update buffer is cleared after every update, and the rest is in the TF checkpoint (written
         next; a warm-up still creating the optimiser's slots is waited for first)."""
         del directory
+        self._rows_of_pending()  # the checkpointed normalisers fold in every trajectory taken in
         self._warmed_up()
 
     def load_extra(self, directory: Path) -> None:

@@ -144,14 +144,32 @@ def test_add_trajectories_bootstraps_all_but_true_terminals(done_reached: bool, 
     learner = PPOLearner(brain(CONTINUOUS), settings(), warm_up=False)
     traj = trajectory(CONTINUOUS, 5, done_reached=done_reached, interrupted=interrupted)
     assert learner.add_trajectories([traj]) == 5
+    buffer = learner.update_buffer  # turns the trajectory into rows: the normaliser folds its observations in first
     values = learner._value_estimates((traj.obs[0],)).numpy()[:, 0]  # [T, K = 1]: extrinsic is the only head
     next_value = float(learner._value_estimates((traj.next_obs[0][None],)).numpy()[0, 0])
     assert abs(next_value) > 1e-4  # so a wrong choice would show
     expected = gae(traj.rewards * 0.5, values, next_value if bootstraps else 0.0, gamma=0.9, lambd=0.8)  # strength 0.5
-    buffer = learner.update_buffer
     np.testing.assert_allclose(buffer[ADVANTAGES].data, expected, rtol=1e-4, atol=1e-6)
     np.testing.assert_allclose(buffer[VALUE_ESTIMATES].data[:, 0], values, rtol=1e-5)
     np.testing.assert_allclose(buffer[RETURNS].data[:, 0], expected + values, rtol=1e-4, atol=1e-6)
+
+
+def test_trajectories_wait_for_the_update_and_become_rows_in_one_value_network_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    learner = PPOLearner(brain(DISCRETE), settings(buffer_size=32), warm_up=False)
+    calls: list[int] = []
+    estimates = learner._value_estimates
+
+    def counted(obs: tuple[Any, ...]) -> Any:
+        calls.append(len(obs[0]))
+        return estimates(obs)
+
+    monkeypatch.setattr(learner, "_value_estimates", counted)
+    for seed in range(4):  # four take-ins of one 8-step trajectory each
+        assert learner.add_trajectories([trajectory(DISCRETE, 8, seed=seed)]) == 8
+    assert calls == [] and int(learner.step.numpy()) == 32 and learner.ready_to_update()
+    learner.update()
+    assert calls == [4 * 8 + 4]  # one call for the whole update: every obs, and each trajectory's next_obs
+    assert not learner.ready_to_update() and learner.update_buffer.num_experiences == 0
 
 
 # -- losses --------------------------------------------------------------------------------------
