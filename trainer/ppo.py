@@ -49,7 +49,9 @@ an update (SB3's CnnPolicy shares its features extractor the same way). The expo
 Speed: the whole update is one call of one graph (every epoch's shuffled minibatches stacked by
 ``epoch_minibatches``, looped with ``tf.while_loop`` by ``summed_over_minibatches``), traced without autograph.
 On the 2-core machine, CartPole's update (256 rows, 20 epochs, 2x64) takes ~12 ms instead of ~53 ms for one
-call per epoch plus an ``AgentBuffer.shuffle`` each, and the warm-up trace ~0.3 s instead of ~0.9 s.
+call per epoch plus an ``AgentBuffer.shuffle`` each, and the warm-up trace ~0.3 s instead of ~0.9 s. Trajectories
+taken in wait for the update, which turns them all into rows with one value-network call (``add_trajectories``): on
+MountainCar-v0, 300k steps took 17% less time than with a call per take-in.
 
 Shapes: ``T`` experiences of one trajectory, ``N`` of many, ``B`` rows of a minibatch, ``S`` minibatches of an
 update, ``C`` continuous action dimensions, ``nB`` discrete branches, ``M = sum(branches)``, ``K`` reward signals.
