@@ -848,11 +848,12 @@ class PPOLearner:
         return objects
 
     def save_extra(self, directory: Path) -> None:
-        """Nothing: the update buffer is cleared after every update, and the rest is in the TF checkpoint (written
-        next; a warm-up still creating the optimiser's slots is waited for first)."""
+        """No file: the update buffer is not checkpointed (it is cleared after every update), and the rest is in the TF
+        checkpoint, written next. Before it, a warm-up still creating the optimiser's slots is waited for, and the
+        trajectories waiting for the update are turned into rows, so the checkpointed normalisers include them."""
         del directory
-        self._rows_of_pending()  # the checkpointed normalisers fold in every trajectory taken in
         self._warmed_up()
+        self._rows_of_pending()
 
     def load_extra(self, directory: Path) -> None:
         """Nothing to restore (see ``save_extra``)."""

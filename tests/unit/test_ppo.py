@@ -172,6 +172,19 @@ def test_trajectories_wait_for_the_update_and_become_rows_in_one_value_network_c
     assert not learner.ready_to_update() and learner.update_buffer.num_experiences == 0
 
 
+def test_an_export_and_a_checkpoint_fold_the_waiting_trajectories_into_the_normaliser(tmp_path: Path) -> None:
+    learner = PPOLearner(brain(CONTINUOUS), settings(), warm_up=False)
+    normalizer = learner.normalizers[0]
+    assert normalizer is not None
+    learner.add_trajectories([trajectory(CONTINUOUS, 5)])
+    assert normalizer.state()[2] == 0  # waiting for the update
+    learner.save_extra(tmp_path)  # the TF checkpoint written next holds the normaliser
+    assert normalizer.state()[2] == 5
+    learner.add_trajectories([trajectory(CONTINUOUS, 3, seed=1)])
+    update = learner.export_policy(1, 8)
+    assert normalizer.state()[2] == 8 and update.artifact.normalizers[0].count == 8
+
+
 # -- losses --------------------------------------------------------------------------------------
 
 
