@@ -52,15 +52,19 @@ Figures per seed: ``final`` = the mean of the last 20 finished episodes at the e
 ``solve_s_from_process_start``); null if never (Infinity in the median). ``sb3_solve_s_after_imports`` keeps the
 peer's own clock, which starts after its imports. Runs recorded below before 2026-12-02 21:10 UTC give the peer's
 ``solve_s`` after its imports (1.8-2.7 s less: ``time python -c "import torch, stable_baselines3, gymnasium,
-yaml"`` in the SB3 environment, three runs, load 0), ours from the process start.
+yaml"`` in the SB3 environment, three runs, load 0), ours from the process start. ``held`` (since 2026-12-07) = the
+fraction of the windows that end in the budget's second half at or above the threshold, one window after each
+episode (``benchmarks/episode_window.py``, both sides): a first crossing can be a touch the run never holds again
+(MountainCar below); null if no window ended there (0 in the median).
 
 usage: classic_control.py [--seeds 0 1 2] [--tasks ppo-acrobot ...] [--results-dir DIR] [--sb3-python PATH]
                           [--skip-sb3] [--config VARIANT.yaml (one task: our side runs it instead)]
 
 Prints one JSON line last: ``{"workload": "classic_control", "date": ..., "<algo_env>": {"ours_final": [...],
 "sb3_final": [...], "ours_solve_s": [...], "sb3_solve_s": [...], "ours_solve_steps": [...], "sb3_solve_steps":
-[...], "sb3_solve_s_after_imports": [...], "median_ours_final": ..., "median_sb3_final": ..., "median_ours_solve_s":
-..., "median_sb3_solve_s": ..., "median_sb3_solve_s_after_imports": ...}, ...}``.
+[...], "sb3_solve_s_after_imports": [...], "ours_held": [...], "sb3_held": [...], "median_ours_final": ...,
+"median_sb3_final": ..., "median_ours_solve_s": ..., "median_sb3_solve_s": ..., "median_sb3_solve_s_after_imports":
+..., "median_ours_held": ..., "median_sb3_held": ...}, ...}``.
 
 Why PPO trailed on Acrobot-v1 (issue 15), measured 2026-12-01 on the 2-core machine (load 8-9, other work
 beside it), our side only, configs/acrobot_ppo.yaml with ``max_steps`` 80000 (constant schedules: the budget does
@@ -533,12 +537,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: benchmarks.* as package modules
 
+from benchmarks.episode_window import WINDOW, EpisodeWindow
 from benchmarks.time_to_solve import REPO, Workload, run
 
 log = logging.getLogger("benchmarks.classic_control")
-
-WINDOW = 20
-"""Finished episodes averaged, both for the final figure and for the threshold."""
 SB3_PYTHON = Path.home() / ".cache" / "stepstream-yardsticks" / "sb3" / "bin" / "python"
 PEER = REPO / "benchmarks" / "classic_control_sb3.py"
 
@@ -574,21 +576,20 @@ class Figures:
     solve_s: float | None
     solve_s_after_imports: float | None = None
     """The peer's own clock (after its imports); None on our side."""
+    held: float | None = None
+    """The fraction of the budget's second half's windows at or above the threshold (``benchmarks.episode_window``)."""
 
 
-def episode_figures(csv_path: Path, threshold: float) -> Figures:
-    """Final last-WINDOW mean and the first (agent_steps, wall_seconds) where it reached ``threshold``, from a
-    run's ``episodes.csv`` (rows in the order the trainer took the episodes in)."""
-    window: list[float] = []
-    solve_steps: int | None = None
+def episode_figures(csv_path: Path, threshold: float, budget: int) -> Figures:
+    """The figures of ``benchmarks.episode_window`` from a run's ``episodes.csv`` (rows in the order the trainer took
+    the episodes in), and the ``wall_seconds`` of the first window at or above ``threshold``."""
+    episodes = EpisodeWindow(threshold, held_from=budget // 2)
     solve_s: float | None = None
     with open(csv_path, encoding="utf-8", newline="") as f:
         for row in csv.DictReader(f):
-            window = [*window[-(WINDOW - 1) :], float(row["episode_reward"])]
-            if solve_steps is None and len(window) == WINDOW and sum(window) / WINDOW >= threshold:
-                solve_steps, solve_s = int(row["agent_steps"]), float(row["wall_seconds"])
-    final = sum(window) / len(window) if window else None
-    return Figures(final, solve_steps, solve_s)
+            if episodes.add(float(row["episode_reward"]), int(row["agent_steps"])):
+                solve_s = float(row["wall_seconds"])
+    return Figures(episodes.mean, episodes.solve_steps, solve_s, held=episodes.held)
 
 
 def run_ours(name: str, task: Task, seed: int, results_dir: Path, config: Path | None = None) -> Figures:
@@ -601,7 +602,7 @@ def run_ours(name: str, task: Task, seed: int, results_dir: Path, config: Path |
         return Figures(None, None, None)
     del outcome
     behavior_dirs = [p for p in (results_dir / f"{name}-seed{seed}").iterdir() if (p / "episodes.csv").exists()]
-    return episode_figures(behavior_dirs[0] / "episodes.csv", task.threshold)
+    return episode_figures(behavior_dirs[0] / "episodes.csv", task.threshold, task.budget)
 
 
 def run_sb3(task: Task, seed: int, sb3_python: Path) -> Figures:
@@ -613,7 +614,9 @@ def run_sb3(task: Task, seed: int, sb3_python: Path) -> Figures:
         log.error("the peer failed (exit %d):\n%s", done.returncode, done.stderr[-4000:])
         return Figures(None, None, None)
     result = json.loads(done.stdout.strip().splitlines()[-1])
-    return Figures(result["final"], result["solve_steps"], result["solve_s_from_process_start"], result["solve_s"])
+    return Figures(
+        result["final"], result["solve_steps"], result["solve_s_from_process_start"], result["solve_s"], result.get("held")
+    )
 
 
 def median(values: list[float | None], missing: float | None) -> float:
@@ -654,6 +657,7 @@ def main(argv: list[str] | None = None) -> int:
             task = TASKS[name]
             entry: dict[str, list[Any]] = {k: [] for k in ("ours_final", "sb3_final", "ours_solve_s", "sb3_solve_s")}
             entry.update({"ours_solve_steps": [], "sb3_solve_steps": [], "sb3_solve_s_after_imports": []})
+            entry.update({"ours_held": [], "sb3_held": []})
             for seed in args.seeds:
                 sides = [("ours", run_ours(name, task, seed, results_dir, args.config))]
                 if not args.skip_sb3:
@@ -662,6 +666,7 @@ def main(argv: list[str] | None = None) -> int:
                     entry[f"{side}_final"].append(figures.final)
                     entry[f"{side}_solve_s"].append(figures.solve_s)
                     entry[f"{side}_solve_steps"].append(figures.solve_steps)
+                    entry[f"{side}_held"].append(figures.held)
                     if side == "sb3":
                         entry["sb3_solve_s_after_imports"].append(figures.solve_s_after_imports)
                     log.info("%s seed %d %s: %s", name, seed, side, figures)
@@ -669,6 +674,7 @@ def main(argv: list[str] | None = None) -> int:
             for side in ("ours", "sb3"):
                 summary[f"median_{side}_final"] = median(entry[f"{side}_final"], None)
                 summary[f"median_{side}_solve_s"] = median(entry[f"{side}_solve_s"], math.inf)
+                summary[f"median_{side}_held"] = median(entry[f"{side}_held"], 0.0)
             summary["median_sb3_solve_s_after_imports"] = median(entry["sb3_solve_s_after_imports"], math.inf)
             report[name] = summary
     print(json.dumps(report))  # json writes inf as Infinity

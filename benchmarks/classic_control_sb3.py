@@ -9,17 +9,18 @@ does: ``n_envs``, ``normalize`` (``VecNormalize``, observations and rewards unle
 
 usage: classic_control_sb3.py ALGO GYM_ID SEED BUDGET THRESHOLD
 
-Prints one JSON line last: ``{"final", "solve_steps", "solve_s", "solve_s_from_process_start", "steps", "wall_s",
-"hyperparams"}``: the mean of the last 20 finished episodes at the end, the env steps (``num_timesteps``) and
-seconds at which that mean first reached THRESHOLD (null if never), and the run's totals. ``solve_s`` and
-``wall_s`` count after the imports; ``solve_s_from_process_start`` counts from this process's start, imports
-included, as our side's ``episodes.csv`` ``wall_seconds`` does (``common.clock``, standard library only: the
-repository root goes on ``sys.path`` for it, as this runs in the SB3 environment without stepstream installed).
+Prints one JSON line last: ``{"final", "solve_steps", "held", "solve_s", "solve_s_from_process_start", "steps",
+"wall_s", "hyperparams"}``: the mean of the last 20 finished episodes at the end, the env steps (``num_timesteps``)
+and seconds at which that mean first reached THRESHOLD (null if never), the fraction of the windows in the budget's
+second half at or above it (``benchmarks.episode_window``, as our side computes them), and the run's totals.
+``solve_s`` and ``wall_s`` count after the imports; ``solve_s_from_process_start`` counts from this process's start,
+imports included, as our side's ``episodes.csv`` ``wall_seconds`` does. ``common.clock`` and
+``benchmarks.episode_window`` are standard library only: the repository root goes on ``sys.path`` for them, as this
+runs in the SB3 environment without stepstream installed.
 """
 
 from __future__ import annotations
 
-import collections
 import importlib.util
 import json
 import sys
@@ -34,10 +35,9 @@ from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.vec_env import VecNormalize
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: common.clock, stdlib only
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: stdlib-only modules
+from benchmarks.episode_window import EpisodeWindow
 from common.clock import process_start_time
-
-WINDOW = 20
 
 
 def zoo_hyperparams(algo: str, gym_id: str) -> dict[str, Any]:
@@ -55,25 +55,20 @@ def linear(initial: float):  # SB3 schedule: progress_remaining (1 -> 0) -> valu
 
 
 class Watch(BaseCallback):
-    """The last WINDOW finished episodes' rewards, and when their mean first reached the threshold."""
+    """The finished episodes' window (``benchmarks.episode_window``), and when its mean first reached the threshold."""
 
-    def __init__(self, threshold: float, start: float) -> None:
+    def __init__(self, threshold: float, budget: int, start: float) -> None:
         super().__init__()
-        self.rewards: collections.deque[float] = collections.deque(maxlen=WINDOW)
-        self.threshold = threshold
+        self.episodes = EpisodeWindow(threshold, held_from=budget // 2)
         self.start = start
-        self.solve_steps: int | None = None
         self.solve_s: float | None = None
         self.solved_at: float | None = None
 
     def _on_step(self) -> bool:
         for info in self.locals.get("infos", []):
-            if "episode" in info:
-                self.rewards.append(float(info["episode"]["r"]))
-                full = len(self.rewards) == WINDOW
-                if full and self.solve_steps is None and sum(self.rewards) / WINDOW >= self.threshold:
-                    self.solve_steps, self.solve_s = self.num_timesteps, time.perf_counter() - self.start
-                    self.solved_at = time.time()  # epoch seconds: against the process start
+            if "episode" in info and self.episodes.add(float(info["episode"]["r"]), self.num_timesteps):
+                self.solve_s = time.perf_counter() - self.start
+                self.solved_at = time.time()  # epoch seconds: against the process start
         return True
 
 
@@ -98,12 +93,12 @@ def main(argv: list[str]) -> int:
         env = VecNormalize(env, gamma=hp.get("gamma", 0.99), **kwargs)
     model_class = {"ppo": PPO, "sac": SAC}[algo]
     model = model_class(policy, env, seed=seed, device="cpu", **hp)
-    watch = Watch(threshold, start)
+    watch = Watch(threshold, budget, start)
     model.learn(budget, callback=watch)
-    rewards = list(watch.rewards)
     result = {
-        "final": sum(rewards) / len(rewards) if rewards else None,
-        "solve_steps": watch.solve_steps,
+        "final": watch.episodes.mean,
+        "solve_steps": watch.episodes.solve_steps,
+        "held": watch.episodes.held,
         "solve_s": None if watch.solve_s is None else round(watch.solve_s, 2),
         "solve_s_from_process_start": None if watch.solved_at is None else round(watch.solved_at - process_start_time(), 2),
         "steps": int(model.num_timesteps),
