@@ -454,7 +454,7 @@ Suite runs (record each with its date):
   118.6k / 184.9k steps, 49.3 / 27.3 / 47.3 s (median 47.3 s); SB3 -134.6 / -121.7 / -123.3 (median -123.3),
   solved on seed 2 only, at 256.8k steps, 69.3 s (67.2 s after imports): median Infinity. Ours is ahead on this
   run's every figure, but the peer solved 2 of 3 seeds in the 14:54 run above and 1 of 3 here: left open, not met.
-* 2026-12-07 06:12-06:34, the peer alone on six more seeds (``classic_control_sb3.py ppo Acrobot-v1 S 200000 -100``
+* 2026-12-07 06:21-06:30, the peer alone on six more seeds (``classic_control_sb3.py ppo Acrobot-v1 S 200000 -100``
   and ``ppo MountainCar-v0 S 300000 -110``, seeds 3-8, one at a time, our A/B runs beside some of them; its steps do
   not depend on the load). Acrobot, steps to -100: 57.2k / 71.3k / 57.7k / 66.4k / 55.0k / 67.7k; with seeds 0-2
   (72.7k / 51.6k / 56.6k) the nine seeds' median is 57.7k. MountainCar, steps to -110: 211.1k / 35.4k / 36.8k / 34.8k /
@@ -468,7 +468,7 @@ Suite runs (record each with its date):
   as SB3's 16 per 256), a copy of the tree, A and B of a seed side by side (``ab.sh``), MountainCar seeds 0-5: steps to
   -110 208.6k / 114.6k / 154.2k / 200.8k / 164.1k / 150.9k as shipped, 153.4k / 157.2k / 182.7k / 102.6k / 151.2k /
   128.8k with it (medians 159k and 152k): inside the noise; not kept.
-* Reward scale on MountainCar, 2026-12-07 06:35-06:38, our side only, two runs at a time, 150k steps (``stepstream
+* Reward scale on MountainCar, 2026-12-07 06:36-06:38, our side only, two runs at a time, 150k steps (``stepstream
   train`` of a copy, ``--seed S --max-steps 150000``); figures: first success, last-20 mean at 20k / 40k / 60k / 100k
   steps, seeds 0 / 1 / 2. ``strength`` 0.3 (shipped): 12.4k / 11.4k / 12.0k; -182, -151, -132, -141 / -166, -153,
   -130, -118 / -173, -160, -120, -111. 0.1: 8.7k / 7.7k / 8.5k; -162, -148, -148, -144 / -160, -149, -132, -133 /
@@ -476,7 +476,7 @@ Suite runs (record each with its date):
   -128, -121. ``normalize_reward: true`` with strength 1: 8.5k / 7.9k / 5.3k; -161, -134, -128, -137 / -175, -144,
   -147, -144 / -153, -135, -130, -127. The smaller scales start as the peer does (first success ~8k, -150 by 20k),
   then stay at -125 to -150 where 0.3 goes on to -111 to -141 by 100k: none reaches the peer's 35k mode; not changed.
-* What the trainer's thread spends its CPU on, MountainCar, 2026-12-07 06:20 (``py-spy record --threads`` of
+* What the trainer's thread spends its CPU on, MountainCar, 2026-12-07 06:21 (``py-spy record --threads`` of
   ``stepstream train configs/mountaincar_ppo.yaml --seed 0 --max-steps 150000``, 200 Hz, the peer running beside it):
   ``PPOLearner.add_trajectories`` 2,955 samples, ``update`` 1,027. The 16-step trajectories came in one or two per
   take-in, and each take-in made one value-network call and the normaliser's eager ops: 373 us a call, 1.13 ms for
@@ -484,11 +484,11 @@ Suite runs (record each with its date):
   ``select`` for 37% of its samples. Since 065ec6d the trajectories wait for the update, which turns them into rows
   in one pass (``PPOLearner.add_trajectories``). A / B, one run at a time alternating per seed
   (``ab_seq.sh``: ``classic_control.py --tasks ppo-mountaincar --seeds S --skip-sb3`` from each tree), seeds 0-3,
-  06:27-06:34: 300k steps took 40.3 / 38.9 / 39.9 / 34.3 s after the imports before (mean 38.4 s, 7.8k steps/s),
+  06:30-06:35: 300k steps took 40.3 / 38.9 / 39.9 / 34.3 s after the imports before (mean 38.4 s, 7.8k steps/s),
   34.5 / 34.0 / 32.7 / 30.3 s after (mean 32.9 s, 9.1k steps/s: +17%); 1,061-1,066 updates before, 1,113-1,118
   after (the rows of an update fall from ~282 to ~269 as the trainer reacts sooner). Steps to -110 164.5k / 128.2k /
   127.1k / 203.6k before, 185.1k / 175.2k / 151.4k / 185.1k after: no change in learning beyond the noise. The second
-  profile (quiet machine): the trainer's thread 2,161 samples, ``update`` 1,074, turning trajectories into rows 349.
+  profile (06:38, quiet machine): the trainer's thread 2,161 samples, ``update`` 1,074, turning trajectories into rows 349.
 * 2026-12-07 06:44-06:54, ``classic_control.py --tasks ppo-mountaincar ppo-acrobot ppo-cartpole --seeds 0 1 2`` on the
   quiet machine (load 1.1-2.0, nothing beside it), after 065ec6d. MountainCar: ours final -111.8 / -107.7 / -126.0
   (median -111.8), at -110 by 139.5k / 202.2k / 162.6k steps, 20.4 / 22.7 / 19.4 s (median 20.4 s); SB3 -120.7 /
@@ -507,7 +507,7 @@ Suite runs (record each with its date):
   (median 19.9 s): 0.63x, final inside the peer's spread, below its median (as on 2026-12-02). MountainCarContinuous
   (PPO): ours 95.5 / 95.5 / 89.2 (median 95.5), at 90 by 8.5k / 8.5k / 7.4k steps, 14.6 / 15.0 / 13.0 s (median 14.6 s);
   SB3 86.6 / 93.0 / 18.2 (median 86.6), 13.8k / 6.6k / 3.5k, 35.9 / 18.1 / 10.2 s (median 18.1 s): met, 0.81x.
-* MountainCar, two more candidates, 2026-12-07 07:02-07:06, our side only, 150k steps, two runs at a time (``stepstream
+* MountainCar, two more candidates, 2026-12-07 07:04-07:07, our side only, 150k steps, two runs at a time (``stepstream
   train`` of the tree or a copy), figures as in the reward-scale item above. Observation clip 10 (SB3's ``clip_obs``; a
   copy of the tree with ``NORMALIZATION_CLIP`` 10): first success 15.1k / 11.7k / 9.0k; -180, -173, -140, -130 / -163,
   -149, -137, -149 / -171, -148, -130, -129 (seed 0 at -110 by 124.1k); with ``strength`` 0.1 too: -160, -133, -133,
@@ -516,6 +516,22 @@ Suite runs (record each with its date):
   / -176, -149, -149, -138 per trainer step (seeds 1-2 at -110 by 87.9k / 112.6k trainer steps, ~100k more env
   steps): no faster per trainer step than with the lag, so asynchronous collection is not what the peer's 35k mode
   has over us.
+* 2026-12-07 07:14-07:23, ``classic_control.py --tasks ppo-mountaincar ppo-acrobot ppo-cartpole --seeds 0 1 2`` on the
+  quiet machine (load 0.8-1.4), with the ``held`` figure. MountainCar: ours final -105.7 / -112.3 / -115.1 (median
+  -112.3), at -110 by 175.6k / 169.3k / 157.6k steps, 20.1 / 21.0 / 19.8 s (median 20.1 s), held 0.17 / 0.10 / 0.23
+  (median 0.17); SB3 -120.7 / -131.7 / -125.8 (median -125.8), 35.2k / 100.9k / never, 7.3 / 17.1 s / never (median
+  17.1 s), held 0.03 / 0.00 / 0.00 (median 0.00): final met, time 1.18x, **not met**; the peer's crossings are
+  touches it does not hold (2.6% of its second half's windows on seed 0, none on seeds 1-2), ours hold 10-23%.
+  The peer's own episode logs (``/tmp`` wrapper of ``Watch``, seeds 0-5, 300k, 07:07-07:12) say the same: its
+  last-20 mean sits at -121 to -140 at 100k and 200k on every seed and is at -110 in 0-2% of the windows after 100k;
+  ours (the six 300k runs of 06:27-06:54 after 065ec6d) -107 to -119 at 200k, 8-17% after 100k. Acrobot: ours -81.3 /
+  -83.7 / -86.3 (median -83.7), 75.3k / 70.0k / 68.1k steps, 10.0 / 9.2 / 9.0 s (median 9.2 s), held 0.93 / 0.98 /
+  0.91; SB3 -87.1 / -81.2 / -80.9 (median -81.2), 13.7 / 10.2 / 11.1 s (median 11.1 s), held 0.93 / 0.98 / 0.96:
+  **met** a third time (0.83x; finals within the spread). CartPole (T1): ours 500 x 3, 32.9k / 53.8k / 31.3k steps,
+  6.7 / 9.8 / 6.3 s (median 6.7 s); SB3 500 x 3, 8.5 / 7.5 / 9.3 s (median 8.5 s): met, 0.79x.
+* MountainCar's ``strength`` 0.15 (between the peer-like 0.05-0.1 and the shipped 0.3), our side only, 150k steps,
+  07:12-07:13: first success 8.5k / 11.4k / 8.2k / 8.7k, at -110 by 118.5k / 118.7k / - / 117.7k (seeds 0-3), the
+  last-20 mean -126 / -119 / -121 / -124 at 100k: no earlier than 0.3; not changed.
 """
 
 from __future__ import annotations
