@@ -531,7 +531,17 @@ Suite runs (record each with its date):
   6.7 / 9.8 / 6.3 s (median 6.7 s); SB3 500 x 3, 8.5 / 7.5 / 9.3 s (median 8.5 s): met, 0.79x.
 * MountainCar's ``strength`` 0.15 (between the peer-like 0.05-0.1 and the shipped 0.3), our side only, 150k steps,
   07:12-07:13: first success 8.5k / 11.4k / 8.2k / 8.7k, at -110 by 118.5k / 118.7k / - / 117.7k (seeds 0-3), the
-  last-20 mean -126 / -119 / -121 / -124 at 100k: no earlier than 0.3; not changed.
+  last-20 mean -126 / -119 / -121 / -124 at 100k. At the full budget (``ab_cfg.sh``: ``classic_control.py --tasks
+  ppo-mountaincar --seeds S --skip-sb3`` with the shipped config and ``--config`` the copy, side by side per seed,
+  07:47-07:51), seeds 0-5: at -110 by 206.2k / 196.2k / never / 219.0k / 116.2k / 173.8k steps (median ~201k), finals
+  -119.3 / -110.4 / -127.7 / -126.6 / -113.4 / -122.2, held 0.13 / 0.09 / 0.00 / 0.05 / 0.15 / 0.14; the shipped 0.3
+  beside it 126.2k / 283.6k / 180.6k / 128.3k / 120.4k / 178.3k (median ~153k), finals -116.1 / -119.5 / -110.8 /
+  -111.3 / -112.0 / -111.1, held 0.16 / 0.04 / 0.16 / 0.20 / 0.09 / 0.13: 0.15 is later and holds less; not changed.
+* 2026-12-07 07:23-07:46, ``classic_control.py --tasks sac-pendulum --seeds 0 1 2`` (T2; quiet, load 1.0-1.4; SAC is
+  untouched since the 2026-12-02 runs): ours final -169.3 / -179.5 / -177.3 (median -177.3), at -200 by 6,864 / 7,064 /
+  10,464 steps, 59.5 / 62.7 / 91.8 s (median 62.7 s), held 1.00 / 1.00 / 0.94; SB3 -165.7 / -175.4 / -170.9 (median
+  -170.9), 8,400 / 6,400 / 10,000 steps, 104.6 / 78.9 / 128.1 s (median 104.6 s), held 1.00 / 1.00 / 0.98: time 0.60x,
+  final within the seeds' spread (-179.5..-169.3 against -175.4..-165.7), as on 2026-12-02.
 """
 
 from __future__ import annotations
