@@ -8,7 +8,7 @@ repository root on ``sys.path``, stepstream not installed), so the two sides com
 * ``held``: of the windows that end in the budget's second half (one after each episode), the fraction whose mean is
   at or above the threshold. Why: the first crossing says nothing of what follows. On MountainCar-v0 the peer's
   crossings are touches during its early climb (4 of 9 seeds at 35-37k steps); its episode logs (seeds 0-5) show the
-  mean between -119 and -140 from 60k steps on, at -110 in 0-2% of the windows after 100k (``classic_control.py``'s
+  mean between -119 and -142 from 60k steps on, at -110 in 0-2% of the windows after 100k (``classic_control.py``'s
   docstring, 2026-12-07).
 """
 
