@@ -609,7 +609,7 @@ class Figures:
 def episode_figures(csv_path: Path, threshold: float, budget: int) -> Figures:
     """The figures of ``benchmarks.episode_window`` from a run's ``episodes.csv`` (rows in the order the trainer took
     the episodes in), and the ``wall_seconds`` of the first window at or above ``threshold``."""
-    episodes = EpisodeWindow(threshold, held_from=budget // 2)
+    episodes = EpisodeWindow(threshold, budget)
     solve_s: float | None = None
     with open(csv_path, encoding="utf-8", newline="") as f:
         for row in csv.DictReader(f):

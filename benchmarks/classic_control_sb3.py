@@ -59,7 +59,7 @@ class Watch(BaseCallback):
 
     def __init__(self, threshold: float, budget: int, start: float) -> None:
         super().__init__()
-        self.episodes = EpisodeWindow(threshold, held_from=budget // 2)
+        self.episodes = EpisodeWindow(threshold, budget)
         self.start = start
         self.solve_s: float | None = None
         self.solved_at: float | None = None

@@ -23,10 +23,11 @@ WINDOW = 20
 class EpisodeWindow:
     """The last ``WINDOW`` returns of one run, fed one finished episode at a time, in the order they finished."""
 
-    def __init__(self, threshold: float, held_from: int, window: int = WINDOW) -> None:
-        """``held_from``: the step count from which windows count towards ``held`` (the budget's second half)."""
+    def __init__(self, threshold: float, budget: int, window: int = WINDOW) -> None:
+        """``budget``: the run's steps; windows ending at or after ``held_from``, its second half, count towards
+        ``held``."""
         self.threshold = threshold
-        self.held_from = held_from
+        self.held_from = budget // 2
         self.window = window
         self.returns: collections.deque[float] = collections.deque(maxlen=window)
         self.solve_steps: int | None = None

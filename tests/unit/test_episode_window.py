@@ -10,7 +10,7 @@ from benchmarks.episode_window import EpisodeWindow
 
 
 def test_the_solve_is_the_first_full_window_at_the_threshold_and_is_reported_once() -> None:
-    episodes = EpisodeWindow(threshold=-110.0, held_from=1000, window=4)
+    episodes = EpisodeWindow(threshold=-110.0, budget=2000, window=4)
     assert [episodes.add(-100.0, step) for step in (10, 20, 30)] == [False, False, False]  # not full yet
     assert episodes.solve_steps is None and episodes.mean == -100.0
     assert episodes.add(-100.0, 40) and episodes.solve_steps == 40
@@ -18,13 +18,13 @@ def test_the_solve_is_the_first_full_window_at_the_threshold_and_is_reported_onc
 
 
 def test_held_counts_the_full_windows_of_the_second_half_only() -> None:
-    episodes = EpisodeWindow(threshold=-110.0, held_from=100, window=2)
+    episodes = EpisodeWindow(threshold=-110.0, budget=200, window=2)
     for step, episode_return in [(40, -100.0), (80, -100.0), (120, -200.0), (160, -100.0), (200, -100.0)]:
         episodes.add(episode_return, step)
     # Windows ending at 120, 160, 200: means -150, -150, -100; the early window at 80 (-100) does not count.
     assert episodes.solve_steps == 80
     assert episodes.held == 1 / 3
-    assert EpisodeWindow(threshold=0.0, held_from=100).held is None  # no window ended in the second half
+    assert EpisodeWindow(threshold=0.0, budget=200).held is None  # no window ended in the second half
 
 
 def test_episode_figures_reads_a_runs_episodes_csv(tmp_path: Path) -> None:
