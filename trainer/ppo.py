@@ -558,7 +558,6 @@ class PPOLearner:
         self._update_buffer = AgentBuffer()
         self._pending: list[tr.Trajectory] = []
         """Trajectories taken in and not yet turned into rows (``add_trajectories``)."""
-        self._pending_rows = 0
         self.bc = BCComponent.from_behavior(settings, brain_parameters, self.policy, self._normalized, hp.num_epoch, seed=seed)
 
         # Fixed signatures with dynamic leading axes: each function traces once for the learner's life.
@@ -681,7 +680,6 @@ class PPOLearner:
         self._warm_up(in_thread=True)
         n = sum(trajectory.length for trajectory in trajectories)
         self._pending.extend(trajectories)
-        self._pending_rows += n
         self.step.assign_add(n)
         return n
 
@@ -701,7 +699,7 @@ class PPOLearner:
         """
         if not self._pending:
             return
-        trajectories, self._pending, self._pending_rows = self._pending, [], 0
+        trajectories, self._pending = self._pending, []
         n_obs = len(self.normalizers)
         obs, next_obs = observations(trajectories, n_obs)
         if self.normalize:  # as ML-Agents: fold the new observations in before estimating values with them
@@ -730,7 +728,8 @@ class PPOLearner:
     # -- the update --------------------------------------------------------------------------------------
 
     def ready_to_update(self) -> bool:
-        return self._update_buffer.num_experiences + self._pending_rows >= self.hyperparameters.buffer_size
+        waiting = sum(trajectory.length for trajectory in self._pending)
+        return self._update_buffer.num_experiences + waiting >= self.hyperparameters.buffer_size
 
     def _gradient_step(self, batch: MiniBatch, epsilon: tf.Tensor, beta: tf.Tensor) -> PPOLosses:
         """One Adam step on one minibatch; returns its losses."""
