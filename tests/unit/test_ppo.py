@@ -166,20 +166,21 @@ def test_trajectories_wait_for_the_update_and_become_rows_in_one_value_network_c
     monkeypatch.setattr(learner, "_value_estimates", counted)
     for seed in range(4):  # four take-ins of one 8-step trajectory each
         assert learner.add_trajectories([trajectory(DISCRETE, 8, seed=seed)]) == 8
-    assert calls == [] and int(learner.step.numpy()) == 32 and learner.ready_to_update()
+    assert calls == [] and learner.trainer_step == 32 and learner.ready_to_update()
     learner.update()
     assert calls == [4 * 8 + 4]  # one call for the whole update: every obs, and each trajectory's next_obs
     assert not learner.ready_to_update() and learner.update_buffer.num_experiences == 0
 
 
-def test_an_export_and_a_checkpoint_fold_the_waiting_trajectories_into_the_normaliser(tmp_path: Path) -> None:
+def test_an_export_and_a_checkpoint_fold_the_waiting_trajectories_into_the_normaliser_and_the_step(tmp_path: Path) -> None:
     learner = PPOLearner(brain(CONTINUOUS), settings(), warm_up=False)
     normalizer = learner.normalizers[0]
     assert normalizer is not None
     learner.add_trajectories([trajectory(CONTINUOUS, 5)])
     assert normalizer.state()[2] == 0  # waiting for the update
-    learner.save_extra(tmp_path)  # the TF checkpoint written next holds the normaliser
-    assert normalizer.state()[2] == 5
+    assert int(learner.step.numpy()) == 0  # the take-ins' count is added to the variable once per update
+    learner.save_extra(tmp_path)  # the TF checkpoint written next holds the normaliser and the trainer step
+    assert normalizer.state()[2] == 5 and int(learner.step.numpy()) == 5
     learner.add_trajectories([trajectory(CONTINUOUS, 3, seed=1)])
     update = learner.export_policy(1, 8)
     assert normalizer.state()[2] == 8 and update.artifact.normalizers[0].count == 8
@@ -260,7 +261,7 @@ def test_learner_schedules_follow_the_trainer_step() -> None:
     learner = PPOLearner(brain(CONTINUOUS), settings(max_steps=100, **hyper), warm_up=False)
     assert learner.schedules() == pytest.approx((1e-3, 0.3, 1e-2))
     learner.add_trajectories([trajectory(CONTINUOUS, 20), trajectory(CONTINUOUS, 30, seed=1)])
-    assert int(learner.step.numpy()) == 50
+    assert learner.trainer_step == 50
     assert learner.schedules() == pytest.approx(((1e-3 - 1e-10) / 2 + 1e-10, 0.2, (1e-2 - 1e-5) / 2 + 1e-5))
     learner.set_step(1000)
     assert learner.schedules() == pytest.approx((1e-10, 0.1, 1e-5))
@@ -403,7 +404,7 @@ def test_checkpoint_round_trip_restores_weights_optimizer_and_step(tmp_path: Pat
     for a, b in zip(source.value.trainable_variables, target.value.trainable_variables, strict=True):
         np.testing.assert_array_equal(a.numpy(), b.numpy())
     assert int(target.optimizer.iterations.numpy()) == int(source.optimizer.iterations.numpy()) == 8
-    assert int(target.step.numpy()) == 32
+    assert target.trainer_step == 32
     np.testing.assert_array_equal(target.normalizers[0].mean.numpy(), source.normalizers[0].mean.numpy())
     assert "step" not in source.checkpoint_objects()  # the Checkpointer reserves it
 
