@@ -87,7 +87,7 @@ from trainer.networks import (
     normalized_observations,
     observation_normalizers,
 )
-from trainer.optimizer import adam
+from trainer.optimizer import adam, apply_adam
 from trainer.reward_signals import RewardSignal, SignalBatch, make_reward_signals, signal_checkpoint_objects, update_signals
 from trainer.schedules import MIN_LEARNING_RATE, decayed_value
 from trainer.seeding import seeded_initializers
@@ -771,7 +771,7 @@ class PPOLearner:
         gradients = tape.gradient(losses.total, self._variables)
         if hp.max_grad_norm is not None:
             gradients, _ = tf.clip_by_global_norm(gradients, hp.max_grad_norm)
-        self.optimizer.apply_gradients(zip(gradients, self._variables, strict=True))
+        apply_adam(self.optimizer, gradients, self._variables)
         return losses
 
     def _epochs(self, batches: MiniBatch, epsilon: tf.Tensor, beta: tf.Tensor) -> tf.Tensor:
