@@ -279,6 +279,45 @@ time), our side only, seed 0 unless said, 50k steps, ``classic_control.py --task
   95.2 / 94.9 / 63.0, 11.0k / 10.8k / 12.3k steps as before; seed 3 as before: 95.1, 9.5k steps / 38.3 s. Kept in
   mountaincarcontinuous_sac.yaml.
 
+Where MountainCar's embedded run spends its time, measured 2026-12-07 08:16-09:27 on the quiet machine (our side only;
+``/work/runs/s14`` drivers, not kept: ``stepstream train configs/mountaincar_ppo.yaml --seed S --max-steps 150000``,
+steps/s from the 20k summary to the end, one run at a time, trees alternated per seed).
+
+* the ceiling: ``--inference`` with a checkpoint (no trainer) acts at ~18k steps/s, the event loop's thread busy 0.96
+  of a core (``/proc/<pid>/task/*/stat`` over 4 s); training, ~10.5k steps/s, that thread busy 0.66, the trainer's
+  0.23, TensorFlow's compute thread 0.26: 1.25 of the 2 cores. Pinned apart with ``taskset`` (the loop on one core,
+  the trainer and TensorFlow's thread on the other): the same 0.61-0.67. With ``buffer_size`` 1,000,000 (no update in
+  150k steps) the loop acts at ~17k steps/s. ``perf trace -s`` of the loop's thread over 2 s: ``futex`` (the GIL and
+  condition variables) 12,825 calls with updates against 1,614 without, at 2,291 against 3,205 round trips
+  (``sendmsg``); ``epoll_wait`` 117 against 93 ms. So the updates cost the loop through the GIL, not the CPU: a
+  thread beside ``--inference`` that spins pure Python 6 of every 25 ms slowed its 150k steps from 8.7 to 11.0 s, one
+  that calls a traced 18 ms TensorFlow graph every 37 ms slowed them from 8.2 to 9.3 s (TensorFlow releases the GIL inside).
+* the trainer's update cycle timed alone (16 take-ins of a 16-step trajectory, then rows, update, export): take-ins
+  0.72 ms (an ``assign_add`` of the step variable each), rows 1.5 ms (value call 0.6, the normaliser's six eager
+  ops 0.53, GAE 0.17), update 7.8 ms (the graph ~5.5), export 0.47 ms. Kept: the take-ins count in Python and add
+  to the variable once per update (0.02 ms), and the update and value graphs are called as traced (a
+  ``tf.function`` call binds its arguments first: 7.1 against 6.4 ms, 0.47 against 0.33 ms, medians of 7).
+  Steps/s, seeds 1-7: 10.5 / 10.1 / 10.5 / 10.4 / 10.6 / 10.0 / 9.9k before, 10.5 / 11.0 / 11.2 (the take-ins'
+  change alone), 11.0 / 10.8 / 10.8 / 10.7k (both) after: +6%. Then Adam's step as one fused ``ResourceApplyAdam`` per variable
+  (``trainer.optimizer.apply_adam``): the update graph 6.5 -> 5.3 ms, its trace 0.64 -> 0.44 s; over 5 seeds the first
+  policy came 0.65 s after the imports instead of 0.84 s, and steps/s 10.1k against 9.8k (under the noise).
+* not kept: the normaliser's merge and the export's reads as one traced call each (eager TensorFlow ops per update
+  from ~24 to 3): ``futex`` per round trip fell from 9.9 to 6.4, but each call costs ~0.3 ms of CPU, and steps/s
+  over 8 seed pairs were 10.56k against 10.56k. A trainer that naps 5 or 10 ms before each take-in (fewer wake-ups):
+  10.9 / 9.6k and 8.8 / 8.8k against 10.4 / 9.9k. ``sys.setswitchinterval`` 0.5 ms: no change. The three stack
+  processes on loopback (``stepstream processor``, ``trainer``, ``env``): ~11k steps/s, the processor's thread busy
+  0.43 and the env's 0.35 of a core; with two env clients of 8 envs each, 8.6k. SAC's optimisers through
+  ``apply_adam``: Pendulum-v1, 6k steps in 54.4 / 62.1 s against 55.4 / 60.6 s: no gain, left as Keras'.
+* the learning, not the speed, is what is left: episodes binned by 20k steps (success fraction / mean return of the
+  successful episodes), the peer's six logged seeds (2026-12-07 07:07) against this session's three suite runs at
+  08:53: the peer succeeds in 58-74% of its first 20k steps' episodes and in 98-100% after, its successes at -124 to
+  -145 in most 20k bins from 20k to 300k, -115 to -121 in a few late ones (a plateau it touches -110 from by a
+  policy's fluctuation); ours succeed in 12-50% of the first 20k's, at -149 to -163 to 40k, then refine to -113 to
+  -126 from 200k. One more candidate, our side, 200k
+  steps: the policy's and the critic's gradients clipped to ``max_grad_norm`` apart (SB3 and ours clip them
+  together, so early on the critic's large gradients shrink the policy's step): at -110 by never / 153.0k / 174.9k
+  / 159.8k (seeds 0-3), no earlier than as shipped; not kept.
+
 Suite runs (record each with its date):
 
 * 2026-12-01, ``classic_control.py --tasks ppo-acrobot --seeds 0`` (load 7.8-9.2, other work beside it):
@@ -542,6 +581,26 @@ Suite runs (record each with its date):
   10,464 steps, 59.5 / 62.7 / 91.8 s (median 62.7 s), held 1.00 / 1.00 / 0.94; SB3 -165.7 / -175.4 / -170.9 (median
   -170.9), 8,400 / 6,400 / 10,000 steps, 104.6 / 78.9 / 128.1 s (median 104.6 s), held 1.00 / 1.00 / 0.98: time 0.60x,
   final within the seeds' spread (-179.5..-169.3 against -175.4..-165.7), as on 2026-12-02.
+* 2026-12-07 08:53-08:58, ``classic_control.py --tasks ppo-mountaincar --seeds 0 1 2`` (quiet, load 1.1-1.7), with the
+  take-ins counted in Python (7cfb983): ours final -107.5 / -117.1 / -110.9 (median -110.9), at -110 by 268.4k / 102.3k /
+  189.9k steps, 27.2 / 12.6 / 20.9 s (median 20.9 s), held 0.03 / 0.17 / 0.13; SB3 -120.7 / -131.7 / -125.8 (median
+  -125.8), 35.2k / 100.9k / never, 7.5 / 16.5 s / never (median 16.5 s), held 0.03 / 0.00 / 0.00: final met, time
+  1.27x, **not met** (seed 1 at 12.6 s shows the speed; seeds 0 and 2 took 1.6-2.6x its steps).
+* 2026-12-07 09:22-09:33, ``classic_control.py --tasks ppo-mountaincar ppo-acrobot ppo-cartpole --seeds 0 1 2`` (quiet,
+  load 1.3-2.3), with ``apply_adam`` too (30e3bb5). MountainCar: ours final -114.0 / -110.0 / -120.6 (median -114.0), at
+  -110 by 173.8k / 156.1k / 129.9k steps, 18.7 / 17.7 / 15.2 s (median 17.7 s), held 0.09 / 0.20 / 0.14; SB3 the same
+  finals and steps as ever, 7.4 / 16.5 s / never (median 16.5 s), held 0.03 / 0.00 / 0.00: final met, time 1.07x, **not
+  met**. Acrobot: ours -83.4 / -100.5 / -79.8 (median -83.4), 74.2k / 81.7k / 72.5k steps, 9.3 / 10.1 / 9.5 s (median
+  9.5 s), held 0.97 / 0.96 / 0.98; SB3 -87.1 / -81.2 / -80.9 (median -81.2), 13.6 / 10.3 / 11.1 s (median 11.1 s),
+  held 0.93 / 0.98 / 0.96: met (0.86x; final median inside the peer's spread). CartPole (T1): ours 500 x 3, 34.9k /
+  33.5k / 33.9k steps, 5.8 / 6.4 / 5.8 s (median 5.8 s); SB3 500 x 3, 7.6 / 8.9 / 9.1 s (median 8.9 s): met, 0.65x.
+* 2026-12-07 09:33-09:40, ``classic_control.py --tasks ppo-pendulum ppo-mountaincarcontinuous --seeds 0 1 2`` (quiet, load
+  0.1-1.1), the same tree. Pendulum: ours final -183.8 / -180.0 / -198.3 (median -183.8), at -200 by 53.6k / 51.2k /
+  52.0k steps, 12.6 / 12.0 / 12.4 s (median 12.4 s); SB3 -168.0 / -164.2 / -193.1 (median -168.0), 52.8k / 60.8k /
+  51.2k, 19.3 / 21.8 / 19.4 s (median 19.4 s): time 0.64x, final inside the peer's spread, below its median (as
+  before). MountainCarContinuous: ours 90.1 / 95.9 / 95.7 (median 95.7), at 90 by 7.9k / 7.9k / 7.3k steps, 12.1 / 12.6
+  / 11.4 s (median 12.1 s), held 1.00 x 3; SB3 86.6 / 93.0 / 18.2 (median 86.6), 33.7 / 17.7 / 10.1 s (median 17.7 s):
+  met, 0.69x.
 """
 
 from __future__ import annotations

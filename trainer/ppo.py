@@ -51,7 +51,11 @@ Speed: the whole update is one call of one graph (every epoch's shuffled minibat
 On the 2-core machine, CartPole's update (256 rows, 20 epochs, 2x64) takes ~12 ms instead of ~53 ms for one
 call per epoch plus an ``AgentBuffer.shuffle`` each, and the warm-up trace ~0.3 s instead of ~0.9 s. Trajectories
 taken in wait for the update, which turns them all into rows with one value-network call (``add_trajectories``): on
-MountainCar-v0, 300k steps took 14% less time (17% more steps per second) than with a call per take-in.
+MountainCar-v0, 300k steps took 14% less time (17% more steps per second) than with a call per take-in. In the
+embedded mode this thread shares the GIL with the processor's event loop, which on MountainCar acts at ~18k steps/s
+alone and at ~10.5k beside the trainer, so the update keeps its TensorFlow calls few: a take-in makes none (the step
+variable is brought up to date once per update), the traced graphs are called directly (``_update_graph``, the
+concrete ``_value_estimates``), and Adam's step is one fused kernel per variable (``trainer.optimizer.apply_adam``).
 
 Shapes: ``T`` experiences of one trajectory, ``N`` of many, ``B`` rows of a minibatch, ``S`` minibatches of an
 update, ``C`` continuous action dimensions, ``nB`` discrete branches, ``M = sum(branches)``, ``K`` reward signals.
