@@ -307,7 +307,9 @@ steps/s from the 20k summary to the end, one run at a time, trees alternated per
   10.9 / 9.6k and 8.8 / 8.8k against 10.4 / 9.9k. ``sys.setswitchinterval`` 0.5 ms: no change. The three stack
   processes on loopback (``stepstream processor``, ``trainer``, ``env``): ~11k steps/s, the processor's thread busy
   0.43 and the env's 0.35 of a core; with two env clients of 8 envs each, 8.6k. SAC's optimisers through
-  ``apply_adam``: Pendulum-v1, 6k steps in 54.4 / 62.1 s against 55.4 / 60.6 s: no gain, left as Keras'.
+  ``apply_adam``: Pendulum-v1, 6k steps in 54.4 / 62.1 s against 55.4 / 60.6 s: no gain, left as Keras'. uvloop as
+  the embedded run's event loop (``uvloop.run``; grpc.aio runs on it): 11.6 / 10.9 / 11.1k against 10.6 / 10.9 / 10.9k
+  steps/s (seeds 2-4): +2%, not worth a dependency.
 * the learning, not the speed, is what is left: episodes binned by 20k steps (success fraction / mean return of the
   successful episodes), the peer's six logged seeds (2026-12-07 07:07) against this session's three suite runs at
   08:53: the peer succeeds in 58-74% of its first 20k steps' episodes and in 98-100% after, its successes at -124 to
@@ -601,6 +603,10 @@ Suite runs (record each with its date):
   before). MountainCarContinuous: ours 90.1 / 95.9 / 95.7 (median 95.7), at 90 by 7.9k / 7.9k / 7.3k steps, 12.1 / 12.6
   / 11.4 s (median 12.1 s), held 1.00 x 3; SB3 86.6 / 93.0 / 18.2 (median 86.6), 33.7 / 17.7 / 10.1 s (median 17.7 s):
   met, 0.69x.
+* 2026-12-07 09:45-09:51, ``classic_control.py --tasks ppo-mountaincar --seeds 0 1 2`` again (quiet), the same tree: ours
+  final -104.8 / -109.9 / -108.7 (median -108.7), at -110 by 100.2k / 159.8k / 258.2k steps, 12.2 / 17.0 / 27.1 s
+  (median 17.0 s), held 0.15 / 0.23 / 0.05; SB3 as ever, 7.3 / 16.4 s / never (median 16.4 s): final met, time 1.04x,
+  **not met**. The session's three runs: 1.27x, 1.07x, 1.04x.
 """
 
 from __future__ import annotations
