@@ -350,9 +350,11 @@ def test_update_trains_both_networks_and_reports_ml_agents_tags(spec: ActionSpec
     assert all(changed), changed
     assert int(learner.optimizer.iterations.numpy()) == 2 * (48 // 8)  # num_epoch x full minibatches
     assert learner.update_buffer.num_experiences == 0 and not learner.ready_to_update()
-    # Another update with another buffer length runs the same traced step.
+    # Another update with another buffer length runs the same traced step, with the rate scheduled at its step (85 of
+    # 96; the rate is assigned only when it changes).
     learner.add_trajectories([trajectory(spec, 37, seed=7)])
-    learner.update()
+    rate = learner.update()[LEARNING_RATE]
+    assert rate == pytest.approx(1e-2 * 11 / 96 + 1e-10 * 85 / 96) == float(learner.optimizer.learning_rate.numpy())
     assert learner._train_epoch.experimental_get_tracing_count() == 1
 
 
