@@ -290,17 +290,18 @@ steps/s from the 20k summary to the end, one run at a time, trees alternated per
   150k steps) the loop acts at ~17k steps/s. ``perf trace -s`` of the loop's thread over 2 s: ``futex`` (the GIL and
   condition variables) 12,825 calls with updates against 1,614 without, at 2,291 against 3,205 round trips
   (``sendmsg``); ``epoll_wait`` 117 against 93 ms. So the updates cost the loop through the GIL, not the CPU: a
-  thread beside ``--inference`` that spins pure Python 6 of every 25 ms slowed its 150k steps from 8.7 to 11.0 s, one
-  that calls a traced 18 ms TensorFlow graph every 37 ms slowed them from 8.2 to 9.3 s (TensorFlow releases the GIL inside).
+  thread beside ``--inference`` that spins pure Python 6 of every 25 ms slowed its 150k steps from 8.7 to 11.0 s,
+  one that calls a traced 18 ms TensorFlow graph every 37 ms from 8.2 to 9.3 s (TensorFlow releases the GIL inside).
 * the trainer's update cycle timed alone (16 take-ins of a 16-step trajectory, then rows, update, export): take-ins
   0.72 ms (an ``assign_add`` of the step variable each), rows 1.5 ms (value call 0.6, the normaliser's six eager
   ops 0.53, GAE 0.17), update 7.8 ms (the graph ~5.5), export 0.47 ms. Kept: the take-ins count in Python and add
   to the variable once per update (0.02 ms), and the update and value graphs are called as traced (a
   ``tf.function`` call binds its arguments first: 7.1 against 6.4 ms, 0.47 against 0.33 ms, medians of 7).
   Steps/s, seeds 1-7: 10.5 / 10.1 / 10.5 / 10.4 / 10.6 / 10.0 / 9.9k before, 10.5 / 11.0 / 11.2 (the take-ins'
-  change alone), 11.0 / 10.8 / 10.8 / 10.7k (both) after: +6%. Then Adam's step as one fused ``ResourceApplyAdam`` per variable
-  (``trainer.optimizer.apply_adam``): the update graph 6.5 -> 5.3 ms, its trace 0.64 -> 0.44 s; over 5 seeds the first
-  policy came 0.65 s after the imports instead of 0.84 s, and steps/s 10.1k against 9.8k (under the noise).
+  change alone), 11.0 / 10.8 / 10.8 / 10.7k (both) after: +6%. Then Adam's step as one fused ``ResourceApplyAdam``
+  per variable (``trainer.optimizer.apply_adam``): the update graph 6.5 -> 5.3 ms, its trace 0.64 -> 0.44 s; over 5
+  seeds the first policy came 0.65 s after the imports instead of 0.84 s, and steps/s 10.1k against 9.8k (under the
+  noise).
 * not kept: the normaliser's merge and the export's reads as one traced call each (eager TensorFlow ops per update
   from ~24 to 3): ``futex`` per round trip fell from 9.9 to 6.4, but each call costs ~0.3 ms of CPU, and steps/s
   over 8 seed pairs were 10.56k against 10.56k. A trainer that naps 5 or 10 ms before each take-in (fewer wake-ups):
@@ -311,14 +312,13 @@ steps/s from the 20k summary to the end, one run at a time, trees alternated per
   the embedded run's event loop (``uvloop.run``; grpc.aio runs on it): 11.6 / 10.9 / 11.1k against 10.6 / 10.9 / 10.9k
   steps/s (seeds 2-4): +2%, not worth a dependency.
 * the learning, not the speed, is what is left: episodes binned by 20k steps (success fraction / mean return of the
-  successful episodes), the peer's six logged seeds (2026-12-07 07:07) against this session's three suite runs at
-  08:53: the peer succeeds in 58-74% of its first 20k steps' episodes and in 98-100% after, its successes at -124 to
+  successful episodes), the peer's six logged seeds (2026-12-07 07:07) against this session's suite run at 08:53
+  (three seeds): the peer succeeds in 58-74% of its first 20k steps' episodes and in 98-100% after, its successes at -124 to
   -145 in most 20k bins from 20k to 300k, -115 to -121 in a few late ones (a plateau it touches -110 from by a
   policy's fluctuation); ours succeed in 12-50% of the first 20k's, at -149 to -163 to 40k, then refine to -113 to
-  -126 from 200k. One more candidate, our side, 200k
-  steps: the policy's and the critic's gradients clipped to ``max_grad_norm`` apart (SB3 and ours clip them
-  together, so early on the critic's large gradients shrink the policy's step): at -110 by never / 153.0k / 174.9k
-  / 159.8k (seeds 0-3), no earlier than as shipped; not kept.
+  -126 from 200k. One more candidate, our side, 200k steps: the policy's and the critic's gradients clipped to
+  ``max_grad_norm`` apart (SB3 and ours clip them together, so early on the critic's large gradients shrink the
+  policy's step): at -110 by never / 153.0k / 174.9k / 159.8k (seeds 0-3), no earlier than as shipped; not kept.
 
 Suite runs (record each with its date):
 
@@ -607,6 +607,14 @@ Suite runs (record each with its date):
   final -104.8 / -109.9 / -108.7 (median -108.7), at -110 by 100.2k / 159.8k / 258.2k steps, 12.2 / 17.0 / 27.1 s
   (median 17.0 s), held 0.15 / 0.23 / 0.05; SB3 as ever, 7.3 / 16.4 s / never (median 16.4 s): final met, time 1.04x,
   **not met**. The session's three runs: 1.27x, 1.07x, 1.04x.
+* 2026-12-07 09:54-10:03, ``classic_control.py --tasks ppo-mountaincar --seeds 3 4 5 6 7 8`` (quiet, load 0.5-1.2), the
+  same tree, for a nine-seed picture: ours final -118.3 / -121.7 / -113.6 / -129.2 / -110.3 / -113.0, at -110 by 158.1k /
+  122.8k / 155.1k / never / 123.9k / 188.3k steps, 20.3 / 16.1 / 18.7 s / never / 15.3 / 19.5 s, held 0.18 / 0.16 / 0.19
+  / 0.00 / 0.18 / 0.09; SB3 -112.1 / -103.0 / -136.7 / -140.7 / -137.7 / -131.9, at 211.1k / 35.4k / 36.8k / 34.8k /
+  183.3k / 218.0k steps (as on 2026-12-07 06:21), 34.9 / 10.0 / 7.9 / 7.0 / 28.8 / 33.5 s, held 0.02 / 0.02 / 0.01 / 0.00
+  / 0.00 / 0.01. With the 09:45 run's seeds 0-2, nine seeds: final median ours -113.0 against -131.7; time median ours
+  18.7 s against 16.4 s (1.14x). The peer's times are bimodal (7.0-10.0 s on four seeds, 28.8-34.9 s on three, 16.4 s,
+  never); ours lie between 12.2 and 27.1 s, never on one.
 """
 
 from __future__ import annotations
