@@ -15,8 +15,9 @@ def _variables(seed: int) -> list[tf.Variable]:
 
 
 def test_apply_adam_makes_keras_adams_step_into_the_same_slots() -> None:
-    """Five steps of each, from the same start, with the same gradients (the last variable never gets one): the
-    variables, both moments and the step count agree, so a checkpoint of either restores into the other."""
+    """Five steps of each, from the same start, with the same gradients (the last variable never gets one) and a new
+    learning rate from the fourth on: the variables, both moments and the step count agree, so a checkpoint of either
+    restores into the other."""
     keras_vars, fused_vars = _variables(0), _variables(0)
     keras_adam = adam(3e-2, keras_vars, epsilon=1e-8)
     fused_adam = adam(3e-2, fused_vars, epsilon=1e-8)
@@ -26,7 +27,10 @@ def test_apply_adam_makes_keras_adams_step_into_the_same_slots() -> None:
     def fused_step(gradients: list[tf.Tensor]) -> None:
         apply_adam(fused_adam, [*gradients, None], fused_vars)
 
-    for _ in range(5):
+    for step in range(5):
+        if step == 3:  # a schedule's new rate, assigned between steps, reaches the traced step
+            keras_adam.learning_rate.assign(1e-1)
+            fused_adam.learning_rate.assign(1e-1)
         gradients = [tf.constant(rng.normal(size=v.shape).astype(np.float32)) for v in keras_vars[:2]]
         keras_adam.apply_gradients(zip(gradients, keras_vars[:2], strict=True))
         fused_step(gradients)
