@@ -320,6 +320,40 @@ steps/s from the 20k summary to the end, one run at a time, trees alternated per
   ``max_grad_norm`` apart (SB3 and ours clip them together, so early on the critic's large gradients shrink the
   policy's step): at -110 by never / 153.0k / 174.9k / 159.8k (seeds 0-3), no earlier than as shipped; not kept.
 
+What MountainCar's early steps trade against its refinement, measured 2026-12-07 10:20-11:00 (quiet machine, two runs at
+a time; our side only; ``stepstream train`` of a copy of configs/mountaincar_ppo.yaml, ``--seed S --max-steps 200000``,
+seeds 0-5; the ``/work/exp/s15`` probes, not kept). Figures: steps to -110 per seed ("never" within 200k), and the
+last-20 mean at 20k steps.
+
+* ``strength`` 0.2: 123.0k / 124.2k / 183.5k / 183.2k / never / 176.4k (-158 to -182 at 20k); 0.3 (shipped): 119.4k /
+  119.6k / 123.5k / 164.2k / 62.8k / 182.4k (-161 to -198); 0.5: 151.9k / 186.4k / 105.4k / 127.3k / 126.6k / 143.1k
+  (-192 to -200). With 0.05-0.15 and VecNormalize's reward half (above) 0.3 stays the best scale measured.
+* value-target normalisation (a prototype: the critic fits ``(R - m) / s`` of a running, count-weighted mean and
+  variance of the returns, and GAE reads ``V = out * s + m``; it makes PPO blind to the reward's scale), strength 0.3
+  and 1: never at -110 on any of the twelve runs; the windows sit at -121 to -146 from 60k to 200k, the peer's plateau.
+* the critic started at the returns (a prototype: a constant ``c`` added to V, set at the first update to ``k`` times
+  the mean of that update's returns): ``k`` 1 (c -2.0 to -2.3): 184.3k / never / 179.8k / never / 147.7k / 107.6k; ``k``
+  13 (c -28 to -30, the random policy's values): never on five seeds, 191.0k on one, and seed 2 never reached the flag.
+
+So the refinement from the -130 plateau to -110 comes from the critic's optimism: V starts near 0, above every return,
+and stays above its targets longest where the policy has not been (the faster swings the better policies need), which
+pulls the policy there. Normalised targets (the peer's VecNormalize acts as a scale of ~0.04-0.05, the std of its
+returns being 20-25) or a critic started at the returns remove it, and the policy settles at -120 to -145 as the peer's
+does. Its price is the slow start: until the critic has moved from 0 to about -30 (Adam moves the value head's output
+~0.02 a step: ~100 updates), the advantages carry its error (the 16-step segments' positions, not the actions), and our
+success fraction in the first 20k steps is 12-50% against the peer's 58-74%. The peer's crossings are touches from its
+plateau (held 0-3%), reached by ~35k steps on four of nine seeds.
+
+The speed on two cores, the same session: a trainer in a process of its own (a prototype ``stepstream train
+--trainer-processes``: the stack's trainer path over the loopback gRPC port, started by ``spawn``, its log records
+relayed through a queue; not kept), MountainCar 150k steps, seconds to the last summary, thread against process, seeds
+2-6 alternated: 16.83 / 17.95 / 16.44 / 17.88 / 17.15 against 18.98 / 15.16 / 16.90 / 18.03 / 16.43 (means 17.25 and
+17.10 s: noise). The event loop's thread no longer waits for the GIL, but for a core: ``/proc/<tid>/schedstat`` over
+4 s gives it 0.79 running and 0.14 on the run queue, the child's trainer thread 0.25 and 0.14, TensorFlow's compute
+thread 0.25 and 0.12. Both cores are spent; in ``--inference`` alone the loop runs 0.96 of a core. XLA for the update
+graph (``jit_compile=True``) does not convert (a dynamic slice of the empty continuous-action field ``[S, B, 0]``); the
+graph is ~5.3 ms of the ~27 ms each update's 256 steps take, so it was not pursued.
+
 Suite runs (record each with its date):
 
 * 2026-12-01, ``classic_control.py --tasks ppo-acrobot --seeds 0`` (load 7.8-9.2, other work beside it):
@@ -615,6 +649,12 @@ Suite runs (record each with its date):
   / 0.00 / 0.01. With the 09:45 run's seeds 0-2, nine seeds: final median ours -113.0 against -131.7; time median ours
   18.7 s against 16.4 s (1.14x). The peer's times are bimodal (7.0-10.0 s on four seeds, 28.8-34.9 s on three, 16.4 s,
   never); ours lie between 12.2 and 27.1 s, never on one.
+* 2026-12-07 10:56-11:02, ``classic_control.py --tasks ppo-mountaincar --seeds 0 1 2`` (quiet but for a 2 s import
+  timing during the peer's seed 0; load 0.6-1.5), the same tree: ours final -120.5 / -116.4 / -112.7 (median -116.4), at -110 by 212.7k /
+  103.2k / 193.2k steps, 23.5 / 12.6 / 25.9 s (median 23.5 s), held 0.13 / 0.20 / 0.15; SB3 -120.7 / -131.7 / -125.8
+  (median -125.8), 35.2k / 100.9k / never, 7.6 / 17.7 s / never (median 17.7 s), held 0.03 / 0.00 / 0.00: final met,
+  time 1.33x, **not met**. Our 300k steps took 32.0-39.0 s here, ~30 s at session 14's ~10.9k steps/s. Over the seven 3-seed runs since 04:51
+  the time has been 1.04-1.33x, never at or under the peer's.
 """
 
 from __future__ import annotations
