@@ -650,11 +650,11 @@ Suite runs (record each with its date):
   18.7 s against 16.4 s (1.14x). The peer's times are bimodal (7.0-10.0 s on four seeds, 28.8-34.9 s on three, 16.4 s,
   never); ours lie between 12.2 and 27.1 s, never on one.
 * 2026-12-07 10:56-11:02, ``classic_control.py --tasks ppo-mountaincar --seeds 0 1 2`` (quiet but for a 2 s import
-  timing during the peer's seed 0; load 0.6-1.5), the same tree: ours final -120.5 / -116.4 / -112.7 (median -116.4), at -110 by 212.7k /
-  103.2k / 193.2k steps, 23.5 / 12.6 / 25.9 s (median 23.5 s), held 0.13 / 0.20 / 0.15; SB3 -120.7 / -131.7 / -125.8
-  (median -125.8), 35.2k / 100.9k / never, 7.6 / 17.7 s / never (median 17.7 s), held 0.03 / 0.00 / 0.00: final met,
-  time 1.33x, **not met**. Our 300k steps took 32.0-39.0 s here, ~30 s at session 14's ~10.9k steps/s. Over the seven 3-seed runs since 04:51
-  the time has been 1.04-1.33x, never at or under the peer's.
+  timing during the peer's seed 0; load 0.6-1.5), the same tree: ours final -120.5 / -116.4 / -112.7 (median -116.4),
+  at -110 by 212.7k / 103.2k / 193.2k steps, 23.5 / 12.6 / 25.9 s (median 23.5 s), held 0.13 / 0.20 / 0.15; SB3 -120.7
+  / -131.7 / -125.8 (median -125.8), 35.2k / 100.9k / never, 7.6 / 17.7 s / never (median 17.7 s), held 0.03 / 0.00 /
+  0.00: final met, time 1.33x, **not met**. Our 300k steps took 32.0-39.0 s here, ~30 s at session 14's ~10.9k
+  steps/s. Over the seven 3-seed runs since 04:51 the time has been 1.04-1.33x, never at or under the peer's.
 """
 
 from __future__ import annotations

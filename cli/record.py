@@ -49,6 +49,7 @@ from pathlib import Path
 
 import numpy as np
 
+from cli.results import POLICY_SUFFIX, load_saved_policy
 from cli.run_config import EnvFlags, env_seed, load_run_options, select_behaviors, vector_env_settings
 from common.demo import DEMO_SUFFIX, DemoFormatError, encode_demo
 from common.errors import ConfigError
@@ -57,7 +58,6 @@ from common.specs import ActionSpec, BrainParameters
 from envclient.envs import open_vector_envs
 from envclient.runner import VectorEnv
 from protos import mlagents_demo_pb2 as demo_pb
-from protos import pb
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +66,6 @@ ScriptedPolicy = Callable[[list[np.ndarray], ActionSpec], tuple[np.ndarray, np.n
 Actor = Callable[[list[np.ndarray]], tuple[np.ndarray, np.ndarray]]
 """observations -> (env continuous [N, C], discrete [N, B])."""
 SCRIPTED_PREFIX = "scripted:"
-POLICY_SUFFIX = ".policy.pb"
 DEMO_API_VERSION = 1
 LOG_EVERY_EPISODES = 100
 
@@ -199,22 +198,8 @@ def checkpoint_actor(path: Path, params: BrainParameters, seed: int | None, dete
     Raises:
         ConfigError: the file is not a loadable policy, or its specs differ from the env's.
     """
-    from common.errors import ProtocolError
-    from processor.inference import Policy
-
-    update = pb.PolicyUpdate()
-    try:
-        update.ParseFromString(path.read_bytes())
-        policy = Policy.from_update(update)
-    except (ProtocolError, ValueError) as err:  # protobuf's DecodeError is a ValueError
-        raise ConfigError(f"--checkpoint {path}: not a loadable policy: {err}") from err
+    _, policy = load_saved_policy(path, params, f"--checkpoint {path}")
     actions = ActionSpec.from_proto(policy.action_spec)
-    shapes = [tuple(o.shape) for o in params.observation_specs]
-    if actions != params.action_spec or list(policy.observation_shapes) != shapes:
-        raise ConfigError(
-            f"--checkpoint {path}: the policy takes observations {policy.observation_shapes} and acts {actions}; "
-            f"behavior {params.behavior_name!r} has {shapes} and {params.action_spec}"
-        )
     rng = np.random.default_rng(seed)
     branches = list(actions.discrete_branches)
     starts = np.cumsum([0, *branches[:-1]])

@@ -7,18 +7,24 @@ folder. Both write the resolved ``configuration.yaml`` atomically.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import shutil
 import tempfile
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from common.config import RunOptions
 from common.errors import ConfigError
+from common.specs import BrainParameters
+from protos import pb
+
+if TYPE_CHECKING:
+    from processor.inference import Policy
 
 log = logging.getLogger(__name__)
 
@@ -27,11 +33,73 @@ CHECKPOINTS_DIR = "checkpoints"
 """``trainer.loop.CHECKPOINTS_DIR``, written here because importing the trainer loads TensorFlow."""
 CHECKPOINT_GLOB = "ckpt-*.index"
 """One file per saved checkpoint (``trainer.checkpoint``)."""
+POLICY_SUFFIX = ".policy.pb"
+"""``ckpt-<step>.policy.pb``: the PolicyUpdate published when the checkpoint was taken (``trainer.checkpoint``)."""
+RECORD_SUFFIX = ".json"
+"""``ckpt-<step>.json``: the checkpoint's commit record, ``{"step", "version", ...}``, written last."""
 
 
 def has_checkpoint(behavior_dir: Path) -> bool:
     """Whether ``<run>/<behavior>/checkpoints`` holds a saved checkpoint."""
     return any((behavior_dir / CHECKPOINTS_DIR).glob(CHECKPOINT_GLOB))
+
+
+def can_act_with_checkpoint(behavior_dir: Path) -> bool:
+    """Whether ``--inference`` has something to act with there: a saved policy or a TensorFlow checkpoint."""
+    return newest_saved_policy(behavior_dir) is not None or has_checkpoint(behavior_dir)
+
+
+def newest_saved_policy(behavior_dir: Path) -> tuple[Path, int, int] | None:
+    """``(path, step, version)`` of the newest committed checkpoint's saved policy in ``<behavior>/checkpoints``; None
+    when the newest committed checkpoint saved none (an earlier layout) or there is no committed checkpoint.
+
+    Committed: its record is readable and names its own step (``trainer.checkpoint``'s commit rule). Only the newest
+    committed checkpoint counts, so this never acts with an older policy than a TensorFlow restore would.
+    """
+    folder = behavior_dir / CHECKPOINTS_DIR
+    records = []
+    for path in folder.glob(f"ckpt-*{RECORD_SUFFIX}"):
+        digits = path.name.removeprefix("ckpt-").removesuffix(RECORD_SUFFIX)
+        if digits.isdigit():
+            records.append((int(digits), path))
+    for step, path in sorted(records, reverse=True):
+        try:
+            record = json.loads(path.read_text(encoding="utf-8"))
+            version = int(record["version"])
+            if int(record["step"]) != step:
+                continue
+        except (OSError, ValueError, KeyError, TypeError):  # not committed (cut short): the next newest
+            continue
+        policy = folder / f"ckpt-{step}{POLICY_SUFFIX}"
+        return (policy, step, version) if policy.is_file() else None
+    return None
+
+
+def load_saved_policy(path: Path, params: BrainParameters, what: str) -> tuple[pb.PolicyUpdate, Policy]:
+    """The ``PolicyUpdate`` saved at ``path`` and the processor's ``Policy`` of it, checked against ``params``.
+
+    Raises:
+        ConfigError: (starting with ``what``) the file is not a loadable policy, or it takes other observations or
+            actions than the behavior declares.
+    """
+    from common.errors import ProtocolError
+    from common.specs import ActionSpec
+    from processor.inference import Policy
+
+    update = pb.PolicyUpdate()
+    try:
+        update.ParseFromString(path.read_bytes())
+        policy = Policy.from_update(update)
+    except (ProtocolError, ValueError, OSError) as err:  # protobuf's DecodeError is a ValueError
+        raise ConfigError(f"{what}: not a loadable policy: {err}") from err
+    actions = ActionSpec.from_proto(policy.action_spec)
+    shapes = [tuple(o.shape) for o in params.observation_specs]
+    if actions != params.action_spec or list(policy.observation_shapes) != shapes:
+        raise ConfigError(
+            f"{what}: the policy takes observations {policy.observation_shapes} and acts {actions}; "
+            f"behavior {params.behavior_name!r} has {shapes} and {params.action_spec}"
+        )
+    return update, policy
 
 
 def check_resumable(run_dir: Path, behaviors: Iterable[str], *, inference: bool = False) -> None:
@@ -42,7 +110,10 @@ def check_resumable(run_dir: Path, behaviors: Iterable[str], *, inference: bool 
             or, with ``inference``, one behavior has none to act with.
     """
     names = list(behaviors)
-    missing = [name for name in names if not has_checkpoint(run_dir / name)]
+    if inference:  # a saved policy alone will do (``newest_saved_policy``)
+        missing = [name for name in names if not can_act_with_checkpoint(run_dir / name)]
+    else:
+        missing = [name for name in names if not has_checkpoint(run_dir / name)]
     if inference and missing:
         raise ConfigError(f"{run_dir / missing[0] / CHECKPOINTS_DIR}: no checkpoint to run with --inference")
     if names and len(missing) == len(names):

@@ -9,8 +9,9 @@ share the two cores.
 A ``bc`` behavior that no ``env_path`` entry hosts trains **offline** from its ``demo_path`` alone
 (``trainer.offline``), in a thread like any trainer; a run with only such behaviors starts no
 processor and exits when they reach ``max_steps``. A ``bc`` behavior with an env loads its
-demonstrations before its trainer starts. With ``--inference`` the env clients' episode returns are
-logged at the end (mean of the last 20 and 100 episodes).
+demonstrations before its trainer starts. With ``--inference`` each behavior acts with the ``.policy.pb`` saved
+beside its newest checkpoint, and this process never loads TensorFlow (only a checkpoint saved without one is restored
+into a learner); the env clients' episode returns are logged at the end (mean of the last 20 and 100 episodes).
 
 Results go to ``<results-dir>/<run-id>/`` as docs/architecture.md's "Results layout" says.
 """
@@ -27,10 +28,17 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from cli.console import RATE_WINDOW_S, StepRate, format_elapsed, load_tensorflow, progress_bar
+from cli.console import RATE_WINDOW_S, StepRate, format_elapsed, load_tensorflow, progress_bar, route_native_stderr
 from cli.flags import MetricsEndpoint, metrics_from_args
 from cli.ports import check_port_free
-from cli.results import check_resumable, has_checkpoint, prepare_run_dir, removed_if_unstarted
+from cli.results import (
+    can_act_with_checkpoint,
+    check_resumable,
+    load_saved_policy,
+    newest_saved_policy,
+    prepare_run_dir,
+    removed_if_unstarted,
+)
 from cli.run_config import (
     EnvFlags,
     check_inputs,
@@ -54,7 +62,6 @@ from envclient.runner import RunStats, VectorEnv, run_env
 from envclient.session import EnvSession
 from processor.behaviors import ProcessorSettings
 from processor.server import ProcessorServer, ServerOptions
-from protos import pb
 
 log = logging.getLogger(__name__)
 
@@ -66,8 +73,9 @@ MEAN_REWARD_EPISODES = 100
 INFERENCE_WINDOWS = (20, 100)
 """--inference logs the mean return of each behavior's last this-many episodes."""
 IMPORTS_DONE = "start-up: imports done %.3f s after the process start"
-"""Logged once TensorFlow is loaded: the peers' clocks start after their imports (``benchmarks/time_to_solve.py``
-reads this line to count both ways); every ``wall_seconds`` of the run still counts from the process start."""
+"""Logged once the imports are done (TensorFlow's, unless --inference): the peers' clocks start after their imports
+(``benchmarks/time_to_solve.py`` reads this line to count both ways); every ``wall_seconds`` of the run still counts
+from the process start."""
 
 
 @dataclass(frozen=True)
@@ -127,11 +135,18 @@ def run_train(options: TrainOptions) -> int:
     )
     if options.resume or options.inference:
         check_resumable(run_dir, trained, inference=options.inference)
-    if unity is not None and options.inference and not any(has_checkpoint(run_dir / name) for name in run_options.behaviors):
+    if (
+        unity is not None
+        and options.inference
+        and not any(can_act_with_checkpoint(run_dir / n) for n in run_options.behaviors)
+    ):
         raise ConfigError(f"{run_dir}: no behavior under behaviors has a checkpoint to run with --inference")
     source = None if unity is None else UnitySource(unity, run_dir / "run_logs")
     with removed_if_unstarted(run_dir, fresh=not (options.resume or options.inference)):
-        load_tensorflow()  # its native start-up noise filtered out of stderr
+        if options.inference:  # acting with saved policies needs no TensorFlow (``_publish_checkpoint_policy``)
+            route_native_stderr()  # LiteRT's native notices filtered out of stderr, as TensorFlow's import would
+        else:
+            load_tensorflow()  # its native start-up noise filtered out of stderr
         log.info(IMPORTS_DONE, time.time() - started_at)
         return asyncio.run(EmbeddedRun(options, run_options, run_dir, started_at, source).run())
 
@@ -231,7 +246,26 @@ class EmbeddedRun:
             return run(self.trainer_stop)
 
     def _publish_checkpoint_policy(self, name: str, params: BrainParameters, topics: TopicRegistry) -> None:
-        """--inference: the newest checkpoint's policy, published once; no trainer runs."""
+        """--inference: the newest checkpoint's policy, published once; no trainer runs.
+
+        The policy saved beside the checkpoint (``ckpt-<step>.policy.pb``) is published as it is: no TensorFlow, no
+        learner. Only a checkpoint without one (an earlier layout) is restored into a learner, after TensorFlow's
+        import, and its policy exported.
+        """
+        saved = newest_saved_policy(self.run_dir / name)
+        if saved is not None:
+            path, step, version = saved
+            update, _ = load_saved_policy(path, params, str(path))
+            topics.policies(name).publish(update, version)
+            log.info(
+                "%s: acting with the checkpoint of step %d (policy version %d), not training: %s",
+                name,
+                step,
+                version,
+                path.name,
+            )
+            return
+        load_tensorflow()  # the run's start left it out for --inference (a no-op after the first)
         from trainer.checkpoint import Checkpointer
         from trainer.loop import CHECKPOINTS_DIR
         from trainer.registry import make_learner
@@ -242,8 +276,7 @@ class EmbeddedRun:
         if restored is None:
             raise ConfigError(f"{self.run_dir / name / CHECKPOINTS_DIR}: no checkpoint to run with --inference")
         step, version = restored
-        update: pb.PolicyUpdate = learner.export_policy(version, step)
-        topics.policies(name).publish(update, version)
+        topics.policies(name).publish(learner.export_policy(version, step), version)
         log.info("%s: acting with the checkpoint of step %d (policy version %d), not training", name, step, version)
 
     async def run(self) -> int:

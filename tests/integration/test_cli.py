@@ -404,6 +404,55 @@ def test_inference_acts_with_the_latest_checkpoint_without_training(trained_run:
     assert after == before, "--inference changed the run folder"
 
 
+def test_inference_acts_with_the_saved_policy_without_the_tensorflow_checkpoint(
+    trained_run: TrainedRun, tmp_path: Path
+) -> None:
+    """The ``ckpt-<step>.policy.pb`` beside the newest checkpoint is all --inference needs: with every TensorFlow
+    file gone it still acts, with that version (a restore would find no complete checkpoint)."""
+    run_dir = trained_run.copy_to(tmp_path)
+    status = read_status(run_dir)
+    checkpoints = run_dir / BEHAVIOR / "checkpoints"
+    tf_files = [*checkpoints.glob("ckpt-*.index"), *checkpoints.glob("ckpt-*.data-*")]
+    assert tf_files
+    for path in tf_files:
+        path.unlink()
+
+    proc = run_cli(train_args(trained_run.config, tmp_path, trained_run.run_id, "--inference"))
+
+    assert proc.returncode == 0, tail(proc.stdout)
+    acting = f"checkpoint of step {status['steps']} (policy version {status['policy_version']}), not training"
+    assert f"{acting}: ckpt-{status['steps']}.policy.pb" in proc.stdout, tail(proc.stdout)
+    assert "inference ran" in proc.stdout and "Traceback" not in proc.stdout, tail(proc.stdout)
+
+
+def test_inference_restores_the_tensorflow_checkpoint_where_no_policy_was_saved(
+    trained_run: TrainedRun, tmp_path: Path
+) -> None:
+    """Checkpoints of an earlier layout have no saved policy: the learner is restored and exports one."""
+    run_dir = trained_run.copy_to(tmp_path)
+    status = read_status(run_dir)
+    for path in (run_dir / BEHAVIOR / "checkpoints").glob("ckpt-*.policy.pb"):
+        path.unlink()
+
+    proc = run_cli(train_args(trained_run.config, tmp_path, trained_run.run_id, "--inference"))
+
+    assert proc.returncode == 0, tail(proc.stdout)
+    acting = f"checkpoint of step {status['steps']} (policy version {status['policy_version']}), not training"
+    assert acting in proc.stdout and ".policy.pb" not in proc.stdout, tail(proc.stdout)
+    assert f"restored {run_dir / BEHAVIOR / 'checkpoints'}" in proc.stdout, tail(proc.stdout)
+
+
+def test_inference_with_an_env_the_policy_does_not_fit_is_a_clean_error(trained_run: TrainedRun, tmp_path: Path) -> None:
+    """CartPole's policy (4 observations, 2 actions) against Acrobot (6 and 3): refused, naming the saved policy."""
+    trained_run.copy_to(tmp_path)
+
+    proc = run_cli(train_args(trained_run.config, tmp_path, trained_run.run_id, "--inference", "--env", "gym:Acrobot-v1"))
+
+    assert proc.returncode != 0
+    assert ".policy.pb: the policy takes observations [(4,)]" in proc.stdout, tail(proc.stdout)
+    assert "Traceback" not in proc.stdout and "never awaited" not in proc.stdout, tail(proc.stdout)
+
+
 def test_inference_without_a_checkpoint_is_a_clean_error(tmp_path: Path) -> None:
     """The error comes after the server started: it must still be stopped (no 'Event loop is closed' traceback)."""
     config = write_config(tmp_path / "cartpole.yaml", max_steps=MAX_STEPS)
