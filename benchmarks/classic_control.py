@@ -330,19 +330,21 @@ last-20 mean at 20k steps.
   (-192 to -200). With 0.05-0.15 and VecNormalize's reward half (above) 0.3 stays the best scale measured.
 * value-target normalisation (a prototype: the critic fits ``(R - m) / s`` of a running, count-weighted mean and
   variance of the returns, and GAE reads ``V = out * s + m``; it makes PPO blind to the reward's scale), strength 0.3
-  and 1: never at -110 on any of the twelve runs; the windows sit at -121 to -146 from 60k to 200k, the peer's plateau.
+  and 1: never at -110 on any of the twelve runs; the windows sit at -121 to -155 from 60k on (-126 to -146 at 200k), the
+  peer's plateau.
 * the critic started at the returns (a prototype: a constant ``c`` added to V, set at the first update to ``k`` times
   the mean of that update's returns): ``k`` 1 (c -2.0 to -2.3): 184.3k / never / 179.8k / never / 147.7k / 107.6k; ``k``
   13 (c -28 to -30, the random policy's values): never on five seeds, 191.0k on one, and seed 2 never reached the flag.
 
 So the refinement from the -130 plateau to -110 comes from the critic's optimism: V starts near 0, above every return,
 and stays above its targets longest where the policy has not been (the faster swings the better policies need), which
-pulls the policy there. Normalised targets (the peer's VecNormalize acts as a scale of ~0.04-0.05, the std of its
-returns being 20-25) or a critic started at the returns remove it, and the policy settles at -120 to -145 as the peer's
-does. Its price is the slow start: until the critic has moved from 0 to about -30 (Adam moves the value head's output
-~0.02 a step: ~100 updates), the advantages carry its error (the 16-step segments' positions, not the actions), and our
-success fraction in the first 20k steps is 12-50% against the peer's 58-74%. The peer's crossings are touches from its
-plateau (held 0-3%), reached by ~35k steps on four of nine seeds.
+pulls the policy there. Normalised targets or a critic started at the returns remove it, and the policy settles at -120
+to -145 as the peer's does (VecNormalize divides by the std of the discounted return: 24 over a 200-step episode, 21
+over a 130-step one, computed for -1 per step: a scale of 0.04-0.05). Its price, in our reading, is the slow start:
+until the critic has moved from 0 to about -30 (Adam's bounded steps; order 100 updates by our estimate), the advantages
+carry its error more than the actions' effects, and our success fraction in the first 20k steps is 12-50% against the
+peer's 58-74% (measured, session 14). The peer's crossings are touches from its plateau (held 0-3%), reached by ~35k
+steps on four of nine seeds.
 
 The speed on two cores, the same session: a trainer in a process of its own (a prototype ``stepstream train
 --trainer-processes``: the stack's trainer path over the loopback gRPC port, started by ``spawn``, its log records
