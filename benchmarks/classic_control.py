@@ -657,6 +657,17 @@ Suite runs (record each with its date):
   / -131.7 / -125.8 (median -125.8), 35.2k / 100.9k / never, 7.6 / 17.7 s / never (median 17.7 s), held 0.03 / 0.00 /
   0.00: final met, time 1.33x, **not met**. Our 300k steps took 32.0-39.0 s here, ~30 s at session 14's ~10.9k
   steps/s. Over the seven 3-seed runs since 04:51 the time has been 1.04-1.33x, never at or under the peer's.
+* 2026-12-07 11:20-11:37, ``classic_control.py --tasks ppo-acrobot ppo-cartpole ppo-pendulum ppo-mountaincarcontinuous
+  --seeds 0 1 2`` (quiet, load 1.0-1.6; training code as in session 14). Acrobot: ours final -82.1 / -79.3 / -85.1
+  (median -82.1), at -100 by 70.8k / 79.3k / 65.4k steps, 12.5 / 13.4 / 13.1 s (median 13.1 s); SB3 -87.1 / -81.2 /
+  -80.9 (median -81.2), the same steps as ever, 17.2 / 15.6 / 15.3 s (median 15.6 s): met, 0.84x, final inside the
+  peer's spread. CartPole (T1): ours 500 x 3, 23.3k / 26.8k / 47.6k steps, 5.6 / 5.7 / 9.2 s (median 5.7 s); SB3 500 x
+  3, 8.5 / 10.8 / 11.5 s (median 10.8 s): met, 0.53x. Pendulum: ours -188.2 / -180.5 / -190.1 (median -188.2), 48.0k /
+  51.2k / 51.2k steps, 13.9 / 15.3 / 13.7 s (median 13.9 s); SB3 -168.0 / -164.2 / -193.1 (median -168.0), 24.7 / 29.6 /
+  23.6 s (median 24.7 s): time 0.56x, final inside the peer's spread, below its median (as every run).
+  MountainCarContinuous: ours 95.8 / 90.7 / 95.6 (median 95.6), 7.2k / 7.7k / 7.2k steps, 18.6 / 15.6 / 12.7 s (median
+  15.6 s); SB3 86.6 / 93.0 / 18.2 (median 86.6), 41.6 / 26.4 / 12.1 s (median 26.4 s): met, 0.59x. The peer's seconds
+  ran higher than in session 14's runs (Acrobot 15-17 s against 10-14 s), ours about the same.
 """
 
 from __future__ import annotations
