@@ -666,8 +666,9 @@ Suite runs (record each with its date):
   51.2k / 51.2k steps, 13.9 / 15.3 / 13.7 s (median 13.9 s); SB3 -168.0 / -164.2 / -193.1 (median -168.0), 24.7 / 29.6 /
   23.6 s (median 24.7 s): time 0.56x, final inside the peer's spread, below its median (as every run).
   MountainCarContinuous: ours 95.8 / 90.7 / 95.6 (median 95.6), 7.2k / 7.7k / 7.2k steps, 18.6 / 15.6 / 12.7 s (median
-  15.6 s); SB3 86.6 / 93.0 / 18.2 (median 86.6), 41.6 / 26.4 / 12.1 s (median 26.4 s): met, 0.59x. The peer's seconds
-  ran higher than in session 14's runs (Acrobot 15-17 s against 10-14 s), ours about the same.
+  15.6 s); SB3 86.6 / 93.0 / 18.2 (median 86.6), 41.6 / 26.4 / 12.1 s (median 26.4 s): met, 0.59x. Both sides' seconds
+  ran higher than in session 14's runs (Acrobot: ours 12.5-13.4 s against 9.3-10.1 s at 09:22, the peer's 15.3-17.2 s
+  against 10.3-13.6 s).
 """
 
 from __future__ import annotations
