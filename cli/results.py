@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from common.config import RunOptions
-from common.errors import ConfigError
-from common.specs import BrainParameters
+from common.errors import ConfigError, ProtocolError
+from common.specs import ActionSpec, BrainParameters
 from protos import pb
 
 if TYPE_CHECKING:
@@ -82,9 +82,7 @@ def load_saved_policy(path: Path, params: BrainParameters, what: str) -> tuple[p
         ConfigError: (starting with ``what``) the file is not a loadable policy, or it takes other observations or
             actions than the behavior declares.
     """
-    from common.errors import ProtocolError
-    from common.specs import ActionSpec
-    from processor.inference import Policy
+    from processor.inference import Policy  # LiteRT: imported only where a policy is loaded
 
     update = pb.PolicyUpdate()
     try:
@@ -110,10 +108,8 @@ def check_resumable(run_dir: Path, behaviors: Iterable[str], *, inference: bool 
             or, with ``inference``, one behavior has none to act with.
     """
     names = list(behaviors)
-    if inference:  # a saved policy alone will do (``newest_saved_policy``)
-        missing = [name for name in names if not can_act_with_checkpoint(run_dir / name)]
-    else:
-        missing = [name for name in names if not has_checkpoint(run_dir / name)]
+    found = can_act_with_checkpoint if inference else has_checkpoint  # --inference: a saved policy alone will do
+    missing = [name for name in names if not found(run_dir / name)]
     if inference and missing:
         raise ConfigError(f"{run_dir / missing[0] / CHECKPOINTS_DIR}: no checkpoint to run with --inference")
     if names and len(missing) == len(names):
