@@ -34,6 +34,7 @@ from cli.ports import check_port_free
 from cli.results import (
     can_act_with_checkpoint,
     check_resumable,
+    check_unfinished,
     load_saved_policy,
     newest_saved_policy,
     prepare_run_dir,
@@ -125,16 +126,19 @@ def run_train(options: TrainOptions) -> int:
             trained = []
     check_inputs(options.config, run_options, trained)
     check_port_free(options.metrics.host, options.metrics.port, "--metrics-port")
+    run_dir = options.results_dir / options.run_id
+    if (options.resume or options.inference) and run_dir.is_dir():  # before anything is written into it
+        check_resumable(run_dir, trained, inference=options.inference)
+        if options.resume:
+            check_unfinished(run_dir, run_options, trained)
     run_dir = prepare_run_dir(
-        options.results_dir / options.run_id,
+        run_dir,
         run_options,
         resume=options.resume,
         force=options.force,
         inference=options.inference,
         unity_keys=None if unity is None else unity_keys(unity),
     )
-    if options.resume or options.inference:
-        check_resumable(run_dir, trained, inference=options.inference)
     if (
         unity is not None
         and options.inference
