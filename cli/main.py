@@ -341,7 +341,12 @@ def _run_env(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _build_parser().parse_args(argv)
-    configure_logging(args.log_level, args.log_format)
+    handler = None
+    if args.log_format == "text" and sys.stderr.isatty():  # a person watching: rich's lines, the bar below them
+        from cli.console import console_handler
+
+        handler = console_handler()
+    configure_logging(args.log_level, args.log_format, handler)
     try:
         return int(args.func(args))
     except StepstreamError as err:

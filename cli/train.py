@@ -28,7 +28,17 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from cli.console import RATE_WINDOW_S, StepRate, format_elapsed, load_tensorflow, progress_bar, route_native_stderr
+from cli.console import (
+    RATE_WINDOW_S,
+    StepRate,
+    SummaryThrottle,
+    format_elapsed,
+    load_tensorflow,
+    progress_bar,
+    route_native_stderr,
+    terminal,
+    write_result,
+)
 from cli.flags import MetricsEndpoint, metrics_from_args
 from cli.ports import check_port_free
 from cli.results import (
@@ -63,14 +73,13 @@ from envclient.runner import RunStats, VectorEnv, run_env
 from envclient.session import EnvSession
 from processor.behaviors import ProcessorSettings
 from processor.server import ProcessorServer, ServerOptions
+from trainer.summaries import CUMULATIVE_REWARD, EPISODES
 
 log = logging.getLogger(__name__)
 
 CLIENT_STOP_TIMEOUT_S = 10.0
 STOP_GRACE_S = 5.0
 PROGRESS_INTERVAL_S = 0.5
-MEAN_REWARD_EPISODES = 100
-"""The bar's and the end-of-run line's mean reward: of the last this-many episodes."""
 INFERENCE_WINDOWS = (20, 100)
 """--inference logs the mean return of each behavior's last this-many episodes."""
 IMPORTS_DONE = "start-up: imports done %.3f s after the process start"
@@ -185,6 +194,9 @@ class EmbeddedRun:
         self.env_stop = asyncio.Event()
         self.declared: list[str] = []
         """The behaviors Unity declared so far, in order (``_declared``)."""
+        self.summaries: dict[str, LatestSummary] = {}
+        """Each trained behavior's latest summary: the bar's R and the run's last line."""
+        self.progress: _Progress | None = None
 
     def _make_envs(self) -> None:
         if not self.run_options.env_settings.env_paths:
@@ -218,6 +230,7 @@ class EmbeddedRun:
             run_started_at=self.started_at,
             seed=self.seed,
             resume=self.options.resume,
+            writers=[self.summaries.setdefault(name, LatestSummary())],
         )
         self.loops[name] = loop
         if self.options.metrics.port is not None:
@@ -370,18 +383,14 @@ class EmbeddedRun:
     ) -> None:
         """Until every trainer finished (or, with --inference, every env client), or a signal."""
         watched = list(self.threads.values()) if self.threads else clients
-        progress = _Progress(self, server) if self.options.progress else None
-        try:
-            while not interrupted.is_set() and not self._finished(watched, clients):
-                for task in clients:
-                    if task.done() and task.exception() is not None:
-                        raise task.exception()  # type: ignore[misc]
-                if progress is not None:
-                    progress.update()
-                await asyncio.sleep(PROGRESS_INTERVAL_S)
-        finally:
+        self.progress = progress = _Progress(self, server) if self.options.progress else None
+        while not interrupted.is_set() and not self._finished(watched, clients):
+            for task in clients:
+                if task.done() and task.exception() is not None:
+                    raise task.exception()  # type: ignore[misc]
             if progress is not None:
-                progress.close()
+                progress.update()
+            await asyncio.sleep(PROGRESS_INTERVAL_S)
         if interrupted.is_set():
             log.info("interrupted: saving checkpoints and stopping")
         for task in self.threads.values():
@@ -402,6 +411,9 @@ class EmbeddedRun:
         """
         self.trainer_stop.set()
         await asyncio.gather(*self.threads.values(), return_exceptions=True)
+        if self.progress is not None:  # after the trainers' last summaries: the last bar shows their figures
+            self.progress.close()
+            self.progress = None
         if server is not None:
             # No trainer acks any more: drop its queues, so no env client waits for room on a full topic, and
             # let the sessions' last flushes be dropped without a warning.
@@ -428,13 +440,10 @@ class EmbeddedRun:
             close_vector_env(env)
         for name, loop in self.loops.items():
             result = loop.result
-            log.info(
-                "%s: %d steps, %d episodes, mean reward %.3f (last 100), policy version %d",
-                name,
-                result.steps,
-                result.episodes,
-                result.mean_reward(),
-                result.policy_version,
+            summary = self.summaries.get(name, LatestSummary())
+            write_result(
+                f"{name}: {result.steps} steps, {result.episodes} episodes, mean reward {summary.describe(result.steps)}, "
+                f"policy version {result.policy_version}"
             )
 
 
@@ -443,13 +452,50 @@ def _log_inference_returns(name: str, stats: RunStats) -> None:
     means = ", ".join(
         f"{sum(returns[-k:]) / len(returns[-k:]):.3f} (last {min(k, len(returns))})" for k in INFERENCE_WINDOWS if returns
     )
-    log.info("%s: inference ran %d episodes; mean return %s", name, len(returns), means or "n/a")
+    write_result(f"{name}: inference ran {len(returns)} episodes; mean return {means or 'n/a'}")
+
+
+class LatestSummary:
+    """A trainer's metric sink that keeps its latest summary with a finished episode (``trainer.summaries``).
+
+    The bar's R and the run's last line show this figure, the very one of the summary lines and of
+    TensorBoard's ``Environment/Cumulative Reward``: the mean reward of the episodes that ended in one
+    ``summary_freq`` period. A period without an episode leaves the one before. Written from the trainer's
+    thread, read from the event loop's: one tuple, replaced whole.
+    """
+
+    def __init__(self) -> None:
+        self.latest: tuple[float, int] | None = None
+        """``(mean reward, step of the summary)``."""
+
+    def write(self, metrics: Any, step: int) -> None:
+        if metrics.get(EPISODES, 0) > 0:
+            self.latest = (float(metrics[CUMULATIVE_REWARD]), step)
+
+    def close(self) -> None:
+        pass
+
+    def shown(self) -> str:
+        """The bar's R: one decimal, or ``n/a`` before the first summary with an episode."""
+        return "n/a" if self.latest is None else f"{self.latest[0]:.1f}"
+
+    def describe(self, final_step: int) -> str:
+        """The run's last line: ``500.000``, with ``(summary at step N)`` when that summary came before
+        ``final_step``; ``n/a`` before the first summary with an episode."""
+        if self.latest is None:
+            return "n/a"
+        reward, step = self.latest
+        return f"{reward:.3f}" if step == final_step else f"{reward:.3f} (summary at step {step})"
 
 
 class _Progress:
     """A live bar per behavior toward max_steps (``cli.console.progress_bar``): agent steps/s over the last
-    ``RATE_WINDOW_S`` (offline BC: demonstration steps/s), mean reward of the last 100 episodes, policy
-    version, time since the process started. ``server`` is None when only offline BC runs."""
+    ``RATE_WINDOW_S`` (offline BC: demonstration steps/s), the latest summary's mean reward (``LatestSummary``),
+    policy version, time since the process started. ``server`` is None when only offline BC runs.
+
+    On a terminal the log lines print above the bar (one console, ``cli.console.terminal``), and the summary
+    lines, which the bar shows live, are thinned to one per ``CONSOLE_SUMMARY_INTERVAL_S`` per behavior.
+    """
 
     def __init__(self, run: EmbeddedRun, server: ProcessorServer | None) -> None:
         self.run = run
@@ -459,11 +505,16 @@ class _Progress:
         self._rates: dict[str, StepRate] = {}
         self._add_new()
         log.info(
-            "progress: steps/s over the last %.0f s, R = mean reward of the last %d episodes, v = policy version, "
-            "time since start (the summary lines average over each summary_freq instead)",
+            "progress: steps/s over the last %.0f s, R = mean reward of the latest summary, v = policy version, "
+            "time since start",
             RATE_WINDOW_S,
-            MEAN_REWARD_EPISODES,
         )
+        self._throttled: list[logging.Handler] = []
+        if terminal().is_terminal:
+            self._throttle = SummaryThrottle()
+            self._throttled = list(logging.getLogger().handlers)
+            for handler in self._throttled:
+                handler.addFilter(self._throttle)
         self.progress.start()
 
     def _add_new(self) -> None:
@@ -483,13 +534,12 @@ class _Progress:
         for name, task in self.tasks.items():
             loop = self.run.loops.get(name)
             steps = loop.result.steps if loop is not None else self._processed(name)
-            reward = loop.result.mean_reward(MEAN_REWARD_EPISODES) if loop is not None else math.nan
             rate = self._rates[name].update(now, steps)
             if loop is not None:
                 version = loop.result.policy_version
             else:
                 version = -1 if self.server is None else self.server.topics.policies(name).highest_version
-            shown = "n/a" if math.isnan(reward) else f"{reward:.1f}"  # n/a: no episode yet, or none at all (offline BC)
+            shown = self.run.summaries.get(name, LatestSummary()).shown()  # n/a: no episode yet, or none (offline BC)
             self.progress.update(task, completed=steps, rate=rate, reward=shown, version=version, elapsed=elapsed)
 
     def _processed(self, name: str) -> int:
@@ -499,6 +549,8 @@ class _Progress:
     def close(self) -> None:
         self.update()
         self.progress.stop()
+        for handler in self._throttled:
+            handler.removeFilter(self._throttle)
 
 
 def options_from_args(args: Any) -> TrainOptions:
