@@ -30,6 +30,8 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
+from common.logs import JsonFormatter
+
 native_log = logging.getLogger("tensorflow.native")
 """What TensorFlow's native code wrote to stderr while it loaded, noise aside."""
 
@@ -39,9 +41,10 @@ NATIVE_NOISE = re.compile(
     r"|cuda_blas|computation_placer|gpu_device|dso_loader)\.cc:\d+\]"
     r"|^To enable the following instructions: .* rebuild TensorFlow with the appropriate compiler flags\.$"
     r"|^INFO: Created TensorFlow Lite XNNPACK delegate for CPU\.$"
-    r"|^[IW]\d{4} [\d:.]+ +\d+ (flatbuffer_export|tf_tfl_flatbuffer_helpers)\.cc:\d+\]"
+    r"|^[IW]\d{4} [\d:.]+ +\d+ (flatbuffer_export|tf_tfl_flatbuffer_helpers|devices|single_machine)\.cc:\d+\]"
 )
-"""TensorFlow's and LiteRT's native notices on a machine without a GPU (and with one: device placement notices)."""
+"""TensorFlow's and LiteRT's native notices on a machine without a GPU (and with one: device placement notices), and
+the TFLite converter's (its grappler session's "Number of eligible GPUs", "Starting new session")."""
 _SEVERITY = {"I": logging.INFO, "W": logging.WARNING, "E": logging.ERROR, "F": logging.CRITICAL}
 PIPE_BYTES = 1 << 20
 """Capacity asked for the native-stderr pipe (Linux; the default 64 KiB elsewhere)."""
@@ -210,8 +213,15 @@ class SummaryThrottle(logging.Filter):
         return True
 
 
-def write_result(line: str) -> None:
-    """One line of a command's result (a run's final figures) on stdout, whatever the log level or format."""
+def write_result(line: str, logger_name: str) -> None:
+    """One line of a command's result (a run's final figures) on stdout, whatever the log level.
+
+    With ``--log-format json`` it is a JSON object as the log records are (``logger_name`` its logger), so that
+    every line the command writes parses.
+    """
+    if any(isinstance(h.formatter, JsonFormatter) for h in logging.getLogger().handlers):
+        record = logging.getLogger(logger_name).makeRecord(logger_name, logging.INFO, "", 0, "%s", (line,), None)
+        line = JsonFormatter().format(record)
     sys.stdout.write(line + "\n")
     sys.stdout.flush()
 
