@@ -33,7 +33,7 @@ def add_demo_parser(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser(
         "demo", help="work with ML-Agents .demo demonstration files", description="Work with ML-Agents .demo files."
     )
-    demo_sub = parser.add_subparsers(dest="demo_command", required=True)
+    demo_sub = parser.add_subparsers(dest="demo_command", metavar="COMMAND", required=True)
     inspect = demo_sub.add_parser(
         "inspect",
         help="print what a .demo file (or a directory of them) holds",

@@ -33,11 +33,25 @@ log = logging.getLogger(__name__)
 DEFAULT_PORT = 50051
 
 
-def _at_least_one(value: str) -> int:
-    number = int(value)
+def at_least_one(value: str) -> int:
+    """An integer >= 1 (argparse ``type``); its errors name the value, never this function."""
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {value!r}") from None
     if number < 1:
         raise argparse.ArgumentTypeError(f"must be >= 1, got {number}")
     return number
+
+
+def an_address(value: str) -> str:
+    """``HOST:PORT`` with a port in 1..65535, or a gRPC target with a scheme (``dns:///...``, ``unix:...``)."""
+    if "://" in value or value.startswith(("unix:", "ipv4:", "ipv6:")):
+        return value
+    host, _, port = value.rpartition(":")
+    if not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise argparse.ArgumentTypeError(f"{value!r} is not HOST:PORT (a port is 1..65535)")
+    return value
 
 
 def _add_processor(sub: argparse._SubParsersAction) -> None:
@@ -96,7 +110,13 @@ def _add_health(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser(
         "health", help="exit 0 when a service is SERVING", description="Query the standard gRPC health service at ADDRESS."
     )
-    parser.add_argument("address", nargs="?", default=os.environ.get("STEPSTREAM_PROCESSOR", f"127.0.0.1:{DEFAULT_PORT}"))
+    parser.add_argument(
+        "address",
+        nargs="?",
+        type=an_address,
+        default=os.environ.get("STEPSTREAM_PROCESSOR", f"127.0.0.1:{DEFAULT_PORT}"),
+        help="HOST:PORT of the service (default 127.0.0.1:50051) [env STEPSTREAM_PROCESSOR]",
+    )
     parser.add_argument("--timeout-s", type=float, default=3.0, help="seconds to wait for an answer (default 3)")
     add_client_security_flags(parser)
     parser.set_defaults(func=_run_health)
@@ -119,11 +139,11 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--env", help="override env_settings.env_path (gym:<id>), or launch this Unity build (mlagents-learn's --env)"
     )
-    parser.add_argument("--num-envs", type=int, help="override env_settings.num_envs (copies per env)")
+    parser.add_argument("--num-envs", type=at_least_one, metavar="N", help="override env_settings.num_envs (copies per env)")
     parser.add_argument("--seed", type=int, help="override env_settings.seed")
     parser.add_argument(
         "--max-steps",
-        type=_at_least_one,
+        type=at_least_one,
         metavar="N",
         help="override every behavior's max_steps (agent steps), e.g. a short smoke run",
     )
@@ -196,7 +216,10 @@ def _add_env(sub: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--behavior", metavar="NAME", help="host only this behavior's env_path entry (default: every entry)")
     parser.add_argument(
-        "--num-envs", type=int, metavar="N", help="copies (agents) per env_path entry (default: env_settings.num_envs)"
+        "--num-envs",
+        type=at_least_one,
+        metavar="N",
+        help="copies (agents) per env_path entry (default: env_settings.num_envs)",
     )
     parser.add_argument(
         "--client-id",

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from cli.run_config import describe_spec
 from common.config import RunOptions
 from common.errors import ConfigError, ProtocolError
 from common.specs import ActionSpec, BrainParameters
@@ -93,11 +94,36 @@ def load_saved_policy(path: Path, params: BrainParameters, what: str) -> tuple[p
     actions = ActionSpec.from_proto(policy.action_spec)
     shapes = [tuple(o.shape) for o in params.observation_specs]
     if actions != params.action_spec or list(policy.observation_shapes) != shapes:
+        acts = describe_spec(BrainParameters(params.behavior_name, (), actions)).split(", actions ")[1]
         raise ConfigError(
-            f"{what}: the policy takes observations {policy.observation_shapes} and acts {actions}; "
-            f"behavior {params.behavior_name!r} has {shapes} and {params.action_spec}"
+            f"{what}: the policy takes observations {policy.observation_shapes} and acts {acts}; "
+            f"behavior {params.behavior_name!r} has {describe_spec(params)}"
         )
     return update, policy
+
+
+def check_resumed_spec(run_dir: Path, params: BrainParameters, env_path: str) -> None:
+    """Refuse ``--resume`` of a behavior whose newest checkpoint was trained on another spec than its env's now.
+
+    Read from the policy saved beside the checkpoint (LiteRT), so in a second, before TensorFlow loads; a
+    checkpoint that saved no policy (an earlier layout) is not checked.
+
+    Raises:
+        ConfigError: one line naming both specs.
+    """
+    from cli.console import native_stderr_filtered
+
+    saved = newest_saved_policy(run_dir / params.behavior_name)
+    if saved is None:
+        return
+    path, step, _ = saved
+    try:
+        with native_stderr_filtered():  # LiteRT's own notices
+            load_saved_policy(path, params, f"--resume: {run_dir / params.behavior_name} (ckpt-{step})")
+    except ConfigError as err:
+        raise ConfigError(
+            f"{err} ({env_path}): resume with the env it was trained on, or train this one under another --run-id"
+        ) from None
 
 
 def checkpoint_steps(behavior_dir: Path) -> list[int]:

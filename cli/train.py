@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import shlex
 import threading
 import time
 from collections.abc import Callable
@@ -44,6 +45,7 @@ from cli.ports import check_port_free
 from cli.results import (
     can_act_with_checkpoint,
     check_resumable,
+    check_resumed_spec,
     check_unfinished,
     load_saved_policy,
     newest_saved_policy,
@@ -52,7 +54,10 @@ from cli.results import (
 )
 from cli.run_config import (
     EnvFlags,
+    check_bare_gym_id,
+    check_env_override,
     check_inputs,
+    env_specs,
     load_run_options,
     offline_behaviors,
     resolve_seed,
@@ -111,6 +116,7 @@ def run_train(options: TrainOptions) -> int:
     """Train (or, with --inference, act) until every trainer reaches max_steps or Ctrl-C."""
     started_at = process_start_time()
     flags = options.env_flags
+    check_bare_gym_id(flags.env)
     # A Unity build (--env, else env_settings.env_path): launched with the gateway (cli.unity_train), not an env_path.
     unity = unity_launch(options.config, flags.env, flags.num_envs)
     if unity is not None:
@@ -134,12 +140,18 @@ def run_train(options: TrainOptions) -> int:
         if options.inference:  # Unity declares which behaviors act; one without a checkpoint is refused then, by name
             trained = []
     check_inputs(options.config, run_options, trained)
+    if unity is None and not options.inference:  # --inference: the saved policy is checked against the env instead
+        check_env_override(options.config, flags, run_options)
     check_port_free(options.metrics.host, options.metrics.port, "--metrics-port")
     run_dir = options.results_dir / options.run_id
     if (options.resume or options.inference) and run_dir.is_dir():  # before anything is written into it
         check_resumable(run_dir, trained, inference=options.inference)
         if options.resume:
             check_unfinished(run_dir, run_options, trained)
+        if options.resume and unity is None:
+            hosted = run_options.env_settings.behavior_names
+            for name, params in env_specs(run_options, [n for n in trained if n in hosted]).items():
+                check_resumed_spec(run_dir, params, hosted[name])
     run_dir = prepare_run_dir(
         run_dir,
         run_options,
@@ -161,7 +173,22 @@ def run_train(options: TrainOptions) -> int:
         else:
             load_tensorflow()  # its native start-up noise filtered out of stderr
         log.info(IMPORTS_DONE, time.time() - started_at)
-        return asyncio.run(EmbeddedRun(options, run_options, run_dir, started_at, source).run())
+        code = asyncio.run(EmbeddedRun(options, run_options, run_dir, started_at, source).run())
+    if code != 0 and not options.inference:  # stopped by a signal, its checkpoints saved
+        write_result(f"stopped; to continue this run: {resume_command(options)}", __name__)
+    return code
+
+
+def resume_command(options: TrainOptions) -> str:
+    """The ``stepstream train`` command that continues the run of ``options``, its flags that matter kept."""
+    words = ["stepstream", "train", str(options.config), "--run-id", options.run_id]
+    if options.results_dir != Path("results"):
+        words += ["--results-dir", str(options.results_dir)]
+    flags = options.env_flags
+    for flag, value in (("--env", flags.env), ("--num-envs", flags.num_envs), ("--max-steps", options.max_steps)):
+        if value is not None:
+            words += [flag, str(value)]
+    return shlex.join([*words, "--resume"])
 
 
 class EmbeddedRun:
@@ -441,9 +468,10 @@ class EmbeddedRun:
         for name, loop in self.loops.items():
             result = loop.result
             summary = self.summaries.get(name, LatestSummary())
+            reward = "" if summary.latest is None else f", mean reward {summary.describe(result.steps)}"  # offline BC: none
             write_result(
-                f"{name}: {result.steps} steps, {result.episodes} episodes, mean reward {summary.describe(result.steps)}, "
-                f"policy version {result.policy_version}"
+                f"{name}: {result.steps} steps, {result.episodes} episodes{reward}, policy version {result.policy_version}",
+                __name__,
             )
 
 
@@ -452,7 +480,7 @@ def _log_inference_returns(name: str, stats: RunStats) -> None:
     means = ", ".join(
         f"{sum(returns[-k:]) / len(returns[-k:]):.3f} (last {min(k, len(returns))})" for k in INFERENCE_WINDOWS if returns
     )
-    write_result(f"{name}: inference ran {len(returns)} episodes; mean return {means or 'n/a'}")
+    write_result(f"{name}: inference ran {len(returns)} episodes; mean return {means or 'n/a'}", __name__)
 
 
 class LatestSummary:
