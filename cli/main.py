@@ -44,6 +44,14 @@ def at_least_one(value: str) -> int:
     return number
 
 
+def host_port(value: str) -> tuple[str, int]:
+    """``[HOST:]PORT`` as ``(host, port)``: 127.0.0.1 when no host is given; a port in 0..65535 (0 picks one)."""
+    host, _, port = value.rpartition(":")
+    if not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise argparse.ArgumentTypeError(f"{value!r} is not [HOST:]PORT (a port is 0..65535)")
+    return host or "127.0.0.1", int(port)
+
+
 def an_address(value: str) -> str:
     """``HOST:PORT`` with a port in 1..65535, or a gRPC target with a scheme (``dns:///...``, ``unix:...``)."""
     if "://" in value or value.startswith(("unix:", "ipv4:", "ipv6:")):
@@ -148,6 +156,14 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
         help="override every behavior's max_steps (agent steps), e.g. a short smoke run",
     )
     parser.add_argument("--no-progress", action="store_true", help="no live progress bar (log lines only)")
+    parser.add_argument(
+        "--serve",
+        type=host_port,
+        metavar="[HOST:]PORT",
+        help="serve your own simulator's SDK clients (envclient.EnvSession) at HOST:PORT (host default 127.0.0.1) "
+        "instead of stepping env_settings.env_path: a trainer starts as a client declares each behavior, and the "
+        "command ends when every behavior of CONFIG reaches max_steps (its clients are told: TrainingFinishedError)",
+    )
     add_metrics_flags(parser)
     parser.set_defaults(func=_run_train)
 

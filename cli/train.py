@@ -110,48 +110,30 @@ class TrainOptions:
     progress: bool = True
     metrics: MetricsEndpoint = field(default_factory=MetricsEndpoint)
     """The run's one Prometheus endpoint (processor and trainers); no port serves none, 0 picks one."""
+    serve: tuple[str, int] | None = None
+    """``--serve HOST:PORT``: serve SDK env clients there instead of stepping ``env_settings.env_path``."""
 
 
 def run_train(options: TrainOptions) -> int:
     """Train (or, with --inference, act) until every trainer reaches max_steps or Ctrl-C."""
     started_at = process_start_time()
-    flags = options.env_flags
-    check_bare_gym_id(flags.env)
-    # A Unity build (--env, else env_settings.env_path): launched with the gateway (cli.unity_train), not an env_path.
-    unity = unity_launch(options.config, flags.env, flags.num_envs)
-    if unity is not None:
-        run_options = load_config(options.config, overrides=without_env_path(flags.seed))
-    else:
-        run_options = load_run_options(options.config, flags)
-    run_options = with_max_steps(run_options, options.max_steps)
+    run_options, unity = _run_options(options)
     online = [n for n in run_options.behaviors if n not in offline_behaviors(run_options)]
-    if unity is None and not run_options.env_settings.env_paths and (online or options.inference):
-        # An online behavior (or --inference, where bc acts too) and no env: wait for the Editor, as mlagents-learn.
-        unity = UnityLaunch(options.config)
-    if unity is None and not run_options.env_settings.env_paths and not offline_behaviors(run_options):
-        raise ConfigError(
-            f"{options.config}: env_settings.env_path is required for `stepstream train` (or pass --env); "
-            "only a bc behavior with a demo_path trains without one"
-        )
     # Everything that can be checked in seconds is, before TensorFlow's import and the results folder.
     trained = [*run_options.env_settings.behavior_names, *([] if options.inference else offline_behaviors(run_options))]
-    if unity is not None:
+    if unity is not None or options.serve is not None:
         trained = [*online, *offline_behaviors(run_options)]
         if options.inference:  # Unity declares which behaviors act; one without a checkpoint is refused then, by name
             trained = []
     check_inputs(options.config, run_options, trained)
     if unity is None and not options.inference:  # --inference: the saved policy is checked against the env instead
-        check_env_override(options.config, flags, run_options)
+        check_env_override(options.config, options.env_flags, run_options)
     check_port_free(options.metrics.host, options.metrics.port, "--metrics-port")
+    if options.serve is not None:
+        check_port_free(*options.serve, "--serve")
     run_dir = options.results_dir / options.run_id
     if (options.resume or options.inference) and run_dir.is_dir():  # before anything is written into it
-        check_resumable(run_dir, trained, inference=options.inference)
-        if options.resume:
-            check_unfinished(run_dir, run_options, trained)
-        if options.resume and unity is None:
-            hosted = run_options.env_settings.behavior_names
-            for name, params in env_specs(run_options, [n for n in trained if n in hosted]).items():
-                check_resumed_spec(run_dir, params, hosted[name])
+        _check_resumed_run(options, run_options, run_dir, trained, probe_envs=unity is None and options.serve is None)
     run_dir = prepare_run_dir(
         run_dir,
         run_options,
@@ -179,13 +161,68 @@ def run_train(options: TrainOptions) -> int:
     return code
 
 
+def _run_options(options: TrainOptions) -> tuple[RunOptions, UnityLaunch | None]:
+    """The run's settings (the config, its flags) and the Unity build or Editor it waits for, if any.
+
+    Raises:
+        ConfigError: contradictory flags, a bare Gymnasium id for --env, or no env at all for online behaviors.
+    """
+    flags = options.env_flags
+    check_bare_gym_id(flags.env)
+    # A Unity build (--env, else env_settings.env_path): launched with the gateway (cli.unity_train), not an env_path.
+    unity = None if options.serve is not None else unity_launch(options.config, flags.env, flags.num_envs)
+    if options.serve is not None:  # SDK clients declare the behaviors: no env_path is stepped
+        if flags.env is not None or flags.num_envs is not None:
+            raise ConfigError("--serve: the env clients bring their own envs; --env and --num-envs do not apply")
+        run_options = load_config(options.config, overrides=without_env_path(flags.seed))
+    elif unity is not None:
+        run_options = load_config(options.config, overrides=without_env_path(flags.seed))
+    else:
+        run_options = load_run_options(options.config, flags)
+    run_options = with_max_steps(run_options, options.max_steps)
+    if options.serve is not None or unity is not None or run_options.env_settings.env_paths:
+        return run_options, unity
+    online = [n for n in run_options.behaviors if n not in offline_behaviors(run_options)]
+    if online or options.inference:
+        # An online behavior (or --inference, where bc acts too) and no env: wait for the Editor, as mlagents-learn.
+        return run_options, UnityLaunch(options.config)
+    if not offline_behaviors(run_options):
+        raise ConfigError(
+            f"{options.config}: env_settings.env_path is required for `stepstream train` (or pass --env); "
+            "only a bc behavior with a demo_path trains without one"
+        )
+    return run_options, None
+
+
+def _check_resumed_run(
+    options: TrainOptions, run_options: RunOptions, run_dir: Path, trained: list[str], *, probe_envs: bool
+) -> None:
+    """--resume / --inference of an existing run folder: refused, before anything is written into it, when it holds
+    no checkpoint of these behaviors, is finished, or (``probe_envs``: one copy of each env made) was trained on
+    envs of another spec."""
+    check_resumable(run_dir, trained, inference=options.inference)
+    if not options.resume:
+        return
+    check_unfinished(run_dir, run_options, trained)
+    if probe_envs:
+        hosted = run_options.env_settings.behavior_names
+        for name, params in env_specs(run_options, [n for n in trained if n in hosted]).items():
+            check_resumed_spec(run_dir, params, hosted[name])
+
+
 def resume_command(options: TrainOptions) -> str:
     """The ``stepstream train`` command that continues the run of ``options``, its flags that matter kept."""
     words = ["stepstream", "train", str(options.config), "--run-id", options.run_id]
     if options.results_dir != Path("results"):
         words += ["--results-dir", str(options.results_dir)]
     flags = options.env_flags
-    for flag, value in (("--env", flags.env), ("--num-envs", flags.num_envs), ("--max-steps", options.max_steps)):
+    serve = None if options.serve is None else f"{options.serve[0]}:{options.serve[1]}"
+    for flag, value in (
+        ("--env", flags.env),
+        ("--num-envs", flags.num_envs),
+        ("--max-steps", options.max_steps),
+        ("--serve", serve),
+    ):
         if value is not None:
             words += [flag, str(value)]
     return shlex.join([*words, "--resume"])
@@ -338,7 +375,7 @@ class EmbeddedRun:
                 self._make_envs()
                 for name in self.offline:
                     self._start_offline(name)
-                if self.envs or self.unity is not None:  # else only offline BC: no processor
+                if self.envs or self.unity is not None or self.options.serve is not None:  # else only offline BC
                     server, clients = await self._start_online()
                 await self._wait(server, clients, interrupted)
             finally:
@@ -350,8 +387,16 @@ class EmbeddedRun:
         processor_settings = ProcessorSettings.from_run_options(
             self.run_options, seed=self.seed, declared_subscribers=() if self.options.inference else (TRAINER_SUBSCRIBER,)
         )
-        server = ProcessorServer(processor_settings, ServerOptions(host="127.0.0.1", port=0))
+        host, port = ("127.0.0.1", 0) if self.options.serve is None else self.options.serve
+        server = ProcessorServer(processor_settings, ServerOptions(host=host, port=port))
         port = await server.start()
+        if self.options.serve is not None:
+            log.info(
+                "serving SDK env clients at %s:%d: trainers start as they declare %s; the run ends at max_steps",
+                host,
+                port,
+                ", ".join(n for n in self.run_options.behaviors if n not in self.offline),
+            )
         try:
             for name, env in self.envs.items():
                 if self.options.inference:
@@ -415,17 +460,44 @@ class EmbeddedRun:
             for task in clients:
                 if task.done() and task.exception() is not None:
                     raise task.exception()  # type: ignore[misc]
+            if server is not None and self.options.serve is not None:
+                self._serve_tick(server)
             if progress is not None:
                 progress.update()
             await asyncio.sleep(PROGRESS_INTERVAL_S)
+        if server is not None and self.options.serve is not None and not interrupted.is_set():
+            self._serve_tick(server)
+            await self._sessions_drained(server)
         if interrupted.is_set():
             log.info("interrupted: saving checkpoints and stopping")
         for task in self.threads.values():
             if task.done():
                 task.result()  # a trainer that failed fails the run
 
+    def _serve_tick(self, server: ProcessorServer) -> None:
+        """--serve: a trainer for each behavior an SDK client declared, and, for each trainer that reached max_steps,
+        the end of its behavior's training, which ends its clients' sessions with ``SessionFinishedError``."""
+        for behavior in server.behaviors.values():
+            self._declared(behavior.params, server)
+        from trainer.loop import MAX_STEPS
+
+        for name, task in self.threads.items():
+            loop = self.loops[name]
+            if task.done() and name not in server.behaviors.finished and loop.result.stopped_by == MAX_STEPS:
+                server.behaviors.finish(name, loop.result.steps, loop.result.policy_version)
+
+    async def _sessions_drained(self, server: ProcessorServer) -> None:
+        """--serve, training over: give the SDK clients up to ``CLIENT_STOP_TIMEOUT_S`` to read that it is."""
+        deadline = time.monotonic() + CLIENT_STOP_TIMEOUT_S
+        while server.sessions and time.monotonic() < deadline:
+            await asyncio.sleep(PROGRESS_INTERVAL_S / 5)
+
     def _finished(self, watched: list[asyncio.Future[Any]], clients: list[asyncio.Future[Any]]) -> bool:
-        """Every watched task is done; with Unity, every trainer started so far (one online at least), or Unity's end."""
+        """Every watched task is done; with Unity, every trainer started so far (one online at least), or Unity's end;
+        with --serve, the trainer of every configured behavior."""
+        if self.options.serve is not None:
+            wanted = [n for n in self.run_options.behaviors if n not in self.offline]
+            return all(n in self.threads and self.threads[n].done() for n in wanted)
         if self.unity is None:
             return all(task.done() for task in watched)
         online = [task for name, task in self.threads.items() if name not in self.offline]
@@ -595,4 +667,5 @@ def options_from_args(args: Any) -> TrainOptions:
         # JSON logs are one object per line: no live bar among them.
         progress=not args.no_progress and getattr(args, "log_format", "text") != "json",
         metrics=metrics_from_args(args),
+        serve=getattr(args, "serve", None),
     )
