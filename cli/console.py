@@ -167,8 +167,8 @@ def terminal() -> Any:
 
 
 class ConsoleFormatter(logging.Formatter):
-    """A log line for ``console_handler``: the message alone, and on warnings and errors the logger's name and the
-    record's context (``common.logs.ContextFilter``) too.
+    """A log line for ``console_handler``: the message alone, and on warnings and errors the record's context
+    (``common.logs.ContextFilter``) and, but for the command's own (``cli.*``) one-line refusals, the logger's name.
 
     Rich's own columns give the time and the level, so an INFO line at 80 columns keeps its width for its message
     (the INFO lines of a run name their behavior themselves; the text and JSON formats keep every field).
@@ -177,7 +177,8 @@ class ConsoleFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         message = super().format(record)
         if record.levelno >= logging.WARNING:
-            message = f"{record.name}: {message}{getattr(record, 'context', '')}"
+            where = "" if record.name.startswith("cli.") else f"{record.name}: "
+            message = f"{where}{message}{getattr(record, 'context', '')}"
         return message
 
 

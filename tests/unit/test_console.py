@@ -126,7 +126,10 @@ def test_the_console_line_keeps_its_width_for_the_message() -> None:
     formatter = ConsoleFormatter("%(message)s")
     info = logging.LogRecord("trainer.loop", logging.INFO, "loop.py", 1, "trainer stopped", (), None)
     info.context = " [behavior=CartPole]"
-    warning = logging.LogRecord("cli.results", logging.WARNING, "results.py", 1, "no checkpoint", (), None)
+    warning = logging.LogRecord("trainer.checkpoint", logging.WARNING, "checkpoint.py", 1, "cut file", (), None)
     warning.context = " [behavior=CartPole]"
+    refusal = logging.LogRecord("cli.main", logging.ERROR, "main.py", 1, "--out x.txt: must end in .onnx", (), None)
+    refusal.context = ""
     assert formatter.format(info) == "trainer stopped"
-    assert formatter.format(warning) == "cli.results: no checkpoint [behavior=CartPole]"
+    assert formatter.format(warning) == "trainer.checkpoint: cut file [behavior=CartPole]"
+    assert formatter.format(refusal) == "--out x.txt: must end in .onnx"
