@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -33,3 +34,19 @@ def test_make_train_installs_the_runtime_alone(tmp_path: Path) -> None:
 def test_make_test_adds_the_tools(tmp_path: Path) -> None:
     commands = dry_run(tmp_path, "test")
     assert "-e ." in commands and "-e '.[dev]'" in commands
+
+
+def test_the_package_builds_without_deprecation_banners(tmp_path: Path) -> None:
+    """setuptools warns, in banners, about a ``license`` TOML table (PEP 639 wants an SPDX string)."""
+    pytest.importorskip("setuptools")
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(REPO / name, tmp_path / name)
+    for package in ("protos", "common", "processor", "trainer", "envclient", "cli"):
+        (tmp_path / package).mkdir()
+        (tmp_path / package / "__init__.py").touch()
+    proc = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w", str(tmp_path / "wheel"), "."],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "deprecat" not in (proc.stdout + proc.stderr).lower(), proc.stdout + proc.stderr
