@@ -133,3 +133,12 @@ def test_the_console_line_keeps_its_width_for_the_message() -> None:
     assert formatter.format(info) == "trainer stopped"
     assert formatter.format(warning) == "trainer.checkpoint: cut file [behavior=CartPole]"
     assert formatter.format(refusal) == "--out x.txt: must end in .onnx"
+
+
+def test_demo_inspect_wraps_its_lines_at_word_boundaries() -> None:
+    from cli.demo import _wrap
+
+    line = "action timing  c.demo: same (by episode_start_zeros; inverse-dynamics accuracy of record t's action 1.0)"
+    rows = _wrap(line, 80)
+    assert len(rows) == 2 and all(len(row) <= 80 for row in rows)
+    assert rows[1].startswith("    ") and " ".join(r.strip() for r in rows) == line
