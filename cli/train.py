@@ -456,18 +456,16 @@ class EmbeddedRun:
         """Until every trainer finished (or, with --inference, every env client), or a signal."""
         watched = list(self.threads.values()) if self.threads else clients
         self.progress = progress = _Progress(self, server) if self.options.progress else None
+        serving = server if self.options.serve is not None else None
         while not interrupted.is_set() and not self._finished(watched, clients):
-            for task in clients:
-                if task.done() and task.exception() is not None:
-                    raise task.exception()  # type: ignore[misc]
-            if server is not None and self.options.serve is not None:
-                self._serve_tick(server)
+            _raise_if_failed(clients)
+            if serving is not None:
+                self._serve_tick(serving)
             if progress is not None:
                 progress.update()
             await asyncio.sleep(PROGRESS_INTERVAL_S)
-        if server is not None and self.options.serve is not None and not interrupted.is_set():
-            self._serve_tick(server)
-            await self._sessions_drained(server)
+        if serving is not None and not interrupted.is_set():
+            await self._sessions_drained(serving)
         if interrupted.is_set():
             log.info("interrupted: saving checkpoints and stopping")
         for task in self.threads.values():
@@ -488,6 +486,7 @@ class EmbeddedRun:
 
     async def _sessions_drained(self, server: ProcessorServer) -> None:
         """--serve, training over: give the SDK clients up to ``CLIENT_STOP_TIMEOUT_S`` to read that it is."""
+        self._serve_tick(server)  # the last trainers' ends
         deadline = time.monotonic() + CLIENT_STOP_TIMEOUT_S
         while server.sessions and time.monotonic() < deadline:
             await asyncio.sleep(PROGRESS_INTERVAL_S / 5)
@@ -545,6 +544,13 @@ class EmbeddedRun:
                 f"{name}: {result.steps} steps, {result.episodes} episodes{reward}, policy version {result.policy_version}",
                 __name__,
             )
+
+
+def _raise_if_failed(clients: list[asyncio.Future[Any]]) -> None:
+    """An env client that failed fails the run, with its own error."""
+    for task in clients:
+        if task.done() and task.exception() is not None:
+            raise task.exception()  # type: ignore[misc]
 
 
 def _log_inference_returns(name: str, stats: RunStats) -> None:
