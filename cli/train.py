@@ -261,6 +261,8 @@ class EmbeddedRun:
         self.summaries: dict[str, LatestSummary] = {}
         """Each trained behavior's latest summary: the bar's R and the run's last line."""
         self.progress: _Progress | None = None
+        self._clients_connected = False
+        """--serve: whether an SDK client was connected at the last look (``_serve_tick``)."""
 
     def _make_envs(self) -> None:
         if not self.run_options.env_settings.env_paths:
@@ -474,9 +476,14 @@ class EmbeddedRun:
 
     def _serve_tick(self, server: ProcessorServer) -> None:
         """--serve: a trainer for each behavior an SDK client declared, and, for each trainer that reached max_steps,
-        the end of its behavior's training, which ends its clients' sessions with ``SessionFinishedError``."""
+        the end of its behavior's training, which ends its clients' sessions with ``SessionFinishedError``. When the
+        last client leaves before the end, a warning says that the run waits for one."""
         for behavior in server.behaviors.values():
             self._declared(behavior.params, server)
+        connected = len(server.sessions) > 0
+        if self._clients_connected and not connected and not server.behaviors.all_finished():
+            log.warning("no SDK client is connected: training waits for one to reconnect (Ctrl-C saves checkpoints and exits)")
+        self._clients_connected = connected
         from trainer.loop import MAX_STEPS
 
         for name, task in self.threads.items():

@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import asyncio
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -82,3 +83,32 @@ def test_the_run_instructions_train_both_behaviors_and_end_by_themselves(tmp_pat
         assert any((results / "ppo" / name / "checkpoints").glob("ckpt-*.index")), (name, tail(output))
         assert f"training of behavior '{name}' finished" in output, tail(output)
     assert "Traceback" not in output, tail(output)
+
+
+def test_served_training_waits_for_a_client_that_left_and_ctrl_c_says_how_to_continue(
+    tmp_path: Path, ports: PortReservation
+) -> None:
+    port = ports.port()
+    log = tmp_path / "train.log"
+    args = ["train", EXAMPLE_CONFIG, "--serve", str(port), "--results-dir", tmp_path / "results", "--no-progress"]
+    with open(log, "w", encoding="utf-8") as out:
+        proc = subprocess.Popen(
+            [*stepstream_command(), *map(str, args)], cwd=REPO, env=subprocess_env(), stdout=out, stderr=out
+        )
+    try:
+        deadline = time.monotonic() + RUN_TIMEOUT_S
+        while "serving SDK env clients" not in log.read_text(encoding="utf-8"):
+            assert proc.poll() is None and time.monotonic() < deadline, tail(log.read_text(encoding="utf-8"))
+            time.sleep(0.1)
+        asyncio.run(run(f"127.0.0.1:{port}", agents=AGENTS, steps=40))  # the simulator stops long before max_steps
+        while "no SDK client is connected" not in log.read_text(encoding="utf-8"):
+            assert proc.poll() is None and time.monotonic() < deadline, tail(log.read_text(encoding="utf-8"))
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(RUN_TIMEOUT_S) == 130, tail(log.read_text(encoding="utf-8"))
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    output = log.read_text(encoding="utf-8")
+    assert f"--serve 127.0.0.1:{port} --resume" in output.splitlines()[-1], tail(output)
