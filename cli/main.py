@@ -96,7 +96,12 @@ def _add_health(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser(
         "health", help="exit 0 when a service is SERVING", description="Query the standard gRPC health service at ADDRESS."
     )
-    parser.add_argument("address", nargs="?", default=os.environ.get("STEPSTREAM_PROCESSOR", f"127.0.0.1:{DEFAULT_PORT}"))
+    parser.add_argument(
+        "address",
+        nargs="?",
+        default=os.environ.get("STEPSTREAM_PROCESSOR", f"127.0.0.1:{DEFAULT_PORT}"),
+        help="host:port of the service (default 127.0.0.1:50051) [env STEPSTREAM_PROCESSOR]",
+    )
     parser.add_argument("--timeout-s", type=float, default=3.0, help="seconds to wait for an answer (default 3)")
     add_client_security_flags(parser)
     parser.set_defaults(func=_run_health)
