@@ -19,6 +19,7 @@ import ast
 import dataclasses
 import enum
 import inspect
+import itertools
 import logging
 import os
 import re
@@ -47,7 +48,7 @@ def field_docstrings(cls: type) -> dict[str, str]:
         body = ast.parse(textwrap.dedent(inspect.getsource(klass))).body[0]
         assert isinstance(body, ast.ClassDef)
         statements = body.body
-        for statement, following in zip(statements, statements[1:], strict=False):
+        for statement, following in itertools.pairwise(statements):
             if (
                 isinstance(statement, ast.AnnAssign)
                 and isinstance(statement.target, ast.Name)
@@ -163,9 +164,7 @@ def config_reference_markdown() -> tuple[str, list[str]]:
             description = _cell(doc) if doc else UNDOCUMENTED
             if allowed:
                 description += f" Values: {allowed}."
-            lines.append(
-                f"| `{field.name}` | {_type(field.type)} | {_default(field)} | {origin} | {description} |"
-            )
+            lines.append(f"| `{field.name}` | {_type(field.type)} | {_default(field)} | {origin} | {description} |")
         lines.append("")
     lines += [
         "## ML-Agents keys stepstream does not use",
