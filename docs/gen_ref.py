@@ -33,6 +33,8 @@ OWN_FIELD_NAMES = frozenset({"max_policy_lag", "max_queued_trajectories", "demo_
 """stepstream's own keys in sections whose fields carry no ``STEPSTREAM_KEY`` metadata (``trainer_type: bc`` and the
 mapped ``env_path`` entry are stepstream's whole)."""
 UNDOCUMENTED = "**undocumented**"
+HIDE_TOC = ("---", "hide:", "  - toc", "---", "")
+"""Front matter of the generated pages: their wide tables take the table of contents' column."""
 """What a page shows in place of a missing field docstring or argument help."""
 
 
@@ -116,7 +118,7 @@ def config_sections() -> Iterator[tuple[str, type, str]]:
     """(dotted section, settings class, what it is) for every section of the trainer YAML, in reading order."""
     from common import config
 
-    yield "(top level)", config.RunOptions, "The whole file."
+    yield "", config.RunOptions, "The whole file."
     yield "env_settings", config.EnvSettings, "The environments a `stepstream train` run starts itself."
     yield "env_settings.env_path[]", config.EnvPathEntry, "An `env_path` entry written as a mapping, to name its behavior."
     yield "behaviors.NAME", config.BehaviorSettings, "One behavior; `default_settings` has the same keys."
@@ -141,6 +143,7 @@ def config_reference_markdown() -> tuple[str, list[str]]:
     own_classes = (config.BCHyperparameters, config.EnvPathEntry)
     missing: list[str] = []
     lines = [
+        *HIDE_TOC,
         "# Config reference",
         "",
         "Every key of the trainer YAML that `stepstream train`, `processor`, `trainer` and `env` read, generated from",
@@ -152,7 +155,7 @@ def config_reference_markdown() -> tuple[str, list[str]]:
     ]
     for section, cls, what in config_sections():
         docs = field_docstrings(cls)
-        lines += [f"## `{section}`", "", what + " (`" + cls.__name__ + "`)", ""]
+        lines += [f"## `{section}`" if section else "## Top level", "", what + " (`" + cls.__name__ + "`)", ""]
         lines += ["| key | type | default | origin | description |", "|---|---|---|---|---|"]
         for field in dataclasses.fields(cls):
             doc = docs.get(field.name)
@@ -229,7 +232,7 @@ def _argument_row(action: argparse.Action, missing: list[str], where: str) -> st
     else:
         shown = f"`{default}`"
     if action.choices is not None and not isinstance(action.choices, dict):
-        shown += (" " if shown else "") + "of " + ", ".join(f"`{c}`" for c in action.choices)
+        shown += ("; " if shown else "") + "one of " + ", ".join(f"`{c}`" for c in action.choices)
     if action.required and action.option_strings:
         shown = "required"
     if not action.help:
@@ -252,6 +255,7 @@ def cli_reference_markdown() -> tuple[str, list[str]]:
         parser = _build_parser()
         missing: list[str] = []
         lines = [
+            *HIDE_TOC,
             "# CLI reference",
             "",
             "Every `stepstream` subcommand and argument, generated from the command's own argparse parser",
@@ -278,7 +282,7 @@ def cli_reference_markdown() -> tuple[str, list[str]]:
             lines += [f"## `{command}`", "", (summary[:1].upper() + summary[1:] + ".") if summary else "", ""]
             if sub.description:
                 lines += [_cell(sub.description), ""]
-            lines += ["```text", sub.format_usage().strip().removeprefix("usage: "), "```", ""]
+            lines += ["```text", sub.format_usage().strip(), "```", ""]
             rows = [row for a in sub._actions if (row := _argument_row(a, missing, command)) is not None]
             if rows:
                 lines += ["| argument | default | description |", "|---|---|---|", *rows, ""]
