@@ -24,12 +24,12 @@ from common.errors import (
 from common.topics.base import FullPolicy, TopicStats
 from common.topics.jetstream.connection import (
     HEADER_ROOM_BYTES,
-    PUBLISH_BACKOFF_S,
     REQUEST_TIMEOUT_S,
     UNREACHABLE,
     JetStreamConnection,
     broker_error,
     pause,
+    request_backoff,
     subject_token,
 )
 from common.topics.jetstream.consumer import JetStreamSubscription
@@ -247,7 +247,7 @@ class JetStreamTrajectoryTopic:
                 logger.warning("topic %r has no declared subscriber: publishes are dropped (declare one first)", self.name)
             self._unrouted += 1
             return
-        backoff = PUBLISH_BACKOFF_S[0]
+        backoff = request_backoff()
         waiting_since: float | None = None
         """When this publish began to wait: a refusal, or an attempt made while the broker was away."""
         last_try = False
@@ -286,7 +286,7 @@ class JetStreamTrajectoryTopic:
                         continue
                     error = PublishInDoubtError if attempts.in_doubt else TopicFullError
                     raise error(f"topic {self.name!r}: no room for {msg_id} within timeout_s={timeout_s}: {why}")
-                backoff = await pause(backoff, deadline)
+                await pause(backoff, deadline)
         finally:
             if waiting_since is not None:
                 self._blocked_publishers -= 1
@@ -339,7 +339,7 @@ class JetStreamTrajectoryTopic:
         return REQUEST_TIMEOUT_S if remaining is None else max(0.05, min(REQUEST_TIMEOUT_S, remaining))
 
     async def _retrying(self, call: Callable[[], Awaitable[T]], deadline: float | None, timeout_s: float | None) -> T:
-        backoff = PUBLISH_BACKOFF_S[0]
+        backoff = request_backoff()
         while True:
             try:
                 return await call()
@@ -348,7 +348,7 @@ class JetStreamTrajectoryTopic:
                     raise TopicFullError(
                         f"topic {self.name!r}: the broker {self._conn.url} did not answer within timeout_s={timeout_s}"
                     ) from err
-                backoff = await pause(backoff, deadline)
+                await pause(backoff, deadline)
 
     # -- subscribing -----------------------------------------------------------------------------
 
