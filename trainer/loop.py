@@ -127,23 +127,10 @@ class ExperienceFeed(Protocol):
 def configure_tf_threads(intra_op: int = TF_INTRA_OP_THREADS, inter_op: int = TF_INTER_OP_THREADS) -> bool:
     """Size TensorFlow's thread pools for this process; call before TensorFlow runs anything.
 
-    Default: one intra-op and one inter-op thread. Measured on the 2-core build machine while it
-    was shared (load average 4.5-6.5, as in embedded mode, where the processor's event loop, the
-    env clients and other trainers want the same cores); median wall seconds of one update, synthetic
-    8-float observations, C = 2, each config in a fresh process:
-
-    =============== ======================== ========================== ========================
-    intra / inter   PPO b128 buf2048 h64x2   PPO b1024 buf10240 h128x2  SAC b128 h128, 128 steps
-    =============== ======================== ========================== ========================
-    1 / 1           0.039                    0.140                      0.53
-    2 / 1           0.076                    0.280                      1.01
-    1 / 2           0.041                    0.156                      0.84
-    2 / 2           0.090                    0.296                      0.97
-    TF default      0.041                    0.196                      0.89
-    =============== ======================== ========================== ========================
-
-    These minibatches are too small for intra-op parallelism to pay for its synchronisation, and
-    a second pool thread only competes with everything else on the box.
+    Default: one intra-op and one inter-op thread. A trainer's minibatches are too small for intra-op parallelism to
+    pay for its synchronisation, and a second pool thread only competes with what shares the cores: in embedded mode
+    the processor's event loop, the env clients and the other trainers. More threads made updates of PPO and SAC no
+    faster and up to twice as slow.
 
     Returns:
         True if set; False if TensorFlow was already initialised (then nothing changes, and a
