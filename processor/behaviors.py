@@ -26,6 +26,7 @@ from common.environment_stats import MAX_STATS_PER_TRAJECTORY, EnvironmentStat
 from common.errors import IN_DOUBT, ConfigError, ProtocolError, StepstreamError, UnknownBehaviorError
 from common.logs import set_log_context
 from common.specs import ActionSpec, BrainParameters
+from common.staleness import is_stale
 from common.topics import DEFAULT_RELEASE_AFTER_S, TRAINER_SUBSCRIBER, FullPolicy, TopicRegistry
 from common.trajectory import Trajectory
 from processor.batching import InferenceBatcher
@@ -304,7 +305,7 @@ class Behavior:
             if flushed:
                 c.flushed_trajectories += 1
                 c.flushed_experiences += trajectory.length
-            if lag is not None and newest - trajectory.oldest_policy_version > lag:
+            if is_stale(trajectory, newest, lag):
                 c.stale_dropped_trajectories += 1
                 c.stale_dropped_experiences += trajectory.length
                 continue
