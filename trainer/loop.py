@@ -128,10 +128,10 @@ class ExperienceFeed(Protocol):
 def configure_tf_threads(intra_op: int = TF_INTRA_OP_THREADS, inter_op: int = TF_INTER_OP_THREADS) -> bool:
     """Size TensorFlow's thread pools for this process; call before TensorFlow runs anything.
 
-    Default: one intra-op and one inter-op thread. A trainer's minibatches are too small for intra-op parallelism to
-    pay for its synchronisation, and a second pool thread only competes with what shares the cores: in embedded mode
-    the processor's event loop, the env clients and the other trainers. More threads made updates of PPO and SAC no
-    faster and up to twice as slow.
+    Default: one intra-op and one inter-op thread. In embedded mode the processor's event loop, the env
+    clients and other trainers want the same cores; these minibatches are too small for intra-op
+    parallelism to pay for its synchronisation, and a second pool thread only competes with everything
+    else on the box. One update was fastest at 1 / 1 (``docs/benchmarks.md``, one-off measurements).
 
     Returns:
         True if set; False if TensorFlow was already initialised (then nothing changes, and a
