@@ -26,6 +26,7 @@ from common.environment_stats import MAX_STATS_PER_TRAJECTORY, EnvironmentStat
 from common.errors import IN_DOUBT, ConfigError, ProtocolError, StepstreamError, UnknownBehaviorError
 from common.logs import set_log_context
 from common.specs import ActionSpec, BrainParameters
+from common.staleness import is_stale
 from common.topics import DEFAULT_RELEASE_AFTER_S, TRAINER_SUBSCRIBER, FullPolicy, TopicRegistry
 from common.trajectory import Trajectory
 from processor.batching import InferenceBatcher
@@ -187,13 +188,13 @@ class Behavior:
 
     def held_noise(self) -> HeldNoise | None:
         """A new session's per-agent held action noise, or None where noise is fresh every step (``noise_hold_steps``
-        1 without gSDE, or no continuous actions). With gSDE (``sde_latent_size`` > 0) each agent holds a matrix."""
+        1, or no continuous actions). With a gSDE policy each agent holds a matrix, of the latent size the acting
+        policy's artifact gives (``InferenceBatcher.sde_latent_size``)."""
         size = self.params.action_spec.continuous_size
-        latent = self.runtime.sde_latent_size
-        if (self.runtime.noise_hold_steps <= 1 and latent == 0) or size == 0:
+        if self.runtime.noise_hold_steps <= 1 or size == 0:
             return None
         rng = np.random.default_rng(self._noise_seeds.spawn(1)[0])
-        return HeldNoise(size, self.runtime.noise_hold_steps, rng, latent_size=latent)
+        return HeldNoise(size, self.runtime.noise_hold_steps, rng, policy_latent_size=self.batcher.sde_latent_size)
 
     def session_started(self) -> None:
         """A session that declared this behavior opened: the batcher waits for one more request."""
@@ -304,7 +305,7 @@ class Behavior:
             if flushed:
                 c.flushed_trajectories += 1
                 c.flushed_experiences += trajectory.length
-            if lag is not None and newest - trajectory.oldest_policy_version > lag:
+            if is_stale(trajectory, newest, lag):
                 c.stale_dropped_trajectories += 1
                 c.stale_dropped_experiences += trajectory.length
                 continue

@@ -61,6 +61,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from common.config import BehaviorSettings
 from common.errors import PolicyVersionError, TopicClosedError
+from common.staleness import is_stale
 from common.topics import MAX_POLICY_VERSION, Deduplicator, Delivery, PolicySink, TrajectorySubscription
 from common.trajectory import Trajectory
 from protos import pb
@@ -423,7 +424,7 @@ class TrainerLoop:
                 self.environment_stats.add(stat.key, stat.value, stat.aggregation)
             if trajectory.episode_ended:
                 ended.append(trajectory)
-            if lag is not None and self._version - trajectory.oldest_policy_version > lag:
+            if is_stale(trajectory, self._version, lag):
                 result.stale_trajectories += 1
                 result.stale_experiences += trajectory.length
                 continue
