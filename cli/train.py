@@ -180,6 +180,8 @@ class EmbeddedRun:
         self.trainer_stop = threading.Event()
         self.env_stop = asyncio.Event()
         self.declared: list[str] = []
+        self.released: set[str] = set()
+        """Online behaviors whose trainer finished while others train (``_release_finished``)."""
         """The behaviors Unity declared so far, in order (``_declared``)."""
 
     def _make_envs(self) -> None:
@@ -369,6 +371,8 @@ class EmbeddedRun:
         progress = _Progress(self, server) if self.options.progress else None
         try:
             while not interrupted.is_set() and not self._finished(watched, clients):
+                if server is not None:
+                    self._release_finished(server)
                 for task in clients:
                     if task.done() and task.exception() is not None:
                         raise task.exception()  # type: ignore[misc]
@@ -383,6 +387,18 @@ class EmbeddedRun:
         for task in self.threads.values():
             if task.done():
                 task.result()  # a trainer that failed fails the run
+
+    def _release_finished(self, server: ProcessorServer) -> None:
+        """A behavior whose trainer finished goes on being served with its last policy, publishing nothing, until every
+        trainer has (as mlagents-learn steps every agent until then): its trainer queue goes, so its env clients never
+        wait for room on it, and what it would publish is dropped."""
+        for name, task in self.threads.items():
+            if task.done() and name not in self.offline and name not in self.released:
+                self.released.add(name)
+                topic = server.topics.trajectories(name)
+                topic.remove(TRAINER_SUBSCRIBER)
+                topic.expect_no_subscribers()
+                log.info("%s: training finished; acting with its last policy until every behavior has finished", name)
 
     def _finished(self, watched: list[asyncio.Future[Any]], clients: list[asyncio.Future[Any]]) -> bool:
         """Every watched task is done; with Unity, every trainer started so far (one online at least), or Unity's end."""
