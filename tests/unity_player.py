@@ -120,6 +120,7 @@ class Report:
     """What the player did, per behavior (full names), and why it quit."""
 
     episodes: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    """Episodes whose terminal row reached the trainer (one ended on the last step before quitting never does)."""
     decisions: dict[str, int] = field(default_factory=dict)
     """Decision rows put (``done`` false)."""
     exchanges: int = 0
@@ -154,6 +155,8 @@ class Communicator:
         self.last_actions: dict[str, dict[int, Any]] = {b.name: {} for b in scene.behaviors}
         self.need_communicate = False
         self.pending_stats: list[bytes] = []
+        self.ended: list[tuple[str, Episode]] = []
+        """Episodes whose terminal row is in the message being filled: reported once it is sent."""
         self._terminal_ids: dict[str, set[int]] = {b.name: set() for b in scene.behaviors}
 
     async def _call(self, message: unity_pb.UnityMessageProto) -> unity_pb.UnityMessageProto:
@@ -235,11 +238,18 @@ class Communicator:
         except grpc.aio.AioRpcError as err:
             self.is_open = False
             raise Quit(f"the trainer went away ({err.code().name})") from None
+        for name, episode in self.ended:
+            self.report.episodes.setdefault(name, []).append(dataclasses.asdict(episode))
+        self.ended.clear()
         if reply.header.status != 200:
             self.is_open = False
             raise Quit(f"status {reply.header.status}")
         rl_input = reply.unity_input.rl_input
         self._update_environment(rl_input)
+        self._apply_actions(rl_input)
+
+    def _apply_actions(self, rl_input: unity_pb.UnityRLInputProto) -> None:
+        """Each behavior's actions to its deciding agents, in the order they put their rows."""
         for name, actions in rl_input.agent_actions.items():
             ordered = self.ordered.get(name, [])
             if not ordered or not actions.value:
@@ -277,6 +287,11 @@ def _brain_proto(behavior: BehaviorScene, scene: Scene) -> demo_pb.BrainParamete
     brain.action_spec.num_discrete_actions = len(behavior.branches)
     brain.action_spec.discrete_branch_sizes.extend(behavior.branches)
     return brain
+
+
+def declaration(scene: Scene, behavior: BehaviorScene) -> tuple[demo_pb.BrainParametersProto, demo_pb.AgentInfoProto]:
+    """The brain parameters the player sends for ``behavior`` and a first agent info like its agents'."""
+    return _brain_proto(behavior, scene), Agent(behavior, 1, 0, scene, Report())._info(done=False, max_step_reached=False)
 
 
 class Agent:
@@ -377,9 +392,7 @@ class Agent:
             return
         self.info_done = True
         comm.put(self.behavior, self._info(done=True, max_step_reached=interrupted))
-        self.report.episodes.setdefault(self.behavior.name, []).append(
-            dataclasses.asdict(Episode(self.id, self.cumulative, self.decisions, interrupted))
-        )
+        comm.ended.append((self.behavior.name, Episode(self.id, self.cumulative, self.decisions, interrupted)))
         self.reward = self.cumulative = 0.0
         self.decisions = 0
         self.request_action = self.request_decision = False
