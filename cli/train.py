@@ -384,6 +384,9 @@ class EmbeddedRun:
                 progress.close()
         if interrupted.is_set():
             log.info("interrupted: saving checkpoints and stopping")
+        for task in clients:  # one that failed as the last ended (a Unity player told to quit on a refusal) fails the run
+            if task.done() and not task.cancelled() and task.exception() is not None:
+                raise task.exception()  # type: ignore[misc]
         for task in self.threads.values():
             if task.done():
                 task.result()  # a trainer that failed fails the run

@@ -110,3 +110,18 @@ def test_the_editor_with_two_behaviors_of_different_max_steps_trains_each_to_its
     assert played["quit_reason"] == "status 400", played
     assert _stopped_at(text, "3DBall") >= 160 and _stopped_at(text, "Walker") >= 480
     assert "3DBall: training finished; acting with its last policy until every behavior has finished" in text
+
+
+def test_a_refused_behavior_stops_the_run_naming_it(tmp_path: Path) -> None:
+    """A behavior the config does not name is refused; as mlagents-learn, the run stops (the player is told to quit)
+    rather than serving it empty actions forever."""
+    scene, report = tmp_path / "scene.json", tmp_path / "report.json"
+    scene.write_text(Scene((BALL, WALKER)).to_json())
+    build = tmp_path / "Ball.x86_64"
+    build.write_text(BUILD.format(python=sys.executable, repo=str(REPO), scene=str(scene), report=str(report)))
+    build.chmod(0o755)
+    config = _config(tmp_path, {"3DBall": 100000}, "env_settings: {base_port: 0}\n")
+    done = run_cli(["train", config, "--env", tmp_path / "Ball", "--results-dir", tmp_path / "results", "--no-progress"])
+    assert done.returncode != 0, done.stdout
+    assert "behavior 'Walker?team=0' is refused: behaviors.Walker: not configured" in done.stdout, done.stdout
+    assert json.loads(report.read_text())["quit_reason"] == "status 400"
