@@ -14,15 +14,23 @@ Lifecycle:
   session starts with fresh processor sessions and no agent state carried over.
 - The Editor's Stop (status 400) closes every behavior's session cleanly (the processor flushes
   their partial trajectories as interrupted) and is answered with 200.
-- A behavior refused (bad input from Unity, a camera observation, the processor's non-retryable
-  status) is logged once at ERROR with the reason, its session is closed, and its agents get no
-  actions from then on; the other behaviors go on.
+- Behaviors are keyed by the name Unity sends (``Name?team=N``); each session is named and declared
+  by the behavior alone, its team in the Hello (``translate.parse_behavior_id``).
+- A behavior refused (bad input from Unity, a behavior the run has no settings for, the processor's
+  non-retryable status) is logged once at ERROR with the reason and ends the run as mlagents-learn
+  stops on it: that step is answered with status 400 and the reason, every session is closed, and
+  ``refusal`` keeps the reason (``stepstream train`` fails with it).
+- ``end_run`` (``stepstream train`` once every trainer finished) answers Unity's next call with status
+  400, as mlagents-learn's ``RpcCommunicator.close``: Unity quits. A behavior whose session the
+  processor ends because its training finished (the stack's ``FinishTraining``) gets no actions from
+  then on, and once every behavior of the Unity session has, Unity is told to quit the same way.
 - The processor restarting or unreachable (a retryable status): the behavior's step is retried on a
   new session with capped exponential backoff while Unity waits, for at most
   ``GatewaySettings.reconnect_timeout_s``; the agents then start new trajectories mid-episode. Past
   that bound Unity gets status 500 with the reason and quits.
-- Any other failure while answering: status 500 with the reason. Unity is never left without an
-  answer or a status.
+- Any other failure while answering: status 500 with the reason (one ERROR line for a ``StepstreamError``, such
+  as a communication version the gateway does not speak; a traceback only for an unexpected one). Unity is
+  never left without an answer or a status.
 """
 
 from __future__ import annotations

@@ -13,8 +13,13 @@ Unity (``RpcCommunicator.cs``, communication version 1.5.0) calls ``Exchange`` w
    asked for a decision (the agents that are not done), in the order they appear;
 4. the Editor's Stop (or the build's shutdown): a message with ``header.status`` 400.
 
-Per behavior and step (``behavior_step``): agent ids are Unity's (an agent's id changes with each
-episode), a ``done`` agent is a terminal row (no action goes back for it), ``max_step_reached`` is
+Behavior names are Unity's ``Name?team=N`` (``BehaviorParameters.FullyQualifiedBehaviorName``); the gateway
+splits them once (``parse_behavior_id``), and everything past it uses ``Name``. Actions go into
+``continuous_actions`` and ``discrete_actions``, and also into ``vector_actions`` for a player without the
+hybrid-actions capability (com.unity.ml-agents 1.0.x, communication 1.0.0), which reads only that field.
+
+Per behavior and step (``behavior_step``): agent ids are Unity's (``Agent.m_EpisodeId``, taken once per
+agent and kept across its episodes), a ``done`` agent is a terminal row (no action goes back for it), ``max_step_reached`` is
 ``done`` plus ``max_reached``, and ``action_mask`` (True = masked on Unity's wire) becomes
 stepstream's mask (True = allowed). Refused, naming the behavior and the agent: non-finite
 observations or rewards, a compression type other than none, a mask whose width is not the sum of
@@ -26,6 +31,10 @@ image. Unity >= 2.0 declares images channels first ``[C, H, W]`` (older packages
 the PNG's own height and width (or, uncompressed, ``dimension_properties``) tell which, as the
 ``.demo`` reader decides (``common.demo_images``). Any other observation rank is refused once,
 naming the observation.
+
+An agent that ended its episode since the previous step is there twice, its terminal row first, then
+its new episode's decision row: ``split_restarts`` makes two BrainInfos of such a step (docs/architecture.md,
+"Trajectory assembly rules").
 
 Shapes: ``N`` agents of one behavior in one step, ``C`` continuous actions, ``B`` branches,
 ``M = sum(branches)``.
