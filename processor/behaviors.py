@@ -437,7 +437,7 @@ class BehaviorTable:
             if existing.params != params:
                 raise ProtocolError(
                     f"behavior '{params.behavior_name}' is already declared with other BrainParameters: "
-                    f"{_describe(existing.params)} != {_describe(params)}",
+                    f"{_describe(existing.params, params)} != {_describe(params, existing.params)}",
                     precondition=True,
                 )
             return existing
@@ -491,7 +491,9 @@ class BehaviorTable:
             await behavior.stop()
 
 
-def _describe(params: BrainParameters) -> str:
-    obs = ", ".join(f"{s.dtype.name}{list(s.shape)}" for s in params.observation_specs)
+def _describe(params: BrainParameters, other: BrainParameters | None = None) -> str:
+    """The spec in one line; beside ``other``, with the observation names where the two name them differently."""
+    names = other is not None and [s.name for s in params.observation_specs] != [s.name for s in other.observation_specs]
+    obs = ", ".join(f"{s.dtype.name}{list(s.shape)}" + (f" {s.name!r}" if names else "") for s in params.observation_specs)
     spec = params.action_spec
     return f"obs [{obs}], continuous {spec.continuous_size}, branches {list(spec.discrete_branches)}"
