@@ -71,6 +71,11 @@ def test_a_build_trains_3dball_team_0_under_its_bare_name_and_exports_it(tmp_pat
     run = results / "ball"
     assert (run / "3DBall" / "checkpoints").is_dir() and (run / "3DBall.onnx").is_file()
     assert not [p for p in run.iterdir() if "?" in p.name], list(run.iterdir())
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(run / "3DBall"))
+    events.Reload()
+    assert "Env/Speed" in events.Tags()["scalars"] and "Env/Speed_hist" in events.Tags()["histograms"], events.Tags()
     exported = run_cli(["export", run, "--out", tmp_path / "ball.onnx", "--behavior", "3DBall"])
     assert exported.returncode == 0, exported.stdout
     assert (tmp_path / "ball.onnx").stat().st_size > 0
