@@ -180,9 +180,9 @@ class EmbeddedRun:
         self.trainer_stop = threading.Event()
         self.env_stop = asyncio.Event()
         self.declared: list[str] = []
+        """The behaviors Unity declared so far, in order (``_declared``)."""
         self.released: set[str] = set()
         """Online behaviors whose trainer finished while others train (``_release_finished``)."""
-        """The behaviors Unity declared so far, in order (``_declared``)."""
 
     def _make_envs(self) -> None:
         if not self.run_options.env_settings.env_paths:
