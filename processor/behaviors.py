@@ -481,6 +481,14 @@ class BehaviorTable:
         self._declare_topics(name)
         log.info("behavior '%s' reopened for training by a new subscription", name)
 
+    def sessions_end(self, names: list[str]) -> bool:
+        """Whether a session declaring ``names`` ends: when they and every other behavior have finished training.
+
+        A behavior whose trainer finished while others train goes on being served with its last policy, publishing
+        nothing (its trainer queue is gone), as mlagents-learn steps every agent until every trainer is done.
+        """
+        return bool(names) and all(name in self.finished for name in names) and self.all_finished()
+
     def all_finished(self) -> bool:
         """Every configured behavior (or, without a config, every one declared) has finished training."""
         names = set(self.settings.behaviors) or set(self._behaviors) | self.finished

@@ -132,6 +132,8 @@ class Report:
     """What a C# player would have thrown on (an action it cannot read)."""
     same_exchange_restarts: int = 0
     """Agents reported terminal and deciding in one exchange."""
+    unanswered: dict[str, int] = field(default_factory=dict)
+    """Decision rows that got no action back (the agent acts with empty actions, as C#'s ``ActionBuffers.Empty``)."""
 
 
 class Quit(Exception):
@@ -310,6 +312,8 @@ class Agent:
         self.decisions = 0
         self.request_decision = self.request_action = False
         self.info_done = False
+        self.awaiting = False
+        """A decision row was put this step, and its action is due."""
         self.action: Any = None
         self.position = 0.0
 
@@ -350,9 +354,14 @@ class Agent:
         self.decisions += 1
         self.reward = 0.0
         self.request_decision = False
+        self.awaiting = True
 
     def decide_action(self, comm: Communicator) -> None:
-        self.action = comm.last_actions[self.behavior.name].get(self.id)
+        name = self.behavior.name
+        self.action = comm.last_actions[name].get(self.id)
+        if self.awaiting and self.action is None:
+            self.report.unanswered[name] = self.report.unanswered.get(name, 0) + 1
+        self.awaiting = False
 
     def agent_step(self, comm: Communicator) -> None:
         """``AgentStep``: run the requested action, then the MaxStep interruption."""
@@ -405,9 +414,10 @@ class Agent:
         self.length_index += 1
 
 
-async def run_player(address: str, scene: Scene) -> Report:
-    """Play ``scene`` against the trainer at ``address`` until told to quit (or ``academy_steps``)."""
-    report = Report()
+async def run_player(address: str, scene: Scene, report: Report | None = None) -> Report:
+    """Play ``scene`` against the trainer at ``address`` until told to quit (or ``academy_steps``); ``report`` (filled
+    as it plays) lets a caller watch."""
+    report = Report() if report is None else report
     comm = Communicator(address, scene, report)
     agents = [Agent(b, 1 + 100 * i + k, k, scene, report) for i, b in enumerate(scene.behaviors) for k in range(b.agents)]
     try:

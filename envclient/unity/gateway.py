@@ -21,9 +21,10 @@ Lifecycle:
   stops on it: that step is answered with status 400 and the reason, every session is closed, and
   ``refusal`` keeps the reason (``stepstream train`` fails with it).
 - ``end_run`` (``stepstream train`` once every trainer finished) answers Unity's next call with status
-  400, as mlagents-learn's ``RpcCommunicator.close``: Unity quits. A behavior whose session the
-  processor ends because its training finished (the stack's ``FinishTraining``) gets no actions from
-  then on, and once every behavior of the Unity session has, Unity is told to quit the same way.
+  400, as mlagents-learn's ``RpcCommunicator.close``: Unity quits. In the stack (``FinishTraining``),
+  the processor serves a finished behavior on until every behavior has finished, then ends its sessions
+  with ``TRAINING_FINISHED_STATUS``; once every behavior of the Unity session has ended so, Unity is told
+  to quit the same way (one ended earlier, by an older processor, gets no actions from then on).
 - The processor restarting or unreachable (a retryable status): the behavior's step is retried on a
   new session with capped exponential backoff while Unity waits, for at most
   ``GatewaySettings.reconnect_timeout_s``; the agents then start new trajectories mid-episode. Past
@@ -288,7 +289,7 @@ class UnityGateway(unity_grpc.UnityToExternalProtoServicer):
         self._declare(output)
         steps: list[tuple[BehaviorLink, translate.StepRows, list[np.ndarray], list[pb.BrainInfo]]] = []
         for unity_name, infos in output.rl_output.agentInfos.items():
-            if not infos.value or unity_name in self.failures:
+            if not infos.value or unity_name in self.failures or unity_name in self.finished:
                 continue
             link = self.links.get(unity_name)
             if link is None:

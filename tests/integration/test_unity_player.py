@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import asyncio
 
+from common.topics.grpc_transport import GrpcPolicyPublisher
 from common.trajectory import Trajectory
 from envclient.unity import translate
 from envclient.unity.gateway import GatewayServer, GatewaySettings
+from processor.behaviors import BehaviorRuntime
 from tests.integration.conftest import StartProcessor
-from tests.integration.helpers import Harness, itest_settings
+from tests.integration.helpers import Harness, itest_settings, wait_until
 from tests.unity_player import BehaviorScene, Report, Scene, declaration, run_player
 
 BALL = BehaviorScene(
@@ -56,7 +58,7 @@ async def _play(start_processor: StartProcessor, scene: Scene) -> tuple[Report, 
 
 async def test_every_episode_the_player_ends_is_recorded(start_processor: StartProcessor) -> None:
     report, got = await _play(start_processor, SCENE)
-    assert report.quit_reason == "academy_steps" and not report.errors
+    assert report.quit_reason == "academy_steps" and not report.errors and not report.unanswered
     assert report.same_exchange_restarts > 0  # done and decision rows of one agent in one exchange happened
     for behavior in SCENE.behaviors:
         episodes = report.episodes[behavior.name]
@@ -79,3 +81,33 @@ async def test_a_1_0_player_reads_its_actions_from_vector_actions(start_processo
     assert report.quit_reason == "academy_steps"
     assert report.errors == []  # every action had its vector_actions
     assert report.decisions[legacy.name] > 10 and got[legacy.name]
+
+
+async def test_a_finished_behavior_is_served_until_every_behavior_has_finished(start_processor: StartProcessor) -> None:
+    """The stack's way (``FinishTraining`` per behavior): 3DBall's training finishes first and its agents still get
+    actions with its last policy; once Eye's finishes too, the gateway tells the player to quit (status 400)."""
+    runtime = BehaviorRuntime(time_horizon=16)
+    server, address = await start_processor(itest_settings(behaviors={"3DBall": runtime, "Eye": runtime}, strict=True))
+    harness = Harness(server, address)
+    scene = Scene((BALL, EYE))
+    for behavior in scene.behaviors:
+        harness.publish_policy(translate.behavior_spec(*declaration(scene, behavior)), 1)
+    gateway = GatewayServer(GatewaySettings(processor=address), port=0)
+    port = await gateway.start()
+    report = Report()
+    playing = asyncio.ensure_future(run_player(f"127.0.0.1:{port}", scene, report))
+    try:
+        await wait_until(lambda: report.exchanges > 10, "the player to play")
+        with GrpcPolicyPublisher(address, "3DBall") as publisher:
+            await asyncio.to_thread(publisher.finish, 100, 1)
+        served = report.decisions[BALL.name]
+        await wait_until(lambda: report.decisions[BALL.name] > served + 20, "3DBall's agents to decide on")
+        assert not playing.done() and not report.errors and not report.unanswered, report.unanswered
+        with GrpcPolicyPublisher(address, "Eye") as publisher:
+            await asyncio.to_thread(publisher.finish, 100, 1)
+        await asyncio.wait_for(playing, 20.0)
+    finally:
+        playing.cancel()
+        await gateway.stop()
+    assert report.quit_reason == "status 400" and not report.errors
+    assert gateway.gateway.refusal is None
