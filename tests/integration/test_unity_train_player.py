@@ -67,7 +67,7 @@ def test_a_build_trains_3dball_team_0_under_its_bare_name_and_exports_it(tmp_pat
     assert done.returncode == 0, done.stdout
     assert _stopped_at(done.stdout, "3DBall") >= 200
     played = json.loads(report.read_text())  # written as the player quit
-    assert played["quit_reason"] == "status 400" and played["errors"] == [], played
+    assert played["quit_reason"] == "status 400" and played["errors"] == [] and played["unanswered"] == {}, played
     run = results / "ball"
     assert (run / "3DBall" / "checkpoints").is_dir() and (run / "3DBall.onnx").is_file()
     assert not [p for p in run.iterdir() if "?" in p.name], list(run.iterdir())
@@ -112,8 +112,10 @@ def test_the_editor_with_two_behaviors_of_different_max_steps_trains_each_to_its
     assert player.returncode == 0, player.stdout + player.stderr + text
     assert proc.returncode == 0, text
     played = json.loads(report.read_text())
-    assert played["quit_reason"] == "status 400", played
+    assert played["quit_reason"] == "status 400" and played["unanswered"] == {}, played  # 3DBall acted on to the end
     assert _stopped_at(text, "3DBall") >= 160 and _stopped_at(text, "Walker") >= 480
+    run = tmp_path / "results" / "ppo"
+    assert (run / "3DBall.onnx").is_file() and (run / "Walker.onnx").is_file(), list(run.iterdir())
     assert "3DBall: training finished; acting with its last policy until every behavior has finished" in text
 
 
