@@ -373,9 +373,7 @@ class EmbeddedRun:
             while not interrupted.is_set() and not self._finished(watched, clients):
                 if server is not None:
                     self._release_finished(server)
-                for task in clients:
-                    if task.done() and task.exception() is not None:
-                        raise task.exception()  # type: ignore[misc]
+                _raise_failed(clients)
                 if progress is not None:
                     progress.update()
                 await asyncio.sleep(PROGRESS_INTERVAL_S)
@@ -384,9 +382,7 @@ class EmbeddedRun:
                 progress.close()
         if interrupted.is_set():
             log.info("interrupted: saving checkpoints and stopping")
-        for task in clients:  # one that failed as the last ended (a Unity player told to quit on a refusal) fails the run
-            if task.done() and not task.cancelled() and task.exception() is not None:
-                raise task.exception()  # type: ignore[misc]
+        _raise_failed(clients)  # one that failed as the last ended (a Unity player told to quit on a refusal) too
         for task in self.threads.values():
             if task.done():
                 task.result()  # a trainer that failed fails the run
@@ -451,6 +447,13 @@ class EmbeddedRun:
                 result.mean_reward(),
                 result.policy_version,
             )
+
+
+def _raise_failed(clients: list[asyncio.Future[Any]]) -> None:
+    """Raise the error of an env client (or Unity source) that ended with one: it fails the run."""
+    for task in clients:
+        if task.done() and not task.cancelled() and task.exception() is not None:
+            raise task.exception()  # type: ignore[misc]
 
 
 def _log_inference_returns(name: str, stats: RunStats) -> None:

@@ -42,6 +42,7 @@ import logging
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import grpc
 import numpy as np
@@ -154,6 +155,15 @@ class BehaviorLink:
                 await session.close(SESSION_CLOSE_TIMEOUT_S)
             except Exception as err:  # a broken stream has nothing left to flush
                 log.debug("closing behavior %r's session: %s", self.spec.behavior_name, err)
+
+
+class _BehaviorStep(NamedTuple):
+    """One behavior's part of a Unity step: its rows, their split (``translate.split_restarts``) and BrainInfos."""
+
+    link: BehaviorLink
+    rows: translate.StepRows
+    parts: list[np.ndarray]
+    brain_infos: list[pb.BrainInfo]
 
 
 class UnityGateway(unity_grpc.UnityToExternalProtoServicer):
@@ -287,7 +297,30 @@ class UnityGateway(unity_grpc.UnityToExternalProtoServicer):
             raise StepstreamError("Unity sent a decision step before its initialization message")
         self._read_side_channel(output.rl_output.side_channel)
         self._declare(output)
-        steps: list[tuple[BehaviorLink, translate.StepRows, list[np.ndarray], list[pb.BrainInfo]]] = []
+        steps = await self._behavior_steps(output)
+        if self._stats and steps:  # every behavior of the step gets them, as ML-Agents records env stats per behavior
+            stats = environment_stats.to_protos(self._stats)
+            self._stats.clear()
+            for step in steps:
+                step.brain_infos[0].environment_stats.extend(stats)
+        rl_input = unity_pb.UnityRLInputProto(command=unity_pb.STEP)
+        if self._ending:  # a behavior was refused: Unity quits at this step's answer
+            return rl_input
+        results = await _step_all([(step.link, step.brain_infos) for step in steps])
+        for step, result in zip(steps, results, strict=True):
+            unity_name = step.link.behavior.unity_name
+            if isinstance(result, StepRejectedError):
+                await self._rejected(unity_name, result)
+                continue
+            if isinstance(result, BaseException):
+                raise result
+            merged = translate.merge_actions(len(step.rows.done), step.parts, result)
+            translate.fill_actions(step.rows.done, merged, rl_input.agent_actions[unity_name], self.vector_actions)
+        return rl_input
+
+    async def _behavior_steps(self, output: unity_pb.UnityOutputProto) -> list[_BehaviorStep]:
+        """Each stepped behavior's rows and the BrainInfos they become; a behavior whose rows are bad is refused."""
+        steps: list[_BehaviorStep] = []
         for unity_name, infos in output.rl_output.agentInfos.items():
             if not infos.value or unity_name in self.failures or unity_name in self.finished:
                 continue
@@ -304,33 +337,16 @@ class UnityGateway(unity_grpc.UnityToExternalProtoServicer):
                 await self._drop(unity_name)
                 continue
             brain_infos = [rows.brain_info(name)] if len(parts) == 1 else [rows.take(p).brain_info(name) for p in parts]
-            steps.append((link, rows, parts, brain_infos))
-        if self._stats and steps:  # every behavior of the step gets them, as ML-Agents records env stats per behavior
-            stats = environment_stats.to_protos(self._stats)
-            self._stats.clear()
-            for _, _, _, brain_infos in steps:
-                brain_infos[0].environment_stats.extend(stats)
-        rl_input = unity_pb.UnityRLInputProto(command=unity_pb.STEP)
-        if self._ending:  # a behavior was refused: Unity quits at this step's answer
-            return rl_input
-        results = await _step_all([(link, brain_infos) for link, _, _, brain_infos in steps])
-        for (link, rows, parts, _), result in zip(steps, results, strict=True):
-            unity_name = link.behavior.unity_name
-            if isinstance(result, ProcessorUnavailableError):
-                raise result
-            if isinstance(result, StepRejectedError) and result.code == TRAINING_FINISHED_STATUS:
-                self._finish(unity_name, str(result))
-                await self._drop(unity_name)
-                continue
-            if isinstance(result, StepRejectedError):
-                self._fail(unity_name, f"the processor refused its step: {result}")
-                await self._drop(unity_name)
-                continue
-            if isinstance(result, BaseException):
-                raise result
-            merged = translate.merge_actions(len(rows.done), parts, result)
-            translate.fill_actions(rows.done, merged, rl_input.agent_actions[unity_name], self.vector_actions)
-        return rl_input
+            steps.append(_BehaviorStep(link, rows, parts, brain_infos))
+        return steps
+
+    async def _rejected(self, unity_name: str, err: StepRejectedError) -> None:
+        """The processor ended a behavior's session: its training finished, or it refuses the behavior."""
+        if err.code == TRAINING_FINISHED_STATUS:
+            self._finish(unity_name, str(err))
+        else:
+            self._fail(unity_name, f"the processor refused its step: {err}")
+        await self._drop(unity_name)
 
     def _finish(self, unity_name: str, reason: str) -> None:
         """The processor ended a behavior's session because its training finished (the stack's ``FinishTraining``):
