@@ -37,6 +37,7 @@ BEHAVIOR = """
     checkpoint_interval: {max_steps}
 """
 
+MLAGENTS_3DBALL = REPO / "tests" / "data" / "mlagents_configs" / "ppo_3DBall.yaml"
 BALL = BehaviorScene("3DBall?team=0", agents=4, observation_size=8, continuous=2, decision_period=2, max_step=25)
 WALKER = BehaviorScene("Walker?team=0", agents=2, observation_size=3, continuous=0, branches=(3,), episode_lengths=(5, 8))
 
@@ -60,9 +61,10 @@ def test_a_build_trains_3dball_team_0_under_its_bare_name_and_exports_it(tmp_pat
     build = tmp_path / "Ball.x86_64"
     build.write_text(BUILD.format(python=sys.executable, repo=str(REPO), scene=str(scene), report=str(report)))
     build.chmod(0o755)
-    config = _config(tmp_path, {"3DBall": 200}, "env_settings: {base_port: 0}\n")
+    config = tmp_path / "3DBall.yaml"  # ML-Agents' own config/ppo/3DBall.yaml, on any free port
+    config.write_text(MLAGENTS_3DBALL.read_text() + "env_settings: {base_port: 0}\n")
     results = tmp_path / "results"
-    run_args = ["--results-dir", results, "--run-id", "ball", "--no-progress"]
+    run_args = ["--results-dir", results, "--run-id", "ball", "--no-progress", "--max-steps", "200"]
     done = run_cli(["train", config, "--env", tmp_path / "Ball", *run_args])
     assert done.returncode == 0, done.stdout
     assert _stopped_at(done.stdout, "3DBall") >= 200
