@@ -181,6 +181,8 @@ class EmbeddedRun:
         self.env_stop = asyncio.Event()
         self.declared: list[str] = []
         """The behaviors Unity declared so far, in order (``_declared``)."""
+        self.released: set[str] = set()
+        """Online behaviors whose trainer finished while others train (``_release_finished``)."""
 
     def _make_envs(self) -> None:
         if not self.run_options.env_settings.env_paths:
@@ -369,9 +371,9 @@ class EmbeddedRun:
         progress = _Progress(self, server) if self.options.progress else None
         try:
             while not interrupted.is_set() and not self._finished(watched, clients):
-                for task in clients:
-                    if task.done() and task.exception() is not None:
-                        raise task.exception()  # type: ignore[misc]
+                if server is not None:
+                    self._release_finished(server)
+                _raise_failed(clients)
                 if progress is not None:
                     progress.update()
                 await asyncio.sleep(PROGRESS_INTERVAL_S)
@@ -380,9 +382,22 @@ class EmbeddedRun:
                 progress.close()
         if interrupted.is_set():
             log.info("interrupted: saving checkpoints and stopping")
+        _raise_failed(clients)  # one that failed as the last ended (a Unity player told to quit on a refusal) too
         for task in self.threads.values():
             if task.done():
                 task.result()  # a trainer that failed fails the run
+
+    def _release_finished(self, server: ProcessorServer) -> None:
+        """A behavior whose trainer finished goes on being served with its last policy, publishing nothing, until every
+        trainer has (as mlagents-learn steps every agent until then): its trainer queue goes, so its env clients never
+        wait for room on it, and what it would publish is dropped."""
+        for name, task in self.threads.items():
+            if task.done() and name not in self.offline and name not in self.released:
+                self.released.add(name)
+                topic = server.topics.trajectories(name)
+                topic.remove(TRAINER_SUBSCRIBER)
+                topic.expect_no_subscribers()
+                log.info("%s: training finished; acting with its last policy until every behavior has finished", name)
 
     def _finished(self, watched: list[asyncio.Future[Any]], clients: list[asyncio.Future[Any]]) -> bool:
         """Every watched task is done; with Unity, every trainer started so far (one online at least), or Unity's end."""
@@ -432,6 +447,13 @@ class EmbeddedRun:
                 result.mean_reward(),
                 result.policy_version,
             )
+
+
+def _raise_failed(clients: list[asyncio.Future[Any]]) -> None:
+    """Raise the error of an env client (or Unity source) that ended with one: it fails the run."""
+    for task in clients:
+        if task.done() and not task.cancelled() and task.exception() is not None:
+            raise task.exception()  # type: ignore[misc]
 
 
 def _log_inference_returns(name: str, stats: RunStats) -> None:
