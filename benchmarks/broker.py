@@ -127,8 +127,8 @@ class Learner:
     this one process they would share its GIL (JetStream's three event loops most), so the learner is a
     spawned child for both transports alike. It sends each batch's (sequence, ``time.monotonic()``) pairs
     back over a pipe (the clock is the machine's, one for both processes); a reader thread here records
-    them. ``wait`` is woken by that thread (never a poll: a 1 ms poll on the publishers' loop took a fifth
-    of the process's GIL, slowing both transports).
+    them. ``wait`` is woken by that thread, never by a poll: a poll on the publishers' loop holds the process's GIL
+    often enough to slow both transports.
 
     Args:
         transport: ``"jetstream"`` or ``"grpc"``.

@@ -22,7 +22,7 @@ update buffer and in the peer's order:
 Timing, honestly: the peer times every op once. We run each op ``--repeats`` times and report the
 minimum in ``ms``, and our first run of each op in ``ms_single_run`` (the figure to put beside the
 peer's single run). The first run pays one-off costs: fresh storage's first-touch page faults
-(``fill``: about 1.4 us per 4 KiB page on these VMs, more than the copy itself), h5py's first
+(``fill``: they cost more than the copy itself), h5py's first
 file. The minimum is the steady state of a trainer, which refills its update buffer every update
 cycle: each ``fill`` repeat fills a brand-new AgentBuffer, but the process's allocator hands back
 memory the previous repeat freed. ``fill`` runs first, so its single run is the process's first

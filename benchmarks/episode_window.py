@@ -7,9 +7,8 @@ repository root on ``sys.path``, stepstream not installed), so the two sides com
 * ``solve_steps``: the steps at which that mean first reached the threshold (the issue's time to solve).
 * ``held``: of the windows that end in the budget's second half (one after each episode), the fraction whose mean is
   at or above the threshold. Why: the first crossing says nothing of what follows. On MountainCar-v0 the peer's
-  crossings are touches during its early climb (4 of 9 seeds at 35-37k steps); its episode logs (seeds 0-5) show the
-  mean between -119 and -142 from 60k steps on, at -110 in 0-2% of the windows after 100k (``classic_control.py``'s
-  docstring, 2026-12-07).
+  crossings are touches during its early climb, and its mean stays below the threshold afterwards; ``held`` tells a
+  touch from a solve (``docs/benchmarks.md``).
 """
 
 from __future__ import annotations

@@ -43,32 +43,8 @@ machines are noisy, compare ratios), from the repository root::
 
 usage: time_to_solve.py ppo-cartpole|sac-pendulum|ppo-pixel [seed] [--wall-limit-s S] [--results-dir DIR] [--poll-s S]
 
-Measured, ``ppo-pixel`` beside ``sb3_pixel.py``, alternating per seed (ours, then the peer), all solved:
-
-* 2026-12-02, before ``shared_critic`` (load 2-9, two rounds): ours 44.5 / 42.2 / 101.0 s and 81.4 / 77.4 / 55.4 s,
-  peer 23.8 / 36.0 / 73.8 s and 84.5 / 38.1 / 46.2 s: medians 1.24x and 1.68x the peer's.
-* 2026-12-02 02:25-02:37 UTC, ``shared_critic: true``, the update warm-up after the first policy, TensorFlow without
-  scikit-learn (load 8-10): seeds 0 / 1 / 2 ours 152.5 / 102.7 / 73.9 s (8,401 / 9,272 / 10,299 steps), peer
-  107.7 / 68.8 / 90.1 s (7,712 / 7,104 / 7,400 steps): medians 102.7 against 90.1 s, 1.14x. The goal (no slower)
-  is not met; the steps are still 1.1-1.4x the peer's.
-* 2026-12-02 06:52-07:00 UTC, ``max_queued_trajectories: 2`` (the config's notes) and the update warm-up in a thread
-  of its own (load 10 falling to 6): seeds 0 / 1 / 2 ours 70.0 / 64.9 / 43.3 s from the process start, 56.2 / 47.3 /
-  36.4 s after the imports (7,741 / 6,749 / 6,726 steps); peer 94.1 / 56.4 / 42.0 s on its clock, 102.4 / 63.5 / 44.7 s
-  from its process start (``peer_clock.py``; 8,336 / 6,400 / 8,312 steps). Medians on one clock: 47.3 against 56.4 s
-  (0.84x) after the imports, 64.9 against 63.5 s (1.02x) from the process start. Again at 07:01-07:07 (load 9
-  falling to 6): ours 59.5 / 44.9 / 31.8 s, 46.2 / 34.3 / 25.2 after the imports (the same steps); peer 53.1 / 29.4 /
-  40.8 s, 59.2 / 31.8 / 44.3 from its start: 0.84x and 1.01x. By the yardsticks' rule (ours ``wall_s`` against
-  the peer's own clock): 64.9 against 56.4 s (1.15x) and 44.9 against 40.8 s (1.10x): the goal is not met.
-* 2026-12-02 13:46-13:49 UTC on the quiet machine (load 1.0-1.3, nothing beside it), after the ml_dtypes pin
-  (pyproject.toml: TensorFlow's import 2.3-2.8 s instead of 3.5-3.7 s): seeds 0 / 1 / 2 ours 24.2 / 20.5 / 21.0 s
-  from the process start, 21.3 / 17.5 / 18.2 s after the imports (7,741 / 6,749 / 6,726 steps; imports done at
-  2.9 / 3.0 / 2.8 s, the first policy 1.4 / 0.4 / 0.6 s later: seed 0 converted the TFLite probes, not yet in this
-  fresh machine's cache); peer 18.6 / 16.8 / 23.6 s on its clock, 20.6 / 18.6 / 25.4 s from its process start
-  (8,336 / 6,400 / 8,312 steps). Medians: by the yardsticks' rule 21.0 against 18.6 s, **1.13x, not met**; on one
-  clock 18.2 against 18.6 s after the imports (0.98x), 21.0 against 20.6 s from the process start (1.02x). Per step
-  the two are close (after the imports, ours 2.6-2.75 ms an agent step, the peer's 2.2-2.8 ms); the gap is our
-  start-up, counted on our side only: ~2.9 s to the imports and 0.4-0.6 s more to the first policy, against the
-  peer's ~1.9 s of imports.
+The latest figures, each workload beside its peer, are on the documentation's benchmarks page
+(``docs/benchmarks.md``).
 
 Prints one JSON line last: ``{"algo_env", "solved", "steps", "wall_s", "wall_s_after_imports"}``. The run's own output goes
 to ``<results-dir>/train.log`` (its tail is logged if the run fails); the load average is logged

@@ -258,6 +258,8 @@ class EmbeddedRun:
         self.env_stop = asyncio.Event()
         self.declared: list[str] = []
         """The behaviors Unity declared so far, in order (``_declared``)."""
+        self.released: set[str] = set()
+        """Online behaviors whose trainer finished while others train (``_release_finished``)."""
         self.summaries: dict[str, LatestSummary] = {}
         """Each trained behavior's latest summary: the bar's R and the run's last line."""
         self.progress: _Progress | None = None
@@ -460,7 +462,9 @@ class EmbeddedRun:
         self.progress = progress = _Progress(self, server) if self.options.progress else None
         serving = server if self.options.serve is not None else None
         while not interrupted.is_set() and not self._finished(watched, clients):
-            _raise_if_failed(clients)
+            if server is not None:
+                self._release_finished(server)
+            _raise_failed(clients)
             if serving is not None:
                 self._serve_tick(serving)
             if progress is not None:
@@ -470,6 +474,7 @@ class EmbeddedRun:
             await self._sessions_drained(serving)
         if interrupted.is_set():
             log.info("interrupted: saving checkpoints and stopping")
+        _raise_failed(clients)  # one that failed as the last ended (a Unity player told to quit on a refusal) too
         for task in self.threads.values():
             if task.done():
                 task.result()  # a trainer that failed fails the run
@@ -497,6 +502,18 @@ class EmbeddedRun:
         deadline = time.monotonic() + CLIENT_STOP_TIMEOUT_S
         while server.sessions and time.monotonic() < deadline:
             await asyncio.sleep(PROGRESS_INTERVAL_S / 5)
+
+    def _release_finished(self, server: ProcessorServer) -> None:
+        """A behavior whose trainer finished goes on being served with its last policy, publishing nothing, until every
+        trainer has (as mlagents-learn steps every agent until then): its trainer queue goes, so its env clients never
+        wait for room on it, and what it would publish is dropped."""
+        for name, task in self.threads.items():
+            if task.done() and name not in self.offline and name not in self.released:
+                self.released.add(name)
+                topic = server.topics.trajectories(name)
+                topic.remove(TRAINER_SUBSCRIBER)
+                topic.expect_no_subscribers()
+                log.info("%s: training finished; acting with its last policy until every behavior has finished", name)
 
     def _finished(self, watched: list[asyncio.Future[Any]], clients: list[asyncio.Future[Any]]) -> bool:
         """Every watched task is done; with Unity, every trainer started so far (one online at least), or Unity's end;
@@ -553,10 +570,10 @@ class EmbeddedRun:
             )
 
 
-def _raise_if_failed(clients: list[asyncio.Future[Any]]) -> None:
-    """An env client that failed fails the run, with its own error."""
+def _raise_failed(clients: list[asyncio.Future[Any]]) -> None:
+    """Raise the error of an env client (or Unity source) that ended with one: it fails the run."""
     for task in clients:
-        if task.done() and task.exception() is not None:
+        if task.done() and not task.cancelled() and task.exception() is not None:
             raise task.exception()  # type: ignore[misc]
 
 

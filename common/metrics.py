@@ -8,7 +8,7 @@ whether or not anyone scrapes. Reads are of plain ints and of dicts copied in on
 the GIL makes atomic enough for monitoring (a scrape may see one counter a step ahead of another).
 
 ``MetricsServer`` serves one ``CollectorRegistry`` over HTTP at ``/metrics``, bound to ``127.0.0.1``
-unless another host is asked for. The README's "Metrics" section lists every metric.
+unless another host is asked for. ``docs/operations.md`` ("Metrics") lists every metric.
 """
 
 from __future__ import annotations

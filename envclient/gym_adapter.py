@@ -27,17 +27,16 @@ act ``MultiBinary(shape)``         one branch of 2 per element of the flattened 
 act ``Box`` of floats              ``C = prod(shape)`` continuous; see below
 ================================== =================================================================
 
-Continuous actions arrive in [-1, 1] (``processor.inference``: PPO's ``clip(u, -3, 3) / 3``,
-SAC's ``tanh``). Each dimension with finite bounds is rescaled linearly, ``-1 -> low``,
+Continuous actions arrive in [-1, 1] (``processor.inference``: PPO's ``clip(u, -1, 1)``, BC's
+``clip(u, -3, 3) / 3``, SAC's ``tanh``). Each dimension with finite bounds is rescaled linearly, ``-1 -> low``,
 ``+1 -> high``, then clipped to ``[low, high]``; a dimension with an infinite bound gets the
 [-1, 1] action unscaled (there is no range to map onto), clipped to its finite bound if it has one.
 
-Why ``SyncVectorEnv``: on this 2-core machine, CartPole-v1 x 8 costs ~150-210 us per vector step
-in-process versus ~930-1190 us with ``AsyncVectorEnv`` (one subprocess per copy; pipe and
-shared-memory round trips dominate such cheap envs); Pendulum-v1 x 8: ~230 vs ~1100-1200 us.
-``vectorization="async"`` remains available for expensive simulators. (Gymnasium's numpy-native
-``CartPoleVectorEnv``, ``make_vec(..., vectorization_mode="vector_entry_point")``, costs ~80 us, but
-only a few classic-control ids have one; the generic path keeps one behaviour for every id.)
+Why ``SyncVectorEnv``: with ``AsyncVectorEnv`` (one subprocess per copy) the pipe and shared-memory
+round trips cost several times what a cheap env's step does (``docs/benchmarks.md``, one-off
+measurements). ``vectorization="async"`` remains available for expensive simulators. (Gymnasium's
+numpy-native ``CartPoleVectorEnv`` is cheaper still, but only a few classic-control ids have one; the
+generic path keeps one behaviour for every id.)
 
 Shapes: ``N`` copies (agents), ``C`` continuous action size, ``B`` discrete branches, ``D`` the
 flattened observation size.

@@ -2,7 +2,7 @@
 
 ``EnvCollector`` reads the counters each ``ReconnectingEnvClient`` keeps anyway (reconnects,
 sessions, whether one is open) and its env's step and episode counts; nothing is added to the step
-loop. Names are listed in the README's "Metrics" section.
+loop. Names are listed in ``docs/operations.md`` ("Metrics").
 """
 
 from __future__ import annotations

@@ -22,13 +22,13 @@ import asyncio
 import contextlib
 import ipaddress
 import logging
-import random
 from collections import deque
 from dataclasses import dataclass, field
 
 import grpc
 import numpy as np
 
+from common.backoff import Backoff
 from common.errors import ConfigError, StepstreamError
 from common.logs import log_context
 from common.security import PLAINTEXT, ChannelOptions, ClientSecurity
@@ -39,11 +39,6 @@ from envclient.session import EnvSession, StepRejectedError
 
 log = logging.getLogger(__name__)
 
-RECONNECT_INITIAL_S = 0.5
-"""First reconnect delay of an env client; doubled per failed attempt, up to ``RECONNECT_MAX_S``."""
-RECONNECT_MAX_S = 10.0
-RECONNECT_JITTER = 0.2
-"""Each delay is shortened by up to this fraction at random, so scaled replicas spread out."""
 SESSION_CLOSE_TIMEOUT_S = 5.0
 """How long closing a session waits for the processor to flush it."""
 _CODE = grpc.StatusCode
@@ -106,22 +101,6 @@ class SessionRecord:
     """The status that ended it (empty: it ended normally)."""
 
 
-@dataclass
-class Backoff:
-    """Capped exponential backoff with jitter: ``initial_s * 2**k``, at most ``max_s``, minus up to ``jitter`` of it."""
-
-    initial_s: float = RECONNECT_INITIAL_S
-    max_s: float = RECONNECT_MAX_S
-    jitter: float = RECONNECT_JITTER
-    attempts: int = 0
-    """Delays handed out since the last success (set it to 0 then)."""
-
-    def next_delay_s(self) -> float:
-        delay = min(self.max_s, self.initial_s * 2.0 ** min(self.attempts, 32))
-        self.attempts += 1
-        return delay * (1.0 - self.jitter * random.random())
-
-
 class _CountingEnv(VectorEnvWrapper):
     """A ``VectorEnv`` that counts the steps and finished episodes of the env it wraps (across sessions)."""
 
@@ -146,7 +125,8 @@ class ReconnectingEnvClient:
     earlier steps went to a processor that is gone. ``stop`` stops it after the step in flight;
     ``max_env_steps`` counts BrainInfos across sessions (None: until ``stop``); ``backoff`` is reset
     after every session that stepped; ``channel_options`` add to (or, by key, replace) the keepalive and
-    ``round_robin`` options of every session's channel.
+    ``round_robin`` options of every session's channel. The default ``backoff`` is ``common.backoff``'s: 0.5 s
+    doubling to 10 s, with jitter so scaled replicas spread out.
     """
 
     def __init__(
@@ -204,7 +184,7 @@ class ReconnectingEnvClient:
             if lost is None:
                 continue
             if self.env.steps > steps_before:
-                self.backoff.attempts = 0
+                self.backoff.reset()
             delay_s = self.backoff.next_delay_s()
             self.retries += 1
             log.warning("%s: no session with %s (%s); retrying in %.1f s", self.behavior_name, self.address, lost, delay_s)

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
 import grpc
@@ -145,10 +145,13 @@ class EnvSession:
         channel_options: Sequence[tuple[str, int | str]] = (),
         protocol_version: int = PROTOCOL_VERSION,
         security: ClientSecurity = PLAINTEXT,
+        team_ids: Mapping[str, int] | None = None,
     ) -> None:
         self.address = address
         self.client_id = client_id
         self.brain_parameters = list(brain_parameters)
+        self.team_ids = dict(team_ids or {})
+        """Each behavior's team, declared in the Hello (``Hello.team_ids``; absent: team 0)."""
         self.session_id: str | None = None
         self.security = security
         self._options = list({**dict(MESSAGE_SIZE_OPTIONS), **dict(channel_options)}.items())
@@ -181,6 +184,7 @@ class EnvSession:
         self._call = pb_grpc.AgentProcessorStub(self._channel).Step(metadata=metadata)
         hello = pb.Hello(protocol_version=self._protocol_version, client_id=self.client_id)
         hello.brain_parameters.extend(p.to_proto() for p in self.brain_parameters)
+        hello.team_ids.update(self.team_ids)
         reply = await self._exchange(pb.StepRequest(hello=hello))
         self.session_id = reply.hello_reply.session_id
         if reply.hello_reply.max_message_bytes > 0:

@@ -17,7 +17,7 @@ One ``TrajectoryAssembler`` serves one (session, behavior). Rules, as ML-Agents 
 * ``flush()`` (session end) publishes every partial trajectory as interrupted, with ``next_obs``
   the last obs seen; the pending last row, which has no reward yet, is not an experience.
 
-The store is a ``common.buffer.ProcessingBuffer`` (ML-Agents' noun for it), vectorised: its fields
+The store is a ``processor.processing_buffer.ProcessingBuffer`` (ML-Agents' noun for it), vectorised: its fields
 are the Trajectory's per-step arrays under their update-buffer keys (``common.trajectory``); each
 agent's *pending* row is its previous row plus what the processor returned for it, laid out as a
 step, so an experience is that row with the current row's reward, appended for all agents of a
@@ -56,7 +56,6 @@ from typing import NamedTuple, cast
 
 import numpy as np
 
-from common.buffer import ProcessingBuffer, ProcessingField
 from common.errors import ResourceLimitError
 from common.specs import BrainParameters
 from common.trajectory import (
@@ -74,6 +73,7 @@ from common.trajectory import (
     frames_block,
     obs_key,
 )
+from processor.processing_buffer import ProcessingBuffer, ProcessingField
 from processor.wire import DecodedBrainInfo
 
 FLUSH_BATCH_AGENTS = 256

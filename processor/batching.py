@@ -147,6 +147,11 @@ class InferenceBatcher:
         if self._pending and 0 < count <= len(self._pending):
             self._flush()
 
+    def sde_latent_size(self) -> int:
+        """The acting policy's gSDE latent size L, from its artifact (``Policy.sde_latent_size``); 0 without gSDE or
+        while no policy has arrived. What the behavior's held exploration matrices follow (``processor.exploration``)."""
+        return 0 if self._policy is None else self._policy.sde_latent_size
+
     def set_policy(self, policy: Policy) -> bool:
         """Swaps in ``policy`` if it is newer than the current one (latest wins).
 

@@ -26,6 +26,7 @@ from common.environment_stats import MAX_STATS_PER_TRAJECTORY, EnvironmentStat
 from common.errors import IN_DOUBT, ConfigError, ProtocolError, StepstreamError, UnknownBehaviorError
 from common.logs import set_log_context
 from common.specs import ActionSpec, BrainParameters
+from common.staleness import is_stale
 from common.topics import DEFAULT_RELEASE_AFTER_S, TRAINER_SUBSCRIBER, FullPolicy, TopicRegistry
 from common.trajectory import Trajectory
 from processor.batching import InferenceBatcher
@@ -187,13 +188,13 @@ class Behavior:
 
     def held_noise(self) -> HeldNoise | None:
         """A new session's per-agent held action noise, or None where noise is fresh every step (``noise_hold_steps``
-        1 without gSDE, or no continuous actions). With gSDE (``sde_latent_size`` > 0) each agent holds a matrix."""
+        1, or no continuous actions). With a gSDE policy each agent holds a matrix, of the latent size the acting
+        policy's artifact gives (``InferenceBatcher.sde_latent_size``)."""
         size = self.params.action_spec.continuous_size
-        latent = self.runtime.sde_latent_size
-        if (self.runtime.noise_hold_steps <= 1 and latent == 0) or size == 0:
+        if self.runtime.noise_hold_steps <= 1 or size == 0:
             return None
         rng = np.random.default_rng(self._noise_seeds.spawn(1)[0])
-        return HeldNoise(size, self.runtime.noise_hold_steps, rng, latent_size=latent)
+        return HeldNoise(size, self.runtime.noise_hold_steps, rng, policy_latent_size=self.batcher.sde_latent_size)
 
     def session_started(self) -> None:
         """A session that declared this behavior opened: the batcher waits for one more request."""
@@ -304,7 +305,7 @@ class Behavior:
             if flushed:
                 c.flushed_trajectories += 1
                 c.flushed_experiences += trajectory.length
-            if lag is not None and newest - trajectory.oldest_policy_version > lag:
+            if is_stale(trajectory, newest, lag):
                 c.stale_dropped_trajectories += 1
                 c.stale_dropped_experiences += trajectory.length
                 continue
@@ -437,7 +438,7 @@ class BehaviorTable:
             if existing.params != params:
                 raise ProtocolError(
                     f"behavior '{params.behavior_name}' is already declared with other BrainParameters: "
-                    f"{_describe(existing.params)} != {_describe(params)}",
+                    f"{_describe(existing.params, params)} != {_describe(params, existing.params)}",
                     precondition=True,
                 )
             return existing
@@ -481,6 +482,14 @@ class BehaviorTable:
         self._declare_topics(name)
         log.info("behavior '%s' reopened for training by a new subscription", name)
 
+    def sessions_end(self, names: list[str]) -> bool:
+        """Whether a session declaring ``names`` ends: when they and every other behavior have finished training.
+
+        A behavior whose trainer finished while others train goes on being served with its last policy, publishing
+        nothing (its trainer queue is gone), as mlagents-learn steps every agent until every trainer is done.
+        """
+        return bool(names) and all(name in self.finished for name in names) and self.all_finished()
+
     def all_finished(self) -> bool:
         """Every configured behavior (or, without a config, every one declared) has finished training."""
         names = set(self.settings.behaviors) or set(self._behaviors) | self.finished
@@ -491,7 +500,9 @@ class BehaviorTable:
             await behavior.stop()
 
 
-def _describe(params: BrainParameters) -> str:
-    obs = ", ".join(f"{s.dtype.name}{list(s.shape)}" for s in params.observation_specs)
+def _describe(params: BrainParameters, other: BrainParameters | None = None) -> str:
+    """The spec in one line; beside ``other``, with the observation names where the two name them differently."""
+    names = other is not None and [s.name for s in params.observation_specs] != [s.name for s in other.observation_specs]
+    obs = ", ".join(f"{s.dtype.name}{list(s.shape)}" + (f" {s.name!r}" if names else "") for s in params.observation_specs)
     spec = params.action_spec
     return f"obs [{obs}], continuous {spec.continuous_size}, branches {list(spec.discrete_branches)}"

@@ -10,7 +10,8 @@ Given the state, each step's action is still ``N(mean, std)``, whatever ``eps`` 
 ``eps`` is a standard normal whenever it was drawn), so the stored per-step log-prob and PPO's ratio need no
 change; only the steps' independence goes.
 
-gSDE (PPO's ``use_sde``, ``latent_size`` L > 0): each agent holds a standard-normal matrix ``E`` [L, C] instead,
+gSDE (PPO's or SAC's ``use_sde``, ``latent_size`` L > 0, the acting policy's): each agent holds a standard-normal
+matrix ``E`` [L, C] instead,
 for ``sde_sample_freq`` steps (``hold_steps``), and ``processor.inference`` turns it into the noise
 ``latent(s) @ W`` with ``W = sigma * E`` from the artifact's ``SDE_NOISE_SCALE`` (``common.policy_contract``): the
 noise is held but its size and direction follow the state, and given the state it is ``N(0, latent^2 @ sigma^2)``,
@@ -27,6 +28,8 @@ Shapes: ``N`` rows in a BrainInfo, ``C`` continuous action dimensions, ``L`` gSD
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 
@@ -40,20 +43,36 @@ class HeldNoise:
         hold_steps: k, the agent steps one draw lasts (>= 1; 1 draws fresh noise every step).
         rng: the generator the draws come from.
         latent_size: L > 0 holds gSDE's standard-normal exploration matrix [L, C] per agent; 0: an ``eps`` [C].
+        policy_latent_size: where given, L is read from it at every ``draw``: the acting policy's, which the processor
+            learns from the policy's artifact alone (``processor.inference.Policy.sde_latent_size``; 0 while no policy
+            has arrived). When it changes, every agent draws anew at its next step.
     """
 
-    def __init__(self, size: int, hold_steps: int, rng: np.random.Generator, latent_size: int = 0) -> None:
+    def __init__(
+        self,
+        size: int,
+        hold_steps: int,
+        rng: np.random.Generator,
+        latent_size: int = 0,
+        policy_latent_size: Callable[[], int] | None = None,
+    ) -> None:
         if size < 1 or hold_steps < 1 or latent_size < 0:
             raise ValueError(f"size ({size}) and hold_steps ({hold_steps}) must be >= 1, latent_size ({latent_size}) >= 0")
         self.size = size
         self.hold_steps = hold_steps
-        self.latent_size = latent_size
-        self._shape: tuple[int, ...] = (latent_size, size) if latent_size else (size,)  # one agent's draw
+        self._policy_latent_size = policy_latent_size
         self._rng = rng
         self._slot_of: dict[int, int] = {}
         self._free: list[int] = []
-        self._noise = np.zeros((0, *self._shape), np.float32)  # [S, C] or [S, L, C]: each slot's held draw
         self._age = np.zeros(0, np.int64)  # [S]: steps the slot's eps has acted; hold_steps = draw anew
+        self._shape_for(latent_size)
+
+    def _shape_for(self, latent_size: int) -> None:
+        """Holds draws of L = ``latent_size`` from now on: every slot's draw is zeroed and due anew."""
+        self.latent_size = latent_size
+        self._shape: tuple[int, ...] = (latent_size, self.size) if latent_size else (self.size,)  # one agent's draw
+        self._noise = np.zeros((self.capacity, *self._shape), np.float32)  # [S, C] or [S, L, C]: each slot's held draw
+        self._age[:] = self.hold_steps
 
     def __len__(self) -> int:
         """Live agents holding noise."""
@@ -79,6 +98,8 @@ class HeldNoise:
         Returns:
             eps: float32 [N, C] (gSDE: [N, L, C]), each row a standard normal draw.
         """
+        if self._policy_latent_size is not None and (latent := self._policy_latent_size()) != self.latent_size:
+            self._shape_for(latent)
         ids = agent_ids.tolist()
         slot_list = list(map(self._slot_of.get, ids))
         if None in slot_list:

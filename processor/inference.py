@@ -167,13 +167,9 @@ WIDE_THREADS = 2
 WIDE_BATCH_VALUES = 200_000
 """Observation values in a batch (N x the values of one row) from which a pass takes ``WIDE_THREADS`` threads.
 
-Ten 84x84x3 frames (~0.3 ms each on one thread, a quiet core): there a pass is long enough to share, while a vector
-batch never gets near it (ML-Agents' 3DBall needs 25,000 rows). T3's 40x40x3 frames from 8 envs (38,400 values)
-stay on one thread. Measured 2026-12-02, under load 7-11 (the cores busy with other work, so a second thread had
-little to take): ``grpc_g1.py --obs 84x84x3 --agents 16 --steps 400``, alternating with one thread, 4 pairs:
-1,758 / 3,265 / 2,031 / 1,623 agent-steps/s against 1,507 / 1,472 / 2,089 / 1,235, server CPU per round trip the
-same (4.7-5.4 ms); ``inference_pixels.py`` (load 8-9) mixed: N=32 17.7 against 20.5 ms, N=128 78 against 90 ms,
-N=16 and N=256 slower (12.1 against 9.7, 157 against 140 ms). To be rerun on a quiet machine."""
+Ten 84x84x3 frames: there a pass is long enough to share between two threads, while a vector batch never gets near
+it (ML-Agents' 3DBall needs 25,000 rows), and T3's 40x40x3 frames from 8 envs (38,400 values) stay on one thread.
+``benchmarks/grpc_g1.py --obs 84x84x3`` and ``benchmarks/inference_pixels.py`` show the gain (``docs/benchmarks.md``)."""
 
 
 class Policy:

@@ -4,8 +4,8 @@
 published, flushed, dropped), ``InferenceBatcher.counters`` (rows, requests, passes, and the
 rows-per-pass and requests-per-pass histograms), the policy topic (versions) and the trajectory
 topic's subscriber queues (depth, in flight, capacity, drops, blocked time); and the session table.
-It never touches the per-step path (``common.metrics``). Every name is listed in the README's
-"Metrics" section.
+It never touches the per-step path (``common.metrics``). Every name is listed in ``docs/operations.md``
+("Metrics").
 """
 
 from __future__ import annotations

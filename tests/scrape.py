@@ -1,8 +1,8 @@
-"""Scraping a stepstream metrics endpoint in tests, and the metrics the README documents.
+"""Scraping a stepstream metrics endpoint in tests, and the metrics the documentation lists.
 
 ``Scrapes`` keeps every scrape of one endpoint, so a test can ask whether a metric *moved*: some
 sample of it took two different values over the run (for a histogram, its ``_count``). Counters are
-named as exposed (``..._total``); ``documented`` reads the README's "Metrics" tables.
+named as exposed (``..._total``); ``documented`` reads the "Metrics" tables of ``docs/operations.md``.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ Sample = tuple[str, tuple[tuple[str, str], ...]]
 
 
 def documented(prefix: str) -> dict[str, str]:
-    """Metric name -> type of every README "Metrics" table row whose name starts with ``prefix``."""
-    text = (REPO / "README.md").read_text(encoding="utf-8")
+    """Metric name -> type of every "Metrics" table row of ``docs/operations.md`` whose name starts with ``prefix``."""
+    text = (REPO / "docs" / "operations.md").read_text(encoding="utf-8")
     section = text.split("\n## Metrics\n", 1)[1].split("\n## ", 1)[0]
     rows = re.findall(r"^\| `(stepstream_[a-z_]+)` \| (counter|gauge|histogram) \|", section, re.MULTILINE)
     return {name: kind for name, kind in rows if name.startswith(prefix)}

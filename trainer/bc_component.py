@@ -36,11 +36,8 @@ from trainer.bc import cloning_loss, demo_rows
 from trainer.networks import PolicyNetwork
 from trainer.optimizer import adam
 from trainer.reward_signals.base import expert_rows
-from trainer.schedules import decayed_value
+from trainer.schedules import MIN_LEARNING_RATE, decayed_value
 from trainer.summaries import BC_STRENGTH, PRETRAINING_LOSS
-
-MIN_LEARNING_RATE = 1e-10
-"""Below this the component stops stepping (ML-Agents' ``BCModule.update``)."""
 
 
 def annealed_strength(strength: float, anneal_steps: int, step: int) -> float:
@@ -157,7 +154,7 @@ class BCComponent:
         """The cloning steps of one learner update at trainer step ``step`` (agent steps); returns the summaries."""
         strength = annealed_strength(self.settings.strength, self.settings.steps, step)
         learning_rate = self.base_learning_rate * strength
-        if learning_rate <= MIN_LEARNING_RATE:
+        if learning_rate <= MIN_LEARNING_RATE:  # below a schedule's floor the component stops, as ML-Agents' BCModule
             return {PRETRAINING_LOSS: 0.0, BC_STRENGTH: strength}
         self.optimizer.learning_rate.assign(learning_rate)
         n = self.num_demonstrations

@@ -61,8 +61,8 @@ def leaky_relu(x: tf.Tensor) -> tf.Tensor:
     '.../conv2d/BiasAdd'" once per training graph with a conv encoder: Grappler's remapper fuses Conv2D + BiasAdd +
     LeakyRelu into one op, but the backward pass's LeakyReluGrad reads the BiasAdd output it removed, so the pass
     is dropped for that graph (forward-only graphs, with no LeakyReluGrad, are not affected). Harmless for speed: written as
-    ``tf.maximum(x, 0.01 * x)`` (no LeakyRelu op, no message) a T3 update took the same CPU time (2.44-3.00 s
-    against 2.57-2.95 s per 1,024 rows, 3 rounds each, load 9-11, 2026-12-02).
+    ``tf.maximum(x, 0.01 * x)`` (no LeakyRelu op, no message) a T3 update took the same CPU time (``docs/benchmarks.md``,
+    one-off measurements).
     """
     return tf.nn.leaky_relu(x, alpha=LEAKY_RELU_SLOPE)
 

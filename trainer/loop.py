@@ -61,6 +61,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from common.config import BehaviorSettings
 from common.errors import PolicyVersionError, TopicClosedError
+from common.staleness import is_stale
 from common.topics import MAX_POLICY_VERSION, Deduplicator, Delivery, PolicySink, TrajectorySubscription
 from common.trajectory import Trajectory
 from protos import pb
@@ -127,23 +128,10 @@ class ExperienceFeed(Protocol):
 def configure_tf_threads(intra_op: int = TF_INTRA_OP_THREADS, inter_op: int = TF_INTER_OP_THREADS) -> bool:
     """Size TensorFlow's thread pools for this process; call before TensorFlow runs anything.
 
-    Default: one intra-op and one inter-op thread. Measured on the 2-core build machine while it
-    was shared (load average 4.5-6.5, as in embedded mode, where the processor's event loop, the
-    env clients and other trainers want the same cores); median wall seconds of one update, synthetic
-    8-float observations, C = 2, each config in a fresh process:
-
-    =============== ======================== ========================== ========================
-    intra / inter   PPO b128 buf2048 h64x2   PPO b1024 buf10240 h128x2  SAC b128 h128, 128 steps
-    =============== ======================== ========================== ========================
-    1 / 1           0.039                    0.140                      0.53
-    2 / 1           0.076                    0.280                      1.01
-    1 / 2           0.041                    0.156                      0.84
-    2 / 2           0.090                    0.296                      0.97
-    TF default      0.041                    0.196                      0.89
-    =============== ======================== ========================== ========================
-
-    These minibatches are too small for intra-op parallelism to pay for its synchronisation, and
-    a second pool thread only competes with everything else on the box.
+    Default: one intra-op and one inter-op thread. In embedded mode the processor's event loop, the env
+    clients and other trainers want the same cores; these minibatches are too small for intra-op
+    parallelism to pay for its synchronisation, and a second pool thread only competes with everything
+    else on the box. One update was fastest at 1 / 1 (``docs/benchmarks.md``, one-off measurements).
 
     Returns:
         True if set; False if TensorFlow was already initialised (then nothing changes, and a
@@ -436,7 +424,7 @@ class TrainerLoop:
                 self.environment_stats.add(stat.key, stat.value, stat.aggregation)
             if trajectory.episode_ended:
                 ended.append(trajectory)
-            if lag is not None and self._version - trajectory.oldest_policy_version > lag:
+            if is_stale(trajectory, self._version, lag):
                 result.stale_trajectories += 1
                 result.stale_experiences += trajectory.length
                 continue
@@ -499,11 +487,14 @@ class TrainerLoop:
     def _summarize(self) -> None:
         result = self.result
         metrics = self._period.summary(result.steps)
-        metrics.update(self.environment_stats.take())
+        environment, histograms = self.environment_stats.take_period()
+        metrics.update(environment)
         metrics[POLICY_VERSION] = float(self._version)
         metrics[STALE_TRAJECTORIES] = float(result.stale_trajectories)
         metrics[DUPLICATE_TRAJECTORIES] = float(result.duplicates)
         self.summaries.write(metrics, result.steps)
+        if histograms:
+            self.summaries.write_histograms(histograms, result.steps)
         self._summarized_step = result.steps
         self._write_status()
         self._period = PeriodStats(result.steps)

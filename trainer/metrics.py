@@ -4,7 +4,7 @@
 the loop documents as readable from another thread for monitoring) and its subscription's stats;
 nothing is added to the loop. A trainer service runs a new loop after each reconnect: ``attach`` the
 new one, and the per-run totals of the earlier loops are carried over, so counters never go back.
-Names are listed in the README's "Metrics" section.
+Names are listed in ``docs/operations.md`` ("Metrics").
 """
 
 from __future__ import annotations

@@ -406,7 +406,7 @@ def sde_log_std_and_scale(latent: tf.Tensor, log_sigma: tf.Tensor, use_expln: bo
     ``exp(log_sigma)``, or ``expln`` with ``use_expln``."""
     # sigma is taken per row, [B, L, C], though it does not depend on the row: of the variable alone, the TFLite
     # converter folds exp(log_sigma) into a constant that trainer.weight_template cannot patch, and every export
-    # then converts in full (measured: ~16k steps in 765 s on MountainCarContinuous, an export every 8 steps).
+    # then converts in full, which with an export every few steps would dominate the run.
     per_row = log_sigma[None, :, :] + tf.zeros_like(latent)[:, :, None]
     sigma = expln(per_row) if use_expln else tf.exp(per_row)
     scale = latent[:, :, None] * sigma

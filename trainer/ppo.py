@@ -4,34 +4,42 @@ Top to bottom: the constants, GAE, the minibatch and the losses (pure: tensors i
 rows and minibatches, then ``PPOLearner``, the ``trainer.learner.Learner``. Its settings are
 ``common.config.PPOHyperparameters`` (the YAML's ``hyperparameters``).
 
-One update, as ML-Agents' ``PPOTrainer._update_policy``: learning rate, epsilon and beta are read off their
-schedules (``trainer.schedules``) at the trainer step; ``num_epoch`` shuffled passes over the update buffer in
-minibatches of ``batch_size`` (a last partial one is dropped) each take one Adam step on the policy and value
-networks together; then the buffer is cleared (PPO is on-policy).
+The update contract (``trainer.loop`` drives it):
 
-Four variants are stepstream settings (ML-Agents' YAML has no key for them), with SB3's choices as defaults:
-``clip_value_loss``, ``max_grad_norm``, ``activation`` and ``orthogonal_init`` (``PPOHyperparameters``). On
-CartPole-v1 (configs/cartpole_ppo.yaml, seeds 0-1) ML-Agents' choices needed 66-93k steps (or did not solve
-within 100k); SB3's, 30-36k (benchmarks/time_to_solve.py):
+* **In**: trajectories, through ``add_trajectories``. Each counts its experiences as trainer steps (the schedules'
+  clock) and waits as it is; when the update buffer is read, every waiting trajectory becomes rows at once: its
+  observations are folded into the normalisers, its values estimated, and GAE computed per reward signal.
+* **When**: ``ready_to_update`` once the buffer holds ``buffer_size`` experiences.
+* **Out**: ``update`` reads learning rate, epsilon and beta off their schedules (``trainer.schedules``) at the trainer
+  step, makes ``num_epoch`` shuffled passes over the buffer in minibatches of ``batch_size`` (a last partial one is
+  dropped), each one Adam step on the policy and value networks together, clears the buffer (PPO is on-policy) and
+  returns the update's summaries, ML-Agents' tags (``trainer.summaries``).
+* **Publish**: the loop exports a policy (``export_policy``: the policy network as TFLite, with the normaliser state)
+  after each update, and once before the first, so the envs can act at once. Nothing else reaches the processor.
+
+Four variants are stepstream settings (ML-Agents' YAML has no key for them), with SB3's choices as defaults, because
+ML-Agents' choices solved CartPole-v1 markedly slower (benchmarks/time_to_solve.py shows it):
 
 * ``clip_value_loss`` false: the value loss is plain ``mean((R - V)^2)``, as SB3 (``clip_range_vf=None``) and
-  CleanRL recommend. ML-Agents' clipped value loss lets V move at most epsilon (0.2) per update from its old
-  estimate: with unnormalised returns of up to 1 / (1 - gamma) = 50 the critic takes hundreds of updates to
-  catch up, and the advantages stay noise.
+  CleanRL recommend. ML-Agents' clipped value loss lets V move at most epsilon per update from its old estimate:
+  with unnormalised returns of up to 1 / (1 - gamma) the critic takes many updates to catch up, and the advantages
+  stay noise.
 * ``max_grad_norm`` 0.5: the global norm of each minibatch's gradient is clipped (SB3's ``max_grad_norm``;
   ML-Agents does not clip).
 * ``activation`` tanh and ``orthogonal_init``: SB3's MlpPolicy (orthogonal kernels, gain sqrt(2) hidden, 0.01
-  policy head, 1 value head). Against ML-Agents' swish and Keras' Glorot init, this one change took CartPole
-  from 57-39k to 30-36k steps (value clipping off, gradients clipped, seeds 0-1). ``orthogonal_init: false`` is
-  SB3's ``ortho_init=False``: ``torch.nn.Linear``'s own start, biases included (``trainer.networks.WeightInit``).
+  policy head, 1 value head). ``orthogonal_init: false`` is SB3's ``ortho_init=False``: ``torch.nn.Linear``'s own
+  start, biases included (``trainer.networks.WeightInit``).
 
 ``log_std_init`` (a stepstream key, default 0: std 1, as ML-Agents and SB3 start) sets the Gaussian's initial
-log_std: on MountainCarContinuous-v0, std 1 pays ~-33 in action cost per failed episode and drives the policy to
-stand still before it finds the flag; -1.0 solves it (benchmarks/classic_control.py's docstring).
+log_std: where every failed episode pays an action cost (MountainCarContinuous-v0), std 1 can drive the policy to
+stand still before it finds the goal; a lower start avoids it.
 
 ``use_sde`` (a stepstream key, default false): gSDE, SB3's ``use_sde`` (``trainer.networks.PolicyNetwork``); the
 processor holds each agent's exploration matrix (``processor.exploration``) for ``sde_sample_freq`` steps, and the
 log-prob below is the Gaussian of the per-state std the network outputs, so this module changes nothing else.
+
+``normalize_reward`` (a stepstream key): the extrinsic rewards are scaled by SB3 VecNormalize's reward half
+(``trainer.reward_scaler``) before GAE.
 
 Reward signals (``trainer.reward_signals``: extrinsic, gail, curiosity): the value network has one output, a
 value head, per signal, in ``reward_signals`` order. Each signal's strength-scaled reward gets its own GAE with
@@ -47,15 +55,11 @@ actor's parameters; one trunk pass per minibatch feeds both heads. With images t
 an update (SB3's CnnPolicy shares its features extractor the same way). The exported policy is the actor alone.
 
 Speed: the whole update is one call of one graph (every epoch's shuffled minibatches stacked by
-``epoch_minibatches``, looped with ``tf.while_loop`` by ``summed_over_minibatches``), traced without autograph.
-On the 2-core machine, CartPole's update (256 rows, 20 epochs, 2x64) takes ~12 ms instead of ~53 ms for one
-call per epoch plus an ``AgentBuffer.shuffle`` each, and the warm-up trace ~0.3 s instead of ~0.9 s. Trajectories
-taken in wait for the update, which turns them all into rows with one value-network call (``add_trajectories``): on
-MountainCar-v0, 300k steps took 14% less time (17% more steps per second) than with a call per take-in. In the
-embedded mode this thread shares the GIL with the processor's event loop, which on MountainCar acts at ~18k steps/s
-alone and at ~10.5k beside the trainer, so the update keeps its TensorFlow calls few: a take-in makes none (the step
-variable is brought up to date once per update), the traced graphs are called directly (``_update_graph``, the
-concrete ``_value_estimates``), and Adam's step is one fused kernel per variable (``trainer.optimizer.apply_adam``).
+``epoch_minibatches``, looped with ``tf.while_loop`` by ``summed_over_minibatches``), traced once without autograph
+(``trainer.warm_up``). In the embedded mode the trainer's thread shares the GIL with the processor's event loop, so
+the learner keeps its TensorFlow calls few: a take-in makes none (the step variable is brought up to date once per
+update, the rows are made in one value-network call per update), the traced graphs are called directly, and Adam's
+step is one fused kernel per variable (``trainer.optimizer.apply_adam``).
 
 Shapes: ``T`` experiences of one trajectory, ``N`` of many, ``B`` rows of a minibatch, ``S`` minibatches of an
 update, ``C`` continuous action dimensions, ``nB`` discrete branches, ``M = sum(branches)``, ``K`` reward signals.
@@ -64,7 +68,6 @@ update, ``C`` continuous action dimensions, ``nB`` discrete branches, ``M = sum(
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -92,20 +95,14 @@ from trainer.networks import (
     observation_normalizers,
 )
 from trainer.optimizer import adam, apply_adam
+from trainer.reward_scaler import RewardScaler
 from trainer.reward_signals import RewardSignal, SignalBatch, make_reward_signals, signal_checkpoint_objects, update_signals
 from trainer.schedules import MIN_LEARNING_RATE, decayed_value
 from trainer.seeding import seeded_initializers
+from trainer.summaries import BETA, ENTROPY, EPSILON, LEARNING_RATE, POLICY_LOSS, VALUE_LOSS
+from trainer.warm_up import WarmUp
 
 logger = logging.getLogger(__name__)
-
-#: ML-Agents' TensorBoard tags for what ``update`` returns.
-POLICY_LOSS = "Losses/Policy Loss"
-VALUE_LOSS = "Losses/Value Loss"
-ENTROPY = "Policy/Entropy"
-LEARNING_RATE = "Policy/Learning Rate"
-EPSILON = "Policy/Epsilon"
-BETA = "Policy/Beta"
-VALUE_ESTIMATE = "Policy/Extrinsic Value Estimate"
 
 #: ML-Agents' constants its YAML does not expose: the value loss weight, the advantage std floor, Adam's epsilon
 #: (PyTorch's default), and where the linear schedules of epsilon and beta end at max_steps (the learning rate's
@@ -116,8 +113,8 @@ ADAM_EPSILON = 1e-8
 MIN_EPSILON = 0.1
 MIN_BETA = 1e-5
 #: The clip mode's bound: the env gets clip(u, -1, 1) of the Gaussian sample u, as SB3 and CleanRL clip to the
-#: action bounds. ML-Agents' clip(u, -3, 3) / 3 needs |u| >= 3 for a full-scale action: on the 1-D task
-#: continuous PPO took 2100-6700 steps to reach 0.9 with it (8 seeds), 435-950 with full scale at |u| = 0.6.
+#: action bounds. ML-Agents' clip(u, -3, 3) / 3 needs |u| >= 3 for a full-scale action, which made continuous PPO
+#: several times slower to learn the 1-D task (tests/learning).
 ACTION_CLIP = 1.0
 
 #: Update-buffer keys PPO adds to the trajectory's own (``common.trajectory``): float32 [N] advantages (summed over
@@ -304,71 +301,6 @@ def action_log_probs_and_entropy(
     return tf.add_n(log_probs), tf.add_n(entropies)
 
 
-# -- reward scaling ----------------------------------------------------------------------------------
-
-
-#: SB3 VecNormalize's bounds: the scaled reward is clipped to +-REWARD_CLIP, and the std has this floor (variance).
-REWARD_CLIP = 10.0
-REWARD_VARIANCE_EPSILON = 1e-8
-
-
-class RewardScaler:
-    """SB3 ``VecNormalize``'s reward half (the ``normalize_reward`` setting): ``r / sqrt(var(G) + 1e-8)``, clipped
-    to +-10, where ``G_t = gamma * G_{t-1} + r_t`` is each agent's running discounted return (reset after its
-    episode ends) and ``var(G)`` its running variance over every step taken in so far (not centred: the reward
-    keeps its sign).
-
-    Why: with -1 per step until the goal (Acrobot-v1) the value targets reach -1 / (1 - gamma) = -100. The value
-    loss's gradient then dwarfs the policy's, and ``max_grad_norm`` clips both together, so the policy's step
-    shrinks by the same factor (module docstring of benchmarks/classic_control.py gives the A/B figures).
-
-    The moments (``variables``) checkpoint with the learner; the agents' running returns do not (a resumed run
-    restarts them at 0). A plain class: TF's checkpoint tracking rejects a dict changed outside its wrapper.
-    """
-
-    def __init__(self, gamma: float) -> None:
-        self.gamma = gamma
-        self.count = tf.Variable(0.0, dtype=tf.float64, trainable=False, name="count")
-        self.mean = tf.Variable(0.0, dtype=tf.float64, trainable=False, name="mean")
-        self.var = tf.Variable(1.0, dtype=tf.float64, trainable=False, name="var")
-        self._returns: dict[tuple[str, int], float] = {}
-
-    @property
-    def variables(self) -> tuple[tf.Variable, ...]:
-        """(count, mean, var) of the discounted returns, float64 scalars."""
-        return (self.count, self.mean, self.var)
-
-    def scale(self, trajectories: Sequence[tr.Trajectory], rewards: np.ndarray) -> np.ndarray:
-        """float32 [N]: ``rewards`` [N] (the trajectories' steps in order) scaled, after folding their returns in."""
-        returns = np.empty(len(rewards), np.float64)
-        start = 0
-        for trajectory in trajectories:
-            key = (trajectory.id.session_id, trajectory.id.agent_id)
-            running = self._returns.pop(key, 0.0)
-            for t in range(start, start + trajectory.length):
-                running = running * self.gamma + float(rewards[t])
-                returns[t] = running
-            start += trajectory.length
-            if not trajectory.done_reached:  # the episode goes on in this agent's next trajectory
-                self._returns[key] = running
-        self._update(returns)
-        scaled = rewards / np.sqrt(float(self.var.numpy()) + REWARD_VARIANCE_EPSILON)
-        return np.clip(scaled, -REWARD_CLIP, REWARD_CLIP).astype(np.float32)
-
-    def _update(self, returns: np.ndarray) -> None:
-        """Chan et al.'s parallel update of (count, mean, var) with a batch, as SB3's ``RunningMeanStd``."""
-        if len(returns) == 0:
-            return
-        count, mean, var = float(self.count.numpy()), float(self.mean.numpy()), float(self.var.numpy())
-        batch_count, batch_mean, batch_var = len(returns), float(returns.mean()), float(returns.var())
-        total = count + batch_count
-        delta = batch_mean - mean
-        m2 = var * count + batch_var * batch_count + delta**2 * count * batch_count / total
-        self.count.assign(total)
-        self.mean.assign(mean + delta * batch_count / total)
-        self.var.assign(m2 / total)
-
-
 # -- the update buffer: its rows, and the minibatches of one update -----------------------------------
 # ML-Agents' ``update_buffer`` of its PPO trainer: an ``AgentBuffer`` with one row per experience taken in since
 # the last update. A row holds the trajectory's own fields (observations, actions, the processor's log-probs, the
@@ -485,14 +417,16 @@ class PPOLearner:
     def __init__(
         self, brain_parameters: BrainParameters, settings: BehaviorSettings, seed: int = 0, warm_up: bool = True
     ) -> None:
-        """Builds the networks; with ``warm_up`` (tests skip it), the update graph is traced and instantiated before
-        the first update needs it. The first ``export_policy`` does it first, in the caller's thread: the trainer loop
-        exports the first policy right after building the learner and the envs wait for that policy, so the trace
-        (~0.7 s on 2 cores) has the CPU to itself. Started at the first trajectory instead, beside the acting envs, it
-        took 1.7-1.8 s, and the envs acted ~12-16k steps with version 0 rather than ~4-8k (Acrobot-v1,
-        benchmarks/classic_control.py's docstring). A learner that takes trajectories in before any export traces in a
-        thread of its own from the first ``add_trajectories``, so the caller goes on meanwhile; ``update`` and
-        checkpoints wait for it.
+        """Builds the learner in named steps: the networks and reward signals, the reward scaler, the optimiser and
+        the update buffer, the traced graphs and their warm-up.
+
+        With ``warm_up`` (tests skip it), the update graph is traced before the first update needs it
+        (``trainer.warm_up``). The first ``export_policy`` does it first, in the caller's thread: the trainer loop
+        exports the first policy right after building the learner and the envs wait for that policy, so the trace has
+        the CPU to itself rather than sharing it with the acting envs, which would act longer with version 0
+        (benchmarks/classic_control.py). A learner that takes trajectories in before any export traces in a thread of
+        its own from the first ``add_trajectories``, so the caller goes on meanwhile; ``update`` and checkpoints wait
+        for it.
 
         Raises:
             ConfigKeyError: ``settings`` are not PPO's.
@@ -506,58 +440,17 @@ class PPOLearner:
         self.settings = settings
         self.hyperparameters: PPOHyperparameters = settings.hyperparameters
         self.normalize = settings.network_settings.normalize
-        action_spec = brain_parameters.action_spec
-        self.branches = tuple(action_spec.discrete_branches)
+        self.branches = tuple(brain_parameters.action_spec.discrete_branches)
         self._rng = np.random.default_rng(seed)
-
-        specs = brain_parameters.observation_specs
-        sizes = [int(np.prod(spec.shape)) for spec in specs]
-        dtypes = image_observation_dtypes(specs)
-        net = settings.network_settings
-        hp = self.hyperparameters
-        self.normalizers = observation_normalizers(specs)  # vectors only: None for an image
-        activation = activation_function(hp.activation)
-        # SB3's two starts: ortho_init True (its default) or False, which leaves torch.nn.Linear's own.
-        init = WeightInit.ORTHOGONAL if hp.orthogonal_init else WeightInit.PYTORCH
-        name = brain_parameters.behavior_name
-        with seeded_initializers(seed):
-            # The policy and the critic each encode the images with encoders of their own, as ML-Agents' PPO, unless
-            # shared_critic (then the critic is value heads on the policy's trunk, as ML-Agents' SharedActorCritic).
-            policy_encoder = observation_encoder(specs, net.vis_encode_type, net.hidden_units, name, "policy_encoder")
-            self.policy = PolicyNetwork(
-                sizes,
-                action_spec,
-                net.hidden_units,
-                net.num_layers,
-                state_dependent_std=False,
-                initial_log_std=hp.log_std_init,
-                activation=activation,
-                init=init,
-                encoder=policy_encoder,
-                sde=hp.use_sde,
-                use_expln=hp.use_expln,
-            )
+        self.normalizers = observation_normalizers(brain_parameters.observation_specs)  # vectors only: None for an image
+        with seeded_initializers(seed):  # in this order: the initial weights follow from the seed and the order
+            self.policy = self._build_policy()
             self.signals = make_reward_signals(brain_parameters, settings.reward_signals, seed)
-            self.value: ValueNetwork | SharedValueHeads
-            if hp.shared_critic:  # ML-Agents' SharedActorCritic: value heads on the policy's encoder and body
-                self.value = SharedValueHeads(self.policy, net.hidden_units, len(self.signals), init)
-            else:
-                value_encoder = observation_encoder(specs, net.vis_encode_type, net.hidden_units, name, "value_encoder")
-                self.value = ValueNetwork(
-                    net.hidden_units,
-                    net.num_layers,
-                    value_encoder.output_size if value_encoder is not None else sum(sizes),
-                    len(self.signals),
-                    activation=activation,
-                    init=init,
-                    encoder=value_encoder,
-                )
+            self.value = self._build_value()
         self._transitions = any(s.checkpoint_objects() for s in self.signals)  # a signal with networks of its own
-        extrinsic = [k for k, signal in enumerate(self.signals) if signal.name == "extrinsic"]
-        self.reward_scaler = RewardScaler(self.signals[extrinsic[0]].gamma) if hp.normalize_reward and extrinsic else None
-        self._extrinsic = extrinsic[0] if extrinsic else -1
+        self.reward_scaler, self._extrinsic = self._build_reward_scaler()
         self._variables = (*self.policy.trainable_variables, *self.value.trainable_variables)
-        self.optimizer = adam(hp.learning_rate, self._variables, epsilon=ADAM_EPSILON)
+        self.optimizer = adam(self.hyperparameters.learning_rate, self._variables, epsilon=ADAM_EPSILON)
         self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")
         self._steps_to_add = 0
         """Experiences counted since ``step`` was last brought up to date (``_sync_step``)."""
@@ -566,63 +459,103 @@ class PPOLearner:
         self._update_buffer = AgentBuffer()
         self._pending: list[tr.Trajectory] = []
         """Trajectories taken in and not yet turned into rows (``add_trajectories``)."""
-        self.bc = BCComponent.from_behavior(settings, brain_parameters, self.policy, self._normalized, hp.num_epoch, seed=seed)
+        self.bc = BCComponent.from_behavior(
+            settings, brain_parameters, self.policy, self._normalized, self.hyperparameters.num_epoch, seed=seed
+        )
+        self._build_graphs()
+        self._warm_up = WarmUp(self._trace_update, self._trace_values, name="ppo-warm-up", pending=warm_up)
+        specs = brain_parameters.observation_specs
+        dtypes = image_observation_dtypes(specs)
+        self._exporter = TFLiteExporter(self.policy, [spec.shape for spec in specs], observation_dtypes=dtypes)
 
-        # Fixed signatures with dynamic leading axes: each function traces once for the learner's life.
-        # ``_train_epoch`` runs every epoch of an update (the name predates that; tests read its tracing count).
+    def _build_policy(self) -> PolicyNetwork:
+        """The policy network: a Gaussian (state-independent log_std, or gSDE) and/or masked-categorical heads on its
+        own image encoder and MLP body."""
+        specs = self.brain_parameters.observation_specs
+        net = self.settings.network_settings
+        hp = self.hyperparameters
+        name = self.brain_parameters.behavior_name
+        # The policy and the critic each encode the images with encoders of their own, as ML-Agents' PPO, unless
+        # shared_critic (then the critic is value heads on the policy's trunk, as ML-Agents' SharedActorCritic).
+        encoder = observation_encoder(specs, net.vis_encode_type, net.hidden_units, name, "policy_encoder")
+        return PolicyNetwork(
+            [int(np.prod(spec.shape)) for spec in specs],
+            self.brain_parameters.action_spec,
+            net.hidden_units,
+            net.num_layers,
+            state_dependent_std=False,
+            initial_log_std=hp.log_std_init,
+            activation=activation_function(hp.activation),
+            init=self._weight_init,
+            encoder=encoder,
+            sde=hp.use_sde,
+            use_expln=hp.use_expln,
+        )
+
+    @property
+    def _weight_init(self) -> WeightInit:
+        """SB3's two starts: ortho_init True (its default) or False, which leaves torch.nn.Linear's own."""
+        return WeightInit.ORTHOGONAL if self.hyperparameters.orthogonal_init else WeightInit.PYTORCH
+
+    def _build_value(self) -> ValueNetwork | SharedValueHeads:
+        """The critic, one value head per reward signal: a network of its own, or with ``shared_critic`` heads on the
+        policy's encoder and body (ML-Agents' SharedActorCritic)."""
+        heads = len(self.signals)
+        net = self.settings.network_settings
+        if self.hyperparameters.shared_critic:
+            return SharedValueHeads(self.policy, net.hidden_units, heads, self._weight_init)
+        specs = self.brain_parameters.observation_specs
+        name = self.brain_parameters.behavior_name
+        encoder = observation_encoder(specs, net.vis_encode_type, net.hidden_units, name, "value_encoder")
+        return ValueNetwork(
+            net.hidden_units,
+            net.num_layers,
+            encoder.output_size if encoder is not None else sum(int(np.prod(spec.shape)) for spec in specs),
+            heads,
+            activation=activation_function(self.hyperparameters.activation),
+            init=self._weight_init,
+            encoder=encoder,
+        )
+
+    def _build_reward_scaler(self) -> tuple[RewardScaler | None, int]:
+        """(the extrinsic rewards' scaler, with ``normalize_reward`` and an extrinsic signal, else None; the extrinsic
+        signal's column, -1 without one)."""
+        extrinsic = [k for k, signal in enumerate(self.signals) if signal.name == "extrinsic"]
+        if not extrinsic:
+            return None, -1
+        scaler = RewardScaler(self.signals[extrinsic[0]].gamma) if self.hyperparameters.normalize_reward else None
+        return scaler, extrinsic[0]
+
+    def _build_graphs(self) -> None:
+        """The learner's graphs as tf.functions with fixed signatures and dynamic leading axes, so each traces once for
+        the learner's life: value estimates, the whole update (``_train_epoch``: every epoch of an update; the name
+        predates that, and tests read its tracing count) and the rows' log-probs."""
+        specs = self.brain_parameters.observation_specs
+        dtypes = image_observation_dtypes(specs)
         obs_specs = tuple(tf.TensorSpec([None, *spec.shape], dtype) for spec, dtype in zip(specs, dtypes, strict=True))
         self._value_estimates: Callable[[tuple[Any, ...]], tf.Tensor] = tf.function(
             self._values, input_signature=[obs_specs], autograph=False
         )
-        stacked = MiniBatch.stacked_signature(obs_specs, action_spec, len(self.signals))
+        stacked = MiniBatch.stacked_signature(obs_specs, self.brain_parameters.action_spec, len(self.signals))
         scalar = tf.TensorSpec([], tf.float32)
         self._train_epoch = tf.function(self._epochs, input_signature=[stacked, scalar, scalar], autograph=False)
         # Each update calls the traced graphs directly: a tf.function call binds and checks its arguments against the
-        # signature first, ~0.7 ms of the update's and ~0.15 ms of the value call's GIL-holding time (MountainCar-v0's
-        # 2x64 networks, 2 cores; ``add_trajectories`` says why that time counts).
+        # signature first, GIL-holding time the embedded processor's event loop would wait out (module docstring).
         self._update_graph: Any = None
         rows_spec = tf.nest.map_structure(lambda spec: tf.TensorSpec(spec.shape[1:], spec.dtype), stacked)
         self._log_probs = tf.function(self._action_log_probs, input_signature=[rows_spec], autograph=False)
-        self._warm_up_pending = warm_up
-        self._warm_up_thread: threading.Thread | None = None
-        self._warm_up_error: BaseException | None = None
         self._stacked_signature = stacked
-        self._exporter = TFLiteExporter(self.policy, [spec.shape for spec in specs], observation_dtypes=dtypes)
 
-    def _warm_up(self, in_thread: bool) -> None:
-        """Runs the warm-up (``_trace_update``) once (``__init__``'s ``warm_up``): in the caller's thread, or started
-        in a thread of its own (``_warmed_up`` waits for it; either way it raises a failed trace).
-
-        The value function is traced here first, in the caller's thread: the two traces would otherwise call the same
-        Keras layers from two threads at once. After it, the caller only runs traced graphs while the thread traces.
-        """
-        if not self._warm_up_pending:
-            return
-        self._warm_up_pending = False
+    def _trace_values(self) -> None:
+        """The warm-up's first part, in the caller's thread: the value function is traced before the update graph,
+        which would otherwise call the same Keras layers from a second thread at once. After it, the caller only runs
+        traced graphs while the warm-up's thread traces."""
         self._value_estimates = self._value_estimates.get_concrete_function()  # type: ignore[attr-defined]
-        if not in_thread:
-            self._trace_update()
-            self._warmed_up()
-            return
-        self._warm_up_thread = threading.Thread(target=self._trace_update, name="ppo-warm-up", daemon=True)
-        self._warm_up_thread.start()
 
     def _trace_update(self) -> None:
-        """Traces and instantiates the update graph on no rows (nothing trains); an error is raised by ``_warmed_up``."""
-        try:
-            empty = tf.nest.map_structure(lambda spec: tf.zeros([0, 0, *spec.shape[2:]], spec.dtype), self._stacked_signature)
-            self._train_epoch(empty, 0.0, 0.0)
-        except BaseException as exc:  # handed to the trainer's thread, which raises it at its next update
-            self._warm_up_error = exc
-
-    def _warmed_up(self) -> None:
-        """Waits for a warm-up still running (the update graph and the optimiser's slots are its until it ends)."""
-        thread, self._warm_up_thread = self._warm_up_thread, None
-        if thread is not None:
-            thread.join()
-        error, self._warm_up_error = self._warm_up_error, None
-        if error is not None:
-            raise error
+        """Traces and instantiates the update graph on no rows (nothing trains)."""
+        empty = tf.nest.map_structure(lambda spec: tf.zeros([0, 0, *spec.shape[2:]], spec.dtype), self._stacked_signature)
+        self._train_epoch(empty, 0.0, 0.0)
 
     def _normalized(self, obs: Sequence[tf.Tensor]) -> list[tf.Tensor]:
         if not self.normalize:
@@ -653,8 +586,8 @@ class PPOLearner:
 
     def _sync_step(self) -> None:
         """Adds the experiences counted since the last sync to ``step``: one TensorFlow op per update instead of one
-        per take-in. Each eager op holds the GIL for ~35-65 us of the trainer's thread, which the embedded
-        processor's event loop waits out (``add_trajectories``)."""
+        per take-in. Each eager op holds the GIL in the trainer's thread, which the embedded processor's event loop
+        waits out (module docstring)."""
         if self._steps_to_add:
             self.step.assign_add(self._steps_to_add)
             self._steps_to_add = 0
@@ -696,17 +629,16 @@ class PPOLearner:
 
         They wait as they are until the update buffer is read (``update_buffer``: by ``update``, a checkpoint or an
         export); then every waiting trajectory is turned into rows at once (``_rows_of_pending``). Why: with short
-        trajectories the trainer takes them in one or two at a time, and each turn cost one value-network call and
-        the normaliser's eager ops (~1.1 ms for two 16-step trajectories, 2x64 MLP). On MountainCar-v0
-        (configs/mountaincar_ppo.yaml: 16-step trajectories, an update every 256 steps) that took ~3x the trainer
-        thread's CPU of the updates themselves (py-spy, benchmarks/classic_control.py's docstring).
+        trajectories the trainer takes them in one or two at a time, and a value-network call and the normaliser's
+        eager ops per take-in would cost the trainer's thread more CPU than the updates themselves
+        (configs/mountaincar_ppo.yaml's 16-step trajectories; benchmarks/classic_control.py).
 
         Returns:
             The experiences added (the sum of the trajectories' lengths).
         """
         if not trajectories:
             return 0
-        self._warm_up(in_thread=True)
+        self._warm_up.start(in_thread=True)
         n = sum(trajectory.length for trajectory in trajectories)
         self._pending.extend(trajectories)
         self._steps_to_add += n  # added to ``step`` once per update (``_sync_step``)
@@ -797,7 +729,7 @@ class PPOLearner:
             value, as ML-Agents reports it), the scheduled values used, each signal's mean value estimate and
             reward per step in the buffer, the signals' own losses, and behavioral_cloning's.
         """
-        self._warmed_up()
+        self._warm_up.wait()
         n = self.update_buffer.num_experiences
         if n == 0:
             return {}
@@ -858,7 +790,7 @@ class PPOLearner:
     def export_policy(self, version: int, trainer_step: int) -> pb.PolicyUpdate:
         """The policy network as TFLite, with the normaliser state when ``normalize`` is on. The first export runs the
         warm-up first (``__init__``)."""
-        self._warm_up(in_thread=False)
+        self._warm_up.start(in_thread=False)
         self._rows_of_pending()  # the exported normalisers fold in every trajectory taken in
         normalizers = [normalizer_state(*n.state()) for n in self.normalizers if n is not None] if self.normalize else []
         name = self.brain_parameters.behavior_name
@@ -874,7 +806,7 @@ class PPOLearner:
         objects.update({f"normalizer_{i}": n for i, n in enumerate(self.normalizers) if n is not None})
         objects.update(signal_checkpoint_objects(self.signals))
         if self.reward_scaler is not None:
-            objects.update({f"reward_scaler_{v.name.split(':')[0]}": v for v in self.reward_scaler.variables})
+            objects.update(self.reward_scaler.checkpoint_objects())
         if self.bc is not None:
             objects.update(self.bc.checkpoint_objects())
         return objects
@@ -884,7 +816,7 @@ class PPOLearner:
         checkpoint, written next. Before it, a warm-up still creating the optimiser's slots is waited for, and the
         trajectories waiting for the update are turned into rows, so the checkpointed normalisers include them."""
         del directory
-        self._warmed_up()
+        self._warm_up.wait()
         self._rows_of_pending()
         self._sync_step()
 

@@ -61,6 +61,7 @@ from common.buffer import AgentBuffer
 from common.policy_contract import LOG_STD, LOGITS, MEAN, TANH_LOG_EPSILON
 from common.specs import ActionSpec, BrainParameters, ObservationSpec
 from protos import pb
+from trainer import summaries
 from trainer.bc_component import BCComponent
 from trainer.encoders import ObservationEncoder, image_observation_dtypes, observation_encoder
 from trainer.export import TFLiteExporter, make_policy_update, normalizer_state
@@ -86,6 +87,7 @@ from trainer.reward_signals import (
 from trainer.sac_replay import load_replay_buffer, save_replay_buffer
 from trainer.schedules import MIN_LEARNING_RATE, decayed_value
 from trainer.seeding import seeded_initializers
+from trainer.warm_up import WarmUp
 
 Tensor: TypeAlias = tf.Tensor
 Rows: TypeAlias = tf.Tensor | np.ndarray
@@ -96,8 +98,8 @@ Rows: TypeAlias = tf.Tensor | np.ndarray
 DISCRETE_TARGET_ENTROPY_SCALE = 0.2
 # POLICY_ENCODER: from images, the policy has no encoder of its own: it reads Q1's, and its loss does not train it
 # (the actor's gradient stops at the features, as in SAC-AE and DrQ; Yarats et al. 2019, 2021). With its own CNN
-# trained only through dQ/da (ML-Agents' layout), the 1-D pixel task missed its threshold in about 1 run of 5:
-# the critics fitted (loss ~0, Q spread ~1 across states) while the policy's features never told the sides apart.
+# trained only through dQ/da (ML-Agents' layout), the 1-D pixel task sometimes missed its threshold: the critics
+# fitted while the policy's features never told the sides apart.
 BUFFER_TRUNCATE_FRACTION = 0.8  # an over-full replay buffer keeps its newest 80% (ML-Agents)
 SAMPLE_CHUNK_STEPS = 64  # gradient steps whose minibatches are sampled at once (bounds memory)
 NEXT_ACTION_MASK = "next_action_mask"  # the replay column of the action mask at next_obs
@@ -177,7 +179,7 @@ class SACBatch(NamedTuple):
 # -- the maths: pure functions, tensors in and out ---------------------------------------------
 # Traced once, inside the learner's gradient step (a tf.function with a fixed input signature).
 # A tf.function of their own would nest calls in that step, whose inputs XLA then takes for
-# compile-time constants: it recompiled on every step (2-5 s each).
+# compile-time constants: it would recompile on every step.
 
 
 def squashed_gaussian_sample(mean: Tensor, log_std: Tensor, noise: Tensor) -> tuple[Tensor, Tensor]:
@@ -243,12 +245,18 @@ class SACLearner:
     buffer_init_steps) / update_steps > steps_per_update`` is the same ratio, less one step).
 
     Speed: a gradient step is one call of a tf.function with a fixed input signature, compiled with
-    XLA unless ``jit_compile`` is False: on 2 shared cores, for 2x64 networks and batch 32, 1.6-1.8 ms
-    of CPU a step instead of 2.5 ms, after a compile of 1-3 s on the first update.
+    XLA unless ``jit_compile`` is False (cheaper per step, after a compile on the first update). With
+    ``warm_up`` (the default) the step is traced in a thread of its own from the first ``add_trajectories``
+    (``trainer.warm_up``), while the replay buffer fills; ``update``, exports and checkpoints wait for it.
     """
 
     def __init__(
-        self, brain_parameters: BrainParameters, settings: config.BehaviorSettings, seed: int = 0, jit_compile: bool = True
+        self,
+        brain_parameters: BrainParameters,
+        settings: config.BehaviorSettings,
+        seed: int = 0,
+        jit_compile: bool = True,
+        warm_up: bool = True,
     ):
         """Raises ConfigKeyError (see ``SACSettings.from_behavior``), NotSupportedKeyError (a reward signal option,
         ``trainer.reward_signals``) or DemoError (an unreadable ``demo_path``)."""
@@ -330,6 +338,7 @@ class SACLearner:
         self._gradient_step = tf.function(
             self._gradient_step_graph, input_signature=signature, autograph=False, jit_compile=jit_compile
         )
+        self._warm_up = WarmUp(self._gradient_step.get_concrete_function, name="sac-warm-up", pending=warm_up)
 
     def _replay_rows(self, trajectory: tr.Trajectory) -> dict[str, np.ndarray]:
         rows = trajectory.to_rows()
@@ -352,6 +361,7 @@ class SACLearner:
         rows = [self._replay_rows(t) for t in trajectories if t.length]
         if not rows:
             return 0
+        self._warm_up.start(in_thread=True)
         if self.settings.network.normalize:
             for i, normalizer in enumerate(self.normalizers):
                 if normalizer is not None:
@@ -381,6 +391,7 @@ class SACLearner:
         due = self._due_gradient_steps()
         if due == 0:
             return {}
+        self._warm_up.wait()
         n_obs = len(self._obs_sizes)
         b = hyper.batch_size
         self.update_credit.assign(max(0.0, float(self.update_credit.numpy()) - due * hyper.steps_per_update))
@@ -402,7 +413,7 @@ class SACLearner:
         stats.append(self._update_signals(due))
         keys = {key for s in stats for key in s}
         means = {key: float(np.mean([np.asarray(s[key]) for s in stats if key in s])) for key in keys}
-        return {**means, "Policy/Learning Rate": learning_rate}
+        return {**means, summaries.LEARNING_RATE: learning_rate}
 
     def learning_rate(self) -> float:
         """The learning rate of all three optimisers at the current step: ``learning_rate_schedule`` over
@@ -490,20 +501,21 @@ class SACLearner:
 
         for online, target_var in zip(self._q_vars, self._target_vars, strict=True):
             target_var.assign(polyak_average(online, target_var, tau))
-        stats = {"Losses/Q1 Loss": q1_loss, "Losses/Q2 Loss": q2_loss, "Losses/Policy Loss": pi_loss}
-        stats["Losses/Entropy Coefficient Loss"] = alpha_loss
-        stats["Policy/Entropy"] = tf.reduce_mean(tf.reduce_sum(entropy, axis=1))
-        stats["Policy/Entropy Coeff"] = tf.reduce_mean(alpha)
+        stats = {summaries.Q1_LOSS: q1_loss, summaries.Q2_LOSS: q2_loss, summaries.POLICY_LOSS: pi_loss}
+        stats[summaries.ENTROPY_COEFFICIENT_LOSS] = alpha_loss
+        stats[summaries.ENTROPY] = tf.reduce_mean(tf.reduce_sum(entropy, axis=1))
+        stats[summaries.ENTROPY_COEFF] = tf.reduce_mean(alpha)
         if self._c:
-            stats["Policy/Continuous Entropy Coeff"] = alpha_c
+            stats[summaries.CONTINUOUS_ENTROPY_COEFF] = alpha_c
         if self._m:
-            stats["Policy/Discrete Entropy Coeff"] = tf.reduce_mean(alpha_d)
+            stats[summaries.DISCRETE_ENTROPY_COEFF] = tf.reduce_mean(alpha_d)
         return stats
 
     # -- policy, checkpoints -----------------------------------------------------------------
 
     def export_policy(self, version: int, trainer_step: int) -> pb.PolicyUpdate:
         """The current policy as a PolicyUpdate: TFLite artifact, tanh squash, normaliser states."""
+        self._warm_up.wait()  # the exporter calls the policy's layers, which the warm-up may be tracing
         normalize = self.settings.network.normalize
         normalizers = [normalizer_state(*n.state()) for n in self.normalizers if n is not None] if normalize else []
         model = self._exporter.export()
@@ -535,7 +547,9 @@ class SACLearner:
         return objects
 
     def save_extra(self, directory: Path) -> None:
-        """With save_replay_buffer, writes the replay buffer to ``directory / replay_buffer.hdf5`` (``trainer.sac_replay``)."""
+        """With save_replay_buffer, writes the replay buffer to ``directory / replay_buffer.hdf5`` (``trainer.sac_replay``).
+        A warm-up still running is waited for first."""
+        self._warm_up.wait()
         if self.settings.hyperparameters.save_replay_buffer:
             save_replay_buffer(self.replay, directory)
 

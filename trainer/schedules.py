@@ -13,7 +13,8 @@ from __future__ import annotations
 from common.config import ScheduleType
 
 MIN_LEARNING_RATE = 1e-10
-"""Where a linear learning-rate schedule ends at ``max_steps`` (ML-Agents' value)."""
+"""Where a linear learning-rate schedule ends at ``max_steps``, and the rate at or below which ``behavioral_cloning``
+stops stepping (ML-Agents' value for both)."""
 
 
 def decayed_value(schedule: ScheduleType, initial: float, minimum: float, max_steps: int, step: int) -> float:

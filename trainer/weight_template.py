@@ -1,8 +1,8 @@
 """Weight patching: new weights written straight into a converted TFLite flatbuffer.
 
 ``trainer.export``'s ``TFLiteExporter`` converts its network once per probe set, and from then on
-renders each export by writing the weights into the constant buffers of the first conversion
-(~0.1 ms instead of a ~0.12 s conversion for a 2x64 MLP).
+renders each export by writing the weights into the constant buffers of the first conversion: a copy of bytes
+instead of a conversion, orders of magnitude cheaper.
 
 How the template is built (``TFLiteExporter._build_template``):
 

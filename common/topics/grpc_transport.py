@@ -49,6 +49,7 @@ from typing import Any
 
 import grpc
 
+from common.backoff import Backoff
 from common.errors import DeadlineExceededError, StepstreamError, SubscriberBusyError, TopicClosedError, UnknownBehaviorError
 from common.logs import identity_metadata
 from common.security import PLAINTEXT, ClientSecurity
@@ -92,7 +93,9 @@ POLL_INTERVAL_S = 0.2
 """How often ``wait_for_brain_parameters`` asks again."""
 NOT_FOUND_RETRY_S = 120.0
 """How long ``publish`` retries a behavior the processor does not know yet (NOT_FOUND: no config declares
-it and no env client has yet), with backoff from ``POLL_INTERVAL_S`` to 5 s, before it raises."""
+it and no env client has yet), with backoff from ``POLL_INTERVAL_S`` to ``NOT_FOUND_RETRY_MAX_S``, before it raises."""
+NOT_FOUND_RETRY_MAX_S = 5.0
+"""Longest wait between two tries of a ``publish`` the processor answered NOT_FOUND."""
 SUBSCRIBE_RETRY_INITIAL_S = 0.5
 """First wait before a refused (``SubscriberBusyError``) Subscribe is tried again; it doubles each time."""
 SUBSCRIBE_RETRY_MAX_S = 10.0
@@ -210,7 +213,7 @@ class GrpcTrajectorySubscription:
     def _read(self) -> None:
         """The reader thread: buffer every batch until the stream ends, then record why it ended."""
         error: StepstreamError = TopicClosedError(f"{self._where}: the processor ended the stream")
-        retry_s = SUBSCRIBE_RETRY_INITIAL_S
+        backoff = Backoff(SUBSCRIBE_RETRY_INITIAL_S, SUBSCRIBE_RETRY_MAX_S, jitter=0.0)
         try:
             while True:
                 try:
@@ -220,9 +223,8 @@ class GrpcTrajectorySubscription:
                     break
                 except grpc.RpcError as rpc_error:
                     error = error_from_rpc(rpc_error, self._where)
-                    if not isinstance(error, SubscriberBusyError) or not self._retry_after(retry_s, error):
+                    if not isinstance(error, SubscriberBusyError) or not self._retry_after(backoff.next_delay_s(), error):
                         break
-                    retry_s = min(2 * retry_s, SUBSCRIBE_RETRY_MAX_S)
         except StepstreamError as decode_error:  # a malformed trajectory: give up on this stream
             error = decode_error
             self._call.cancel()
@@ -476,7 +478,7 @@ class GrpcPolicyPublisher:
         if item.behavior_name != self.behavior_name:
             raise ValueError(f"a policy of {item.behavior_name!r} given to the publisher of {self.behavior_name!r}")
         item = stamped_with_version(item, version)
-        deadline, delay_s = deadline_after(NOT_FOUND_RETRY_S), POLL_INTERVAL_S
+        deadline, backoff = deadline_after(NOT_FOUND_RETRY_S), Backoff(POLL_INTERVAL_S, NOT_FOUND_RETRY_MAX_S, jitter=0.0)
         while True:
             try:
                 reply = self._stub.PublishPolicy(item, timeout=self.timeout_s, metadata=self._metadata, wait_for_ready=True)
@@ -485,10 +487,9 @@ class GrpcPolicyPublisher:
                 error = error_from_rpc(err, f"PublishPolicy({self.behavior_name!r}, version {version})")
                 if not isinstance(error, UnknownBehaviorError) or expired(remaining_s(deadline)):
                     raise error from err
-                if delay_s == POLL_INTERVAL_S:
+                if backoff.attempts == 0:
                     logger.warning("%s; retrying for up to %.0f s (until an env client declares it)", error, NOT_FOUND_RETRY_S)
-                time.sleep(delay_s)
-                delay_s = min(2 * delay_s, 5.0)
+                time.sleep(backoff.next_delay_s())
         if not reply.accepted:
             logger.warning("%r: version %d not accepted (have %d)", self.behavior_name, version, reply.current_version)
         return bool(reply.accepted)

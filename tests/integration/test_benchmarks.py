@@ -1,4 +1,4 @@
-"""Smoke runs of the G1 benchmark scripts on a few steps, so the scripts behind README's figures keep running.
+"""Smoke runs of the G1 benchmark scripts on a few steps, so the scripts behind docs/benchmarks.md keep running.
 
 No figure is checked (speed belongs to the benchmarks themselves, run on a quiet machine): each script
 exits 0 and its last line is the JSON it documents, with conserved counts where they are exact.

@@ -24,7 +24,8 @@ HOLD, LATENT = 3, 8
 
 
 async def test_each_agent_acts_with_its_held_matrix_through_its_state(start_processor: StartProcessor) -> None:
-    runtime = {WALKER.behavior_name: BehaviorRuntime(time_horizon=100, noise_hold_steps=HOLD, sde_latent_size=LATENT)}
+    # No latent size in the processor's config: it learns L from the policy's artifact alone.
+    runtime = {WALKER.behavior_name: BehaviorRuntime(time_horizon=100, noise_hold_steps=HOLD)}
     server, address = await start_processor(itest_settings(behaviors=runtime))
     harness = Harness(server, address)
     net = PolicyNetwork([3], WALKER.action_spec, LATENT, 2, initial_log_std=-0.5, sde=True)

@@ -175,7 +175,7 @@ async def test_every_documented_processor_metric_moves(server: ProcessorServer) 
     assert scrapes.value("stepstream_processor_policy_lag", behavior=name) == 1  # highest 3, acting 2
 
     wanted = documented("stepstream_processor_")
-    assert len(wanted) > 20, "the README's processor metrics table"
+    assert len(wanted) > 20, "docs/operations.md's processor metrics table"
     absent = [metric for metric, kind in wanted.items() if not scrapes.present(metric, kind)]
     assert not absent, f"documented but not exported: {absent}"
     still = [metric for metric, kind in wanted.items() if metric not in EXEMPT and not scrapes.moved(metric, kind)]

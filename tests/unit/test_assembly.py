@@ -243,7 +243,8 @@ def test_time_horizon_must_be_positive() -> None:
 def test_the_store_is_a_processing_buffer_with_the_seed_api() -> None:
     """The assembler's store is the ProcessingBuffer: per-agent AgentBuffers under the update-buffer
     keys, and the seed's ``append_to_update_buffer`` moves an agent's held steps into an update buffer."""
-    from common.buffer import AgentBuffer, ProcessingBuffer
+    from common.buffer import AgentBuffer
+    from processor.processing_buffer import ProcessingBuffer
 
     assembler = TrajectoryAssembler(CONTINUOUS, "s", time_horizon=5)
     spec = CONTINUOUS.action_spec

@@ -26,6 +26,7 @@ from common.config import (
 from common.errors import ProtocolError
 from common.policy_contract import LOG_STD, MEAN, SDE_EPSILON, SDE_NOISE_SCALE
 from common.specs import ActionSpec, BrainParameters, ObservationSpec
+from processor.batching import InferenceBatcher
 from processor.behaviors import BehaviorRuntime
 from processor.exploration import HeldNoise
 from processor.inference import Policy
@@ -155,6 +156,22 @@ def test_each_agent_holds_one_matrix_redrawn_after_hold_steps_and_freed_at_done(
     assert not np.any(held.draw(ids, no_done)[0] == last[0])  # its next episode draws anew
     held.clear()
     assert len(held) == 0 and held.capacity == 0
+
+
+def test_the_held_matrices_follow_the_latent_size_of_the_acting_policys_artifact() -> None:
+    """The processor learns L from the artifact alone: a behavior's held noise reads it off its batcher's policy."""
+    batcher = InferenceBatcher("Walker", deadline_ms=2.0, rng=np.random.default_rng(0))
+    held = HeldNoise(C, 3, np.random.default_rng(0), policy_latent_size=batcher.sde_latent_size)
+    ids, no_done = np.array([4, 9]), np.zeros(2, bool)
+    assert held.draw(ids, no_done).shape == (2, C) and held.latent_size == 0  # no policy yet: a plain eps
+    policy, _ = sde_policy()
+    batcher.set_policy(policy)
+    draws = [held.draw(ids, no_done) for _ in range(4)]
+    assert held.latent_size == HIDDEN and draws[0].shape == (2, HIDDEN, C)  # drawn anew at the change
+    np.testing.assert_array_equal(draws[2], draws[0])  # then held for hold_steps
+    assert not np.any(draws[3] == draws[0])
+    out = policy.act([OBS[:2]], None, np.random.default_rng(1), noise=draws[3])  # they fit the policy
+    assert out.continuous_actions.shape == (2, C)
 
 
 @pytest.mark.parametrize("trainer_type", [TrainerType.PPO, TrainerType.SAC], ids=["ppo", "sac"])

@@ -36,19 +36,10 @@ from trainer.networks import ValueNetwork, swish
 from trainer.ppo import (
     ACTION_CLIP,
     ADVANTAGES,
-    BETA,
-    ENTROPY,
-    EPSILON,
-    LEARNING_RATE,
-    POLICY_LOSS,
     RETURNS,
-    REWARD_CLIP,
-    VALUE_ESTIMATE,
     VALUE_ESTIMATES,
-    VALUE_LOSS,
     MiniBatch,
     PPOLearner,
-    RewardScaler,
     action_log_probs_and_entropy,
     clipped_surrogate_loss,
     clipped_value_loss,
@@ -57,7 +48,9 @@ from trainer.ppo import (
     ppo_losses,
     squared_value_loss,
 )
-from trainer.summaries import EXTRINSIC_REWARD
+from trainer.reward_scaler import REWARD_CLIP, RewardScaler
+from trainer.summaries import BETA, ENTROPY, EPSILON, EXTRINSIC_REWARD, LEARNING_RATE, POLICY_LOSS, VALUE_LOSS
+from trainer.summaries import EXTRINSIC_VALUE_ESTIMATE as VALUE_ESTIMATE
 
 OBS = 3
 CONTINUOUS = ActionSpec(2)
@@ -300,7 +293,7 @@ def test_the_first_export_traces_the_update_before_any_env_can_act(monkeypatch: 
     and no later call starts another."""
     learner = PPOLearner(brain(DISCRETE), settings(max_steps=96))
     learner.export_policy(0, 0)
-    assert learner._train_epoch.experimental_get_tracing_count() == 1 and learner._warm_up_thread is None
+    assert learner._train_epoch.experimental_get_tracing_count() == 1 and learner._warm_up.thread is None
     monkeypatch.setattr(threading, "Thread", None)  # a warm-up thread from here on would fail
     learner.add_trajectories([trajectory(DISCRETE, 16, seed=s) for s in range(3)])
     assert math.isfinite(learner.update()[POLICY_LOSS])
@@ -335,7 +328,7 @@ def test_update_trains_both_networks_and_reports_ml_agents_tags(spec: ActionSpec
     assert int(learner.optimizer.iterations.numpy()) == 0 and learner.update_buffer.num_experiences == 0
     before = [v.numpy().copy() for v in (*learner.policy.trainable_variables, *learner.value.trainable_variables)]
     learner.add_trajectories([trajectory(spec, 16, seed=s, done_reached=s == 1) for s in range(3)])  # 48 rows
-    learner._warmed_up()  # without an export first, the warm-up runs in a thread of its own (test above)
+    learner._warm_up.wait()  # without an export first, the warm-up runs in a thread of its own (test above)
     assert learner._train_epoch.experimental_get_tracing_count() == 1  # warmed up: traced, but nothing trained yet
     assert int(learner.optimizer.iterations.numpy()) == 0
     assert learner.ready_to_update()

@@ -437,3 +437,26 @@ def test_same_seed_same_networks_different_seed_different() -> None:
     first = a.q1.trainable_variables[0].numpy()
     np.testing.assert_array_equal(first, b.q1.trainable_variables[0].numpy())
     assert not np.array_equal(first, c.q1.trainable_variables[0].numpy())
+
+
+def test_the_gradient_step_is_traced_beside_the_first_take_in_and_the_update_waits_for_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The warm-up (trainer.warm_up) traces the gradient step in a thread of its own while the replay buffer fills;
+    the update then runs on that one trace, and a failed trace fails the update."""
+    learner = make_learner(CONTINUOUS, sac_settings(batch_size=4))
+    assert learner._gradient_step.experimental_get_tracing_count() == 0
+    learner.add_trajectories([make_trajectory(CONTINUOUS, 8, seed=1)])
+    assert learner.ready_to_update()
+    assert math.isfinite(learner.update()["Losses/Q1 Loss"])
+    assert learner._gradient_step.experimental_get_tracing_count() == 1 and learner._warm_up.thread is None
+
+    broken = make_learner(CONTINUOUS, sac_settings(batch_size=4))
+
+    def fails(*unused_args: object) -> None:
+        raise ValueError("no graph today")
+
+    monkeypatch.setattr(broken._warm_up, "_trace", fails)
+    broken.add_trajectories([make_trajectory(CONTINUOUS, 8, seed=1)])
+    with pytest.raises(ValueError, match="no graph today"):
+        broken.update()

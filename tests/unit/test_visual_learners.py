@@ -45,7 +45,9 @@ from trainer.summaries import CLONING_LOSS, CURIOSITY_FORWARD_LOSS, CURIOSITY_IN
 FRAME = (20, 20, 3)  # the smallest side ``simple`` takes
 HYBRID = ActionSpec(1, (3,))
 UINT8, FLOAT32 = np.dtype(np.uint8), np.dtype(np.float32)
-DEMO_DIR = Path(os.environ.get("STEPSTREAM_DEMO_DIR", "/work/shared/data/mlagents-demos"))
+DEMO_DIR = Path(
+    os.environ.get("STEPSTREAM_DEMO_DIR", Path(__file__).resolve().parents[3] / "shared" / "data" / "mlagents-demos")
+)
 VIS_DEMO = DEMO_DIR / "testdcvis.demo"
 #: testdcvis.demo's spec: an 84x84 RGB camera read as [H, W, C] (its documented rule), an empty vector, 4 branches.
 VIS_DEMO_ACTIONS = ActionSpec(0, (3, 3, 3, 2))

@@ -24,7 +24,7 @@ from common.demo import demo_to_buffer
 from common.policy_contract import is_image_shape
 from common.specs import ActionSpec, BrainParameters
 from trainer.encoders import as_observation_dtype
-from trainer.summaries import EXTRINSIC_REWARD
+from trainer.summaries import EXTRINSIC_REWARD, EXTRINSIC_VALUE_ESTIMATE
 
 
 class SignalBatch(NamedTuple):
@@ -136,7 +136,7 @@ class ExtrinsicSignal:
     name = "extrinsic"
     ignore_done = False
     reward_tag = EXTRINSIC_REWARD
-    value_tag = "Policy/Extrinsic Value Estimate"  # ML-Agents' tag; trainer.ppo.VALUE_ESTIMATE
+    value_tag = EXTRINSIC_VALUE_ESTIMATE
 
     def __init__(self, settings: RewardSignalSettings) -> None:
         self.gamma, self.strength = settings.gamma, settings.strength

@@ -16,7 +16,9 @@ import nats.errors
 import nats.js.errors
 from nats.aio.client import Client
 from nats.js import JetStreamContext
+from nats.protocol.parser import AUTHORIZATION_VIOLATION
 
+from common.backoff import Backoff
 from common.errors import ConfigError, DeadlineExceededError, ProtocolError, StepstreamError, TopicClosedError
 from common.topics.waiting import deadline_after, expired, remaining_s
 
@@ -52,6 +54,21 @@ UNREACHABLE: tuple[type[BaseException], ...] = (
     asyncio.TimeoutError,
 )
 """Errors that mean "the broker is not answering right now": wait and try again."""
+
+REFUSALS: tuple[type[BaseException], ...] = (nats.errors.AuthorizationError, ssl.SSLError)
+"""Errors that mean "the broker refused this client" (its token, its certificate): retrying cannot fix them."""
+
+
+def typed_error(err: Exception) -> Exception:
+    """``err``, or the typed error it stands for: while connecting, nats-py reports the broker's ``-ERR
+    'Authorization Violation'`` as a plain ``nats.errors.Error`` (once connected, its parser raises
+    ``AuthorizationError``). This gives that one its type, by nats-py's own protocol constant, so that every
+    check after it is by type (``REFUSALS``)."""
+    if type(err) is nats.errors.Error and AUTHORIZATION_VIOLATION in str(err).lower():
+        typed = nats.errors.AuthorizationError()
+        typed.__cause__ = err
+        return typed
+    return err
 
 
 def subject_token(behavior_name: str) -> str:
@@ -181,7 +198,8 @@ class JetStreamConnection:
                 logger.exception("after reconnecting to %s", self.url)
 
     async def _error(self, err: Exception) -> None:
-        if isinstance(err, (nats.errors.AuthorizationError, ssl.SSLError)) or "authorization violation" in str(err).lower():
+        err = typed_error(err)
+        if isinstance(err, REFUSALS):
             self._refusal = err  # the first connect gives up on it (``_connect``); later, nats-py keeps retrying
             logger.error("NATS broker %s refused this client: %r", self.url, err)
             return
@@ -329,11 +347,16 @@ async def _cancel_other_tasks() -> None:
     await asyncio.gather(*tasks, return_exceptions=True)
 
 
-async def pause(backoff_s: float, deadline: float | None) -> float:
-    """Sleep ``backoff_s`` (capped at the deadline); return the next, doubled, backoff."""
+def request_backoff() -> Backoff:
+    """The backoff between retries of a refused (full) or failed request: ``PUBLISH_BACKOFF_S``, doubling, no jitter."""
+    return Backoff(*PUBLISH_BACKOFF_S, jitter=0.0)
+
+
+async def pause(backoff: Backoff | float, deadline: float | None) -> None:
+    """Sleep ``backoff``'s next delay (or a fixed one, in seconds), capped at the deadline."""
+    delay_s = backoff.next_delay_s() if isinstance(backoff, Backoff) else backoff
     remaining = remaining_s(deadline)
-    await asyncio.sleep(backoff_s if remaining is None else max(0.0, min(backoff_s, remaining)))
-    return min(backoff_s * 2, PUBLISH_BACKOFF_S[1])
+    await asyncio.sleep(delay_s if remaining is None else max(0.0, min(delay_s, remaining)))
 
 
 def broker_error(what: str, err: BaseException) -> StepstreamError:

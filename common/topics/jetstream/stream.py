@@ -24,12 +24,12 @@ from common.errors import (
 from common.topics.base import FullPolicy, TopicStats
 from common.topics.jetstream.connection import (
     HEADER_ROOM_BYTES,
-    PUBLISH_BACKOFF_S,
     REQUEST_TIMEOUT_S,
     UNREACHABLE,
     JetStreamConnection,
     broker_error,
     pause,
+    request_backoff,
     subject_token,
 )
 from common.topics.jetstream.consumer import JetStreamSubscription
@@ -242,55 +242,84 @@ class JetStreamTrajectoryTopic:
         deadline = deadline_after(timeout_s)
         if self._stream_settings is None:
             await self._retrying(lambda: self._ensure_stream(None, None), deadline, timeout_s)
-        if not self._routed and not await self._has_consumers():  # another process may have declared them
-            if not self._unrouted and not self._unrouted_expected:
-                logger.warning("topic %r has no declared subscriber: publishes are dropped (declare one first)", self.name)
-            self._unrouted += 1
+        if not await self._is_routed():
             return
-        backoff = PUBLISH_BACKOFF_S[0]
-        waiting_since: float | None = None
-        """When this publish began to wait: a refusal, or an attempt made while the broker was away."""
-        last_try = False
-        """Past the deadline, an attempt in doubt gets one more try while the broker is connected: its answer settles it."""
+        wait = _Wait()
         try:
-            while True:
-                try:
-                    self._check_open()
-                except TopicClosedError as err:
-                    if attempts.in_doubt:
-                        raise PublishInDoubtError(f"topic {self.name!r} closed with {msg_id} unanswered: {err}") from err
-                    raise
-                attempt_started = time.monotonic()
-                disconnects = self._conn.disconnects
-                if waiting_since is None and not self._conn.nc.is_connected:
-                    waiting_since = attempt_started
-                    self._blocked_publishers += 1
-                if not attempts.begin():
-                    return  # the caller was cancelled, and has counted what it knew
-                timeout = REQUEST_TIMEOUT_S if last_try else self._request_timeout(deadline)
-                outcome = await self._attempt(payload, msg_id, timeout, attempts)
-                if isinstance(outcome, api.PubAck):
-                    if waiting_since is None and self._conn.disconnects != disconnects:
-                        waiting_since = attempt_started  # buffered by the client until the broker came back
-                        self._blocked_publishers += 1
-                    self._published += 1
-                    self._duplicates += bool(outcome.duplicate)
-                    return
-                why = outcome
-                if waiting_since is None:
-                    waiting_since = attempt_started
-                    self._blocked_publishers += 1
-                if last_try or expired(remaining_s(deadline)):
-                    if attempts.in_doubt and not last_try and self._conn.nc.is_connected:
-                        last_try = True
-                        continue
-                    error = PublishInDoubtError if attempts.in_doubt else TopicFullError
-                    raise error(f"topic {self.name!r}: no room for {msg_id} within timeout_s={timeout_s}: {why}")
-                backoff = await pause(backoff, deadline)
+            await self._attempts(payload, msg_id, timeout_s, deadline, attempts, wait)
         finally:
-            if waiting_since is not None:
+            if wait.since is not None:
                 self._blocked_publishers -= 1
-                self._blocked_seconds += time.monotonic() - waiting_since
+                self._blocked_seconds += time.monotonic() - wait.since
+
+    async def _is_routed(self) -> bool:
+        """Whether a declared subscriber's consumer takes publishes in; if not, the publish is counted as unrouted (and
+        dropped, with a warning the first time where none was expected)."""
+        if self._routed or await self._has_consumers():  # another process may have declared them
+            return True
+        if not self._unrouted and not self._unrouted_expected:
+            logger.warning("topic %r has no declared subscriber: publishes are dropped (declare one first)", self.name)
+        self._unrouted += 1
+        return False
+
+    async def _attempts(
+        self,
+        payload: bytes,
+        msg_id: str,
+        timeout_s: float | None,
+        deadline: float | None,
+        attempts: _PublishAttempts,
+        wait: _Wait,
+    ) -> None:
+        """Attempts with backoff until the broker acknowledges the publish, or ``deadline`` passes (then raises, as
+        ``publish``). Past the deadline, an attempt in doubt gets one more try while the broker is connected: its
+        answer settles it."""
+        backoff = request_backoff()
+        last_try = False
+        while True:
+            self._check_open_for(msg_id, attempts)
+            attempt_started = time.monotonic()
+            disconnects = self._conn.disconnects
+            if not self._conn.nc.is_connected:  # made while the broker is away: this publish waits
+                self._waiting(wait, attempt_started)
+            if not attempts.begin():
+                return  # the caller was cancelled, and has counted what it knew
+            timeout = REQUEST_TIMEOUT_S if last_try else self._request_timeout(deadline)
+            outcome = await self._attempt(payload, msg_id, timeout, attempts)
+            if isinstance(outcome, api.PubAck):
+                if self._conn.disconnects != disconnects:  # buffered by the client until the broker came back
+                    self._waiting(wait, attempt_started)
+                self._published += 1
+                self._duplicates += bool(outcome.duplicate)
+                return
+            self._waiting(wait, attempt_started)
+            if last_try or expired(remaining_s(deadline)):
+                last_try = self._one_more_try(last_try, attempts)
+                if not last_try:
+                    error = PublishInDoubtError if attempts.in_doubt else TopicFullError
+                    raise error(f"topic {self.name!r}: no room for {msg_id} within timeout_s={timeout_s}: {outcome}")
+                continue
+            await pause(backoff, deadline)
+
+    def _check_open_for(self, msg_id: str, attempts: _PublishAttempts) -> None:
+        """Raises TopicClosedError, or PublishInDoubtError once an attempt went unanswered, when the topic is closed."""
+        try:
+            self._check_open()
+        except TopicClosedError as err:
+            if attempts.in_doubt:
+                raise PublishInDoubtError(f"topic {self.name!r} closed with {msg_id} unanswered: {err}") from err
+            raise
+
+    def _waiting(self, wait: _Wait, since: float) -> None:
+        """The publish waits from ``since`` on (a refusal, or an attempt made while the broker was away), unless it
+        already waited: counted in ``blocked_publishers`` until it ends."""
+        if wait.since is None:
+            wait.since = since
+            self._blocked_publishers += 1
+
+    def _one_more_try(self, last_try: bool, attempts: _PublishAttempts) -> bool:
+        """Past the deadline: whether an attempt in doubt gets its one more try (not made yet, the broker connected)."""
+        return attempts.in_doubt and not last_try and self._conn.nc.is_connected
 
     async def _attempt(self, payload: bytes, msg_id: str, timeout: float, attempts: _PublishAttempts) -> api.PubAck | str:
         """One publish attempt: the broker's acknowledgement, or why it may be retried.
@@ -339,7 +368,7 @@ class JetStreamTrajectoryTopic:
         return REQUEST_TIMEOUT_S if remaining is None else max(0.05, min(REQUEST_TIMEOUT_S, remaining))
 
     async def _retrying(self, call: Callable[[], Awaitable[T]], deadline: float | None, timeout_s: float | None) -> T:
-        backoff = PUBLISH_BACKOFF_S[0]
+        backoff = request_backoff()
         while True:
             try:
                 return await call()
@@ -348,7 +377,7 @@ class JetStreamTrajectoryTopic:
                     raise TopicFullError(
                         f"topic {self.name!r}: the broker {self._conn.url} did not answer within timeout_s={timeout_s}"
                     ) from err
-                backoff = await pause(backoff, deadline)
+                await pause(backoff, deadline)
 
     # -- subscribing -----------------------------------------------------------------------------
 
@@ -443,6 +472,15 @@ class JetStreamTrajectoryTopic:
     def close(self) -> None:
         """Refuse further publishes here; the stream and what it holds stay on the broker. Idempotent."""
         self._closed = True
+
+
+class _Wait:
+    """When one publish began to wait (``JetStreamTrajectoryTopic._waiting``); None while it has not."""
+
+    __slots__ = ("since",)
+
+    def __init__(self) -> None:
+        self.since: float | None = None
 
 
 class _PublishAttempts:
