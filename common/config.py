@@ -71,6 +71,14 @@ from common.config_sections import (
     TrainerType,
 )
 from common.env_paths import GYM_PREFIX, SIMPLE_BEHAVIOR, SIMPLE_KINDS, SIMPLE_PREFIX
+from common.environment_parameters import (
+    SAMPLER_FOR,
+    ConstantSampler,
+    EnvironmentParameter,
+    Lesson,
+    Sampler,
+    SamplerType,
+)
 from common.messages import MAX_RENDERED_CHARS, bounded_repr
 
 __all__ = [
@@ -416,27 +424,58 @@ def _build_behaviors(raw: Any, default_raw: Any, walk: _Walk) -> dict[str, Behav
 # --- entry points ---------------------------------------------------------------------------
 
 
-def _build_environment_parameters(raw: Any, walk: _Walk) -> dict[str, float]:
-    """``environment_parameters`` of plain numbers; samplers and curricula are not supported yet.
+def _build_sampler(raw: Any, path: str, walk: _Walk) -> Sampler:
+    """A number (a constant) or ``{sampler_type, sampler_parameters}``."""
+    if not isinstance(raw, Mapping):
+        return ConstantSampler(value=_to_float(raw, path, walk))
+    mapping = _as_mapping(raw, path, walk)
+    for key in mapping:
+        if key not in ("sampler_type", "sampler_parameters"):
+            raise walk.error(_join(path, key), f"unknown key{_did_you_mean(key, ['sampler_type', 'sampler_parameters'])}")
+    for key in ("sampler_type", "sampler_parameters"):
+        if key not in mapping:
+            raise walk.error(_join(path, key), "required key is missing")
+    kind = SamplerType(_to_enum(SamplerType, mapping["sampler_type"], _join(path, "sampler_type"), walk))
+    sampler: Sampler = _build(SAMPLER_FOR[kind], mapping["sampler_parameters"], _join(path, "sampler_parameters"), walk)
+    return sampler
 
-    One log line names them: no Gymnasium or ``simple:`` env reads them (a Unity env would).
-    """
-    parameters: dict[str, float] = {}
-    for name, value in _as_mapping(raw, "environment_parameters", walk).items():
-        key = _join("environment_parameters", name)
-        if isinstance(value, Mapping):
-            kind = "a curriculum" if "curriculum" in value else "a sampler"
-            raise walk.not_yet(
-                key, f"{kind} is not supported yet (environment parameter samplers and curricula); give a number"
-            )
-        parameters[name] = _to_float(value, key, walk)
-    if parameters:
-        logger.info(
-            "%s: environment_parameters %s: accepted, but no gym: or simple: env reads them (a Unity env would)",
-            walk.source,
-            ", ".join(_join("", name) for name in parameters),
+
+def _build_lesson(raw: Any, path: str, walk: _Walk) -> Lesson:
+    mapping = _as_mapping(raw, path, walk)
+    prebuilt: dict[str, Any] = {}
+    if "value" in mapping:
+        prebuilt["value"] = _build_sampler(mapping["value"], _join(path, "value"), walk)
+    lesson: Lesson = _build(Lesson, mapping, path, walk, prebuilt)
+    return lesson
+
+
+def _build_environment_parameter(raw: Any, path: str, walk: _Walk) -> EnvironmentParameter:
+    """One parameter: a number, a sampler, or ``{curriculum: [lessons]}`` (ML-Agents' ``EnvironmentParameterSettings``)."""
+    if not (isinstance(raw, Mapping) and "curriculum" in raw):
+        lesson = Lesson(name=path.rsplit(".", 1)[-1], value=_build_sampler(raw, path, walk))
+        return EnvironmentParameter(lessons=(lesson,))
+    for key in raw:
+        if key != "curriculum":
+            raise walk.error(_join(path, key), "unknown key (a curriculum holds only 'curriculum')")
+    lessons_raw = raw["curriculum"]
+    key = _join(path, "curriculum")
+    if not isinstance(lessons_raw, list | tuple):
+        raise walk.error(key, f"expected a list of lessons, got {_describe(lessons_raw)}")
+    lessons = tuple(_build_lesson(item, f"{key}[{i}]", walk) for i, item in enumerate(lessons_raw))
+    if lessons and lessons[-1].completion_criteria is not None:
+        logger.warning(
+            "%s: %s[%d].completion_criteria: the last lesson's criteria are ignored", walk.source, key, len(lessons) - 1
         )
-    return parameters
+    parameter: EnvironmentParameter = _construct(EnvironmentParameter, {"lessons": lessons, "curriculum": True}, path, walk)
+    return parameter
+
+
+def _build_environment_parameters(raw: Any, walk: _Walk) -> dict[str, EnvironmentParameter]:
+    """``environment_parameters``: numbers, samplers and curricula, by parameter name (``common.environment_parameters``)."""
+    return {
+        name: _build_environment_parameter(value, _join("environment_parameters", name), walk)
+        for name, value in _as_mapping(raw, "environment_parameters", walk).items()
+    }
 
 
 def _name_the_only_behavior(env_settings: EnvSettings, behaviors: Mapping[str, BehaviorSettings], walk: _Walk) -> EnvSettings:

@@ -34,6 +34,7 @@ from common.config_sections import (
     at_least,
     require,
 )
+from common.environment_parameters import EnvironmentParameter
 from common.errors import ConfigError, NotSupportedYetError
 from common.messages import MAX_RENDERED_CHARS, bounded_names, bounded_repr
 
@@ -284,9 +285,9 @@ class RunOptions:
     """Environments this run starts itself."""
     default_settings: BehaviorSettings | None = None
     """Settings for a behavior not under ``behaviors`` (e.g. one an external env client declares)."""
-    environment_parameters: Mapping[str, float] = field(default_factory=dict)
-    """``environment_parameters`` given as plain numbers, by name: what a Unity env would read; Gymnasium and
-    ``simple:`` envs read none (samplers and curricula are not supported yet)."""
+    environment_parameters: Mapping[str, EnvironmentParameter] = field(default_factory=dict)
+    """``environment_parameters`` by name: each a constant, a sampler or a curriculum of lessons
+    (``common.environment_parameters``)."""
 
     def __post_init__(self) -> None:
         for name, env_path in self.env_settings.behavior_names.items():
@@ -323,7 +324,7 @@ class RunOptions:
         out["behaviors"] = {name: _plain(settings) for name, settings in self.behaviors.items()}
         out["env_settings"] = _plain(self.env_settings)
         if self.environment_parameters:
-            out["environment_parameters"] = dict(self.environment_parameters)
+            out["environment_parameters"] = {name: p.to_dict() for name, p in self.environment_parameters.items()}
         return out
 
 

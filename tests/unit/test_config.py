@@ -40,6 +40,7 @@ from common.config import (
     load_config,
     parse_config,
 )
+from common.environment_parameters import ConstantSampler
 from common.errors import ConfigError, NotSupportedYetError
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
@@ -568,10 +569,6 @@ def test_ignored_keys_are_accepted_and_named_in_one_log_line(caplog: pytest.LogC
         ({"behaviors": {"A": {"init_path": "results/old"}}}, "behaviors.A.init_path"),
         ({"behaviors": {"A": {"trainer_type": "poca"}}}, "behaviors.A.trainer_type"),
         ({"behaviors": {"A": {"reward_signals": {"rnd": {}}}}}, "behaviors.A.reward_signals.rnd"),
-        (
-            {"environment_parameters": {"gravity": {"sampler_type": "uniform", "sampler_parameters": {"min_value": 9}}}},
-            "environment_parameters.gravity",
-        ),
         ({"env_settings": {"env_path": "Builds/3DBall.x86_64"}}, "env_settings.env_path"),
         ({"default_settings": {"network_settings": {"memory": {}}}}, "default_settings.network_settings.memory"),
     ],
@@ -582,7 +579,6 @@ def test_ignored_keys_are_accepted_and_named_in_one_log_line(caplog: pytest.LogC
         "init_path",
         "poca",
         "rnd",
-        "env-params",
         "unity-build",
         "in-default",
     ],
@@ -736,13 +732,12 @@ def test_output_path_of_older_releases_is_accepted_as_ignored(caplog: pytest.Log
     assert any("behaviors.PushBlock.output_path" in r.getMessage() and "ignoring" in r.getMessage() for r in caplog.records)
 
 
-def test_plain_environment_parameters_are_accepted_and_named_once(caplog: pytest.LogCaptureFixture) -> None:
+def test_plain_environment_parameters_are_constants() -> None:
     config = {"behaviors": {"A": {}}, "environment_parameters": {"mass": 1.0, "gravity": 9.81}}
-    with caplog.at_level(logging.INFO, logger="common.config"):
-        options = parse_config(config, "p.yaml")
-    assert options.environment_parameters == {"mass": 1.0, "gravity": 9.81}
-    lines = [r.getMessage() for r in caplog.records if "environment_parameters" in r.getMessage()]
-    assert len(lines) == 1 and "mass, gravity" in lines[0] and "no gym: or simple: env reads them" in lines[0]
+    options = parse_config(config, "p.yaml")
+    values = {name: p.lessons[0].value for name, p in options.environment_parameters.items()}
+    assert values == {"mass": ConstantSampler(value=1.0), "gravity": ConstantSampler(value=9.81)}
+    assert options.to_dict()["environment_parameters"] == {"mass": 1.0, "gravity": 9.81}
     assert parse_config(options.to_dict()).environment_parameters == options.environment_parameters
     with pytest.raises(ConfigKeyError, match=r"environment_parameters\.mass: expected a finite number"):
         parse_config({"environment_parameters": {"mass": "heavy"}})
