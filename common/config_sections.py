@@ -16,50 +16,12 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
+from common.config_errors import ConfigKeyError as ConfigKeyError  # re-exported: the schema's error type
+from common.config_errors import NotSupportedKeyError, at_least, positive, require
 from common.demo_timing import DemoActionTiming
-from common.errors import ConfigError, NotSupportedYetError
-
-
-class ConfigKeyError(ConfigError):
-    """A ConfigError about one key; ``key`` is its dotted path ("" for the whole file)."""
-
-    def __init__(self, key: str, detail: str, source: str | None = None) -> None:
-        self.key, self.detail, self.source = key, detail, source
-        where = ": ".join(part for part in (source, key) if part)
-        super().__init__(f"{where}: {detail}" if where else detail)
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (type(self), (self.key, self.detail, self.source))
-
-
-class NotSupportedKeyError(NotSupportedYetError):
-    """A valid ML-Agents setting stepstream does not implement yet; ``key`` is its dotted path."""
-
-    def __init__(self, key: str, detail: str, source: str | None = None) -> None:
-        self.key, self.detail, self.source = key, detail, source
-        where = ": ".join(part for part in (source, key) if part)
-        super().__init__(f"{where}: {detail}" if where else detail)
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (type(self), (self.key, self.detail, self.source))
-
 
 STEPSTREAM_KEY = {"stepstream": True}
 """Field metadata of a key stepstream adds to a section, one ML-Agents' YAML does not have."""
-
-
-def require(ok: bool, key: str, detail: str) -> None:
-    """Raise ``ConfigKeyError(key, detail)`` unless ``ok``."""
-    if not ok:
-        raise ConfigKeyError(key, detail)
-
-
-def at_least(value: float, low: float, key: str) -> None:
-    require(value >= low, key, f"must be >= {low}, got {value!r}")
-
-
-def positive(value: float, key: str) -> None:
-    require(value > 0, key, f"must be > 0, got {value!r}")
 
 
 def log_std_in_range(value: float) -> None:

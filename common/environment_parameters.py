@@ -50,7 +50,7 @@ from typing import Any
 
 import numpy as np
 
-from common.config_sections import ConfigKeyError, require
+from common.config_errors import ConfigKeyError, require
 
 logger = logging.getLogger(__name__)
 
