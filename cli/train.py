@@ -77,8 +77,9 @@ from envclient.envs import close_vector_env, make_vector_env
 from envclient.runner import RunStats, VectorEnv, run_env
 from envclient.session import EnvSession
 from processor.behaviors import ProcessorSettings
+from processor.environment_parameters import parameter_service
 from processor.server import ProcessorServer, ServerOptions
-from trainer.summaries import CUMULATIVE_REWARD, EPISODES
+from trainer.summaries import CUMULATIVE_REWARD, EPISODES, RUN_LOGS, TRAINING_STATUS
 
 log = logging.getLogger(__name__)
 
@@ -393,6 +394,8 @@ class EmbeddedRun:
         )
         host, port = ("127.0.0.1", 0) if self.options.serve is None else self.options.serve
         server = ProcessorServer(processor_settings, ServerOptions(host=host, port=port))
+        status = self.run_dir / RUN_LOGS / TRAINING_STATUS if self.options.resume else None
+        server.servicer.environment_parameters = parameter_service(self.run_options, self.seed, status)
         port = await server.start()
         if self.options.serve is not None:
             log.info(

@@ -39,6 +39,7 @@ clients to reset at once instead of at their next episode.
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import math
 import threading
@@ -46,16 +47,22 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from common.config_errors import ConfigKeyError, require
+from common.errors import ProtocolError
+from protos import pb
 
 logger = logging.getLogger(__name__)
 
 LESSON_NUMBER_TAG = "Environment/Lesson Number/{parameter}"
 """ML-Agents' TensorBoard tag of a parameter's current lesson (0-based)."""
+ACCEPTS_METADATA = ("stepstream-accepts", "environment-parameters")
+"""The Step call metadata with which an env client asks for ``StepResponse.environment_parameters``; an older
+client, which does not send it, never gets one (it would take the message for the answer to its step)."""
 UNSEEDED = -1
 """A sampler ``seed`` of -1: the run seed plus the sampler's place decides it."""
 
@@ -419,7 +426,128 @@ class ParameterDraws:
         return {name: sampler.draw(self._rngs[name]) for name, sampler in self._samplers.items()}
 
 
+_PROTO_TYPE = {
+    SamplerType.CONSTANT: pb.EnvironmentSampler.CONSTANT,
+    SamplerType.UNIFORM: pb.EnvironmentSampler.UNIFORM,
+    SamplerType.GAUSSIAN: pb.EnvironmentSampler.GAUSSIAN,
+    SamplerType.MULTIRANGEUNIFORM: pb.EnvironmentSampler.MULTIRANGEUNIFORM,
+}
+
+
+def _sampler_values(sampler: Sampler) -> list[float]:
+    if isinstance(sampler, ConstantSampler):
+        return [sampler.value]
+    if isinstance(sampler, UniformSampler):
+        return [sampler.min_value, sampler.max_value]
+    if isinstance(sampler, GaussianSampler):
+        return [sampler.mean, sampler.st_dev]
+    return [value for interval in sampler.intervals for value in interval]
+
+
+def to_proto(samplers: Mapping[str, Sampler], lessons: Mapping[str, int], reset: bool = False) -> pb.EnvironmentParameters:
+    """The ``StepResponse.environment_parameters`` message of the current samplers and lessons."""
+    msg = pb.EnvironmentParameters(reset=reset)
+    for name, sampler in samplers.items():
+        entry = msg.samplers[name]
+        entry.type = _PROTO_TYPE[sampler_type(sampler)]
+        entry.seed = sampler.seed
+        entry.values.extend(_sampler_values(sampler))
+    for name, number in lessons.items():
+        msg.lessons[name] = number
+    return msg
+
+
+def _sampler_from_proto(name: str, entry: pb.EnvironmentSampler) -> Sampler:
+    values = list(entry.values)
+    where = f"environment_parameters.samplers[{name!r}]"
+    if not all(math.isfinite(v) for v in values):
+        raise ProtocolError(f"{where}: values {values} are not all finite")
+    expected = {pb.EnvironmentSampler.CONSTANT: 1, pb.EnvironmentSampler.UNIFORM: 2, pb.EnvironmentSampler.GAUSSIAN: 2}
+    count = expected.get(entry.type)
+    if (count is not None and len(values) != count) or (count is None and (not values or len(values) % 2)):
+        raise ProtocolError(f"{where}: {len(values)} values do not fit sampler type {entry.type}")
+    try:
+        if entry.type == pb.EnvironmentSampler.CONSTANT:
+            return ConstantSampler(value=values[0], seed=entry.seed)
+        if entry.type == pb.EnvironmentSampler.UNIFORM:
+            return UniformSampler(min_value=values[0], max_value=values[1], seed=entry.seed)
+        if entry.type == pb.EnvironmentSampler.GAUSSIAN:
+            return GaussianSampler(mean=values[0], st_dev=values[1], seed=entry.seed)
+        if entry.type == pb.EnvironmentSampler.MULTIRANGEUNIFORM:
+            intervals = tuple(zip(values[::2], values[1::2], strict=True))
+            return MultiRangeUniformSampler(intervals=intervals, seed=entry.seed)
+    except ConfigKeyError as err:
+        raise ProtocolError(f"{where}: {err}") from None
+    raise ProtocolError(f"{where}: unknown sampler type {entry.type}")
+
+
+def from_proto(msg: pb.EnvironmentParameters) -> tuple[dict[str, Sampler], dict[str, int], bool]:
+    """``(samplers, lessons, reset)`` of a received message.
+
+    Raises:
+        ProtocolError: a sampler whose values do not fit its type, are not finite or out of range.
+    """
+    samplers = {name: _sampler_from_proto(name, entry) for name, entry in msg.samplers.items()}
+    return samplers, dict(msg.lessons), bool(msg.reset)
+
+
+LESSONS_STATUS_KEY = "lessons"
+"""Where a behavior's entry of ``run_logs/training_status.json`` records the lessons its trajectories last carried."""
+
+
+def lessons_from_status(path: Path) -> dict[str, int]:
+    """The lessons a run had reached, from its ``training_status.json`` (none when it is missing or unreadable).
+
+    Each trainer records the lesson numbers its trajectories carried (``Environment/Lesson Number/<parameter>``);
+    the highest recorded for a parameter is where it resumes.
+    """
+    try:
+        status = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    lessons: dict[str, int] = {}
+    for entry in status.values() if isinstance(status, dict) else ():
+        recorded = entry.get(LESSONS_STATUS_KEY) if isinstance(entry, dict) else None
+        for name, number in (recorded or {}).items():
+            if isinstance(number, int) and not isinstance(number, bool):
+                lessons[name] = max(lessons.get(name, 0), number)
+    return lessons
+
+
+def lesson_of_stat(key: str) -> str | None:
+    """The parameter whose lesson the environment stat ``key`` is (``Environment/Lesson Number/<parameter>``), or None."""
+    prefix = LESSON_NUMBER_TAG.format(parameter="")
+    return key[len(prefix) :] if key.startswith(prefix) else None
+
+
+class ReceivedParameters:
+    """What an env client holds of the processor's ``StepResponse.environment_parameters``: the latest samplers.
+
+    ``version`` counts the messages taken, so an env wrapper can tell a change; ``reset_pending`` is
+    set by a message whose lesson asked for ``require_reset`` and cleared by whoever resets the envs.
+    """
+
+    def __init__(self) -> None:
+        self.samplers: dict[str, Sampler] = {}
+        self.lessons: dict[str, int] = {}
+        self.version = 0
+        self.reset_pending = False
+
+    def take(self, msg: pb.EnvironmentParameters) -> None:
+        """Hold a received message.
+
+        Raises:
+            ProtocolError: a sampler that does not decode (``from_proto``).
+        """
+        self.samplers, self.lessons, reset = from_proto(msg)
+        self.version += 1
+        self.reset_pending = self.reset_pending or reset
+        logger.debug("environment parameters received: lessons %s", self.lessons)
+
+
 __all__ = [
+    "ACCEPTS_METADATA",
+    "LESSONS_STATUS_KEY",
     "LESSON_NUMBER_TAG",
     "SAMPLER_FOR",
     "CompletionCriteria",
@@ -433,9 +561,14 @@ __all__ = [
     "MeasureType",
     "MultiRangeUniformSampler",
     "ParameterDraws",
+    "ReceivedParameters",
     "Sampler",
     "SamplerType",
     "UniformSampler",
+    "from_proto",
+    "lesson_of_stat",
+    "lessons_from_status",
     "sampler_type",
     "seeded",
+    "to_proto",
 ]

@@ -58,8 +58,10 @@ from gymnasium import spaces
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 
 from common.env_paths import GYM_PREFIX, behavior_name_for_env, parse_python_path
+from common.environment_parameters import ReceivedParameters
 from common.errors import ConfigError, NotSupportedYetError
 from common.specs import ActionSpec, BrainParameters, ObservationSpec
+from envclient.environment_parameters import with_environment_parameters
 
 logger = logging.getLogger(__name__)
 
@@ -294,8 +296,15 @@ class GymVectorEnv:
         self._seed = seed if seed is not None and seed >= 0 else None
         self._needs_seed = True
         vector_cls = SyncVectorEnv if vectorization == "sync" else AsyncVectorEnv
+        self.environment_parameters = ReceivedParameters()
+        """What each copy's reset draws its ``options`` from (``envclient.environment_parameters``); ``run_env``
+        binds the session's. In-process copies only: ``async`` copies, in subprocesses, get none."""
+        makes = [make] * num_envs
+        if vectorization == "sync":
+            source = lambda: self.environment_parameters  # noqa: E731
+            makes = [functools.partial(with_environment_parameters, make, source, i) for i in range(num_envs)]
         try:
-            self._env: SyncVectorEnv | AsyncVectorEnv = vector_cls([make] * num_envs, autoreset_mode=AutoresetMode.NEXT_STEP)
+            self._env: SyncVectorEnv | AsyncVectorEnv = vector_cls(makes, autoreset_mode=AutoresetMode.NEXT_STEP)
         except (gymnasium.error.Error, ImportError) as exc:
             raise ConfigError(f"env_path: {self.env_path} could not be made: {exc}") from exc
         try:

@@ -206,6 +206,9 @@ async def run_env(
     n = env.num_agents
     agent_ids = np.arange(n, dtype=np.int64)
     tracker = _EpisodeTracker(n, stats)
+    received = getattr(session, "environment_parameters", None)
+    if received is not None and hasattr(env, "environment_parameters"):  # a GymVectorEnv: its resets draw from them
+        env.environment_parameters = received
     obs = env.reset()
     rewards = np.zeros(n, np.float32)
     done = np.zeros(n, bool)

@@ -38,6 +38,7 @@ from typing import NamedTuple
 import grpc
 import numpy as np
 
+from common.environment_parameters import ACCEPTS_METADATA, ReceivedParameters
 from common.errors import StepstreamError, TrainingFinishedError
 from common.logs import identity_metadata
 from common.security import PLAINTEXT, ClientSecurity
@@ -164,6 +165,8 @@ class EnvSession:
         self._call: grpc.aio.StreamStreamCall | None = None
         self._turn = asyncio.Lock()
         """One request and its response at a time on the stream (grpc.aio refuses overlapping writes)."""
+        self.environment_parameters = ReceivedParameters()
+        """The environment parameters the processor sent last (``common.environment_parameters``)."""
 
     async def __aenter__(self) -> EnvSession:
         await self.open()
@@ -181,6 +184,7 @@ class EnvSession:
         self._channel = self.security.aio_channel(self.address, self._options)
         behaviors = [p.behavior_name for p in self.brain_parameters]
         metadata = (*self.security.metadata(), *identity_metadata(self.client_id, behaviors))
+        metadata = (*metadata, ACCEPTS_METADATA)  # the processor may send environment parameters
         self._call = pb_grpc.AgentProcessorStub(self._channel).Step(metadata=metadata)
         hello = pb.Hello(protocol_version=self._protocol_version, client_id=self.client_id)
         hello.brain_parameters.extend(p.to_proto() for p in self.brain_parameters)
@@ -207,6 +211,12 @@ class EnvSession:
         except asyncio.InvalidStateError:
             # The processor ended the stream before this write (replaced, shut down): its status says why.
             raise await self._ended(self._call) from None
+        while response is not grpc.aio.EOF and response.WhichOneof("payload") == "environment_parameters":
+            self.environment_parameters.take(response.environment_parameters)  # it precedes the answer
+            try:
+                response = await self._call.read()
+            except grpc.aio.AioRpcError as err:
+                raise rejected(err.code(), err.details() or "") from None
         if response is grpc.aio.EOF:
             raise await self._ended(self._call)
         return response

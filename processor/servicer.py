@@ -45,6 +45,7 @@ from common.topics.grpc_transport import MAX_MESSAGE_BYTES
 from common.trajectory import Trajectory
 from processor.assembly import StepActions
 from processor.behaviors import Behavior, BehaviorTable
+from processor.environment_parameters import EnvironmentParameterService, accepts_environment_parameters
 from processor.inference import Policy
 from processor.sessions import Session, SessionTable
 from processor.wire import (
@@ -138,6 +139,8 @@ class AgentProcessorServicer(pb_grpc.AgentProcessorServicer):
         """The server's receive limit, told to each env client in its HelloReply (the SDK measures against it)."""
         self.max_trajectory_bytes = min(max_message_bytes, MAX_MESSAGE_BYTES)
         """The largest DeliveryBatch of one trajectory both ends pass; Hello refuses what could exceed it."""
+        self.environment_parameters: EnvironmentParameterService | None = None
+        """The run's curriculum and samplers, served to clients that ask (``processor.environment_parameters``)."""
         # The settings are frozen: read once, not per step.
         self._max_agents_per_brain_info = behaviors.settings.max_agents_per_brain_info
 
@@ -148,6 +151,10 @@ class AgentProcessorServicer(pb_grpc.AgentProcessorServicer):
     ) -> AsyncIterator[pb.StepResponse]:
         del request_iterator  # read with context.read(), which keeps no request past its step (module docstring)
         session: Session | None = None
+        parameters = self.environment_parameters
+        if parameters is not None and not accepts_environment_parameters(context.invocation_metadata()):
+            parameters = None  # an older client: it would take the message for its step's answer
+        parameters_sent = -1  # the parameters' version this client has (processor.environment_parameters)
         try:
             while (request := await context.read()) is not grpc.aio.EOF:
                 if session is None:
@@ -162,6 +169,9 @@ class AgentProcessorServicer(pb_grpc.AgentProcessorServicer):
                 else:
                     response = pb.StepResponse(action_info=await self._step(session, request))
                 del request  # not held while the client takes its time with the next one
+                if parameters is not None and parameters_sent < parameters.version:  # before the answer it precedes
+                    yield pb.StepResponse(environment_parameters=parameters.message(parameters_sent))
+                    parameters_sent = parameters.version
                 yield response
         except StepstreamError as err:
             level = logging.INFO if isinstance(err, TrainingFinishedError) else logging.WARNING  # the run's normal end
@@ -235,9 +245,20 @@ class AgentProcessorServicer(pb_grpc.AgentProcessorServicer):
         )
         cut = assembler.add(info, actions)
         session.steps += 1
+        if self.environment_parameters is not None:
+            self._observe_parameters(behavior, cut)
         if cut:
             await behavior.publish(cut)
         return encode_action_info(behavior.name, out.env_continuous_actions, out.discrete_actions, out.policy_version)
+
+    def _observe_parameters(self, behavior: Behavior, cut: list[Trajectory]) -> None:
+        """Feed the curriculum this step's ended episodes and the acting trainer step; the lessons ride on trajectories."""
+        parameters = self.environment_parameters
+        assert parameters is not None
+        policy = behavior.batcher.policy
+        parameters.observe(behavior.name, cut, None if policy is None else policy.trainer_step)
+        if cut:
+            behavior.add_environment_stats(parameters.lesson_stats())
 
     async def _close(self, session: Session) -> None:
         """Flush the session's partial trajectories (as interrupted) and forget it."""

@@ -158,12 +158,58 @@ class StepRequest(_message.Message):
     def __init__(self, hello: _Optional[_Union[Hello, _Mapping]] = ..., brain_info: _Optional[_Union[BrainInfo, _Mapping]] = ...) -> None: ...
 
 class StepResponse(_message.Message):
-    __slots__ = ("hello_reply", "action_info")
+    __slots__ = ("hello_reply", "action_info", "environment_parameters")
     HELLO_REPLY_FIELD_NUMBER: _ClassVar[int]
     ACTION_INFO_FIELD_NUMBER: _ClassVar[int]
+    ENVIRONMENT_PARAMETERS_FIELD_NUMBER: _ClassVar[int]
     hello_reply: HelloReply
     action_info: ActionInfo
-    def __init__(self, hello_reply: _Optional[_Union[HelloReply, _Mapping]] = ..., action_info: _Optional[_Union[ActionInfo, _Mapping]] = ...) -> None: ...
+    environment_parameters: EnvironmentParameters
+    def __init__(self, hello_reply: _Optional[_Union[HelloReply, _Mapping]] = ..., action_info: _Optional[_Union[ActionInfo, _Mapping]] = ..., environment_parameters: _Optional[_Union[EnvironmentParameters, _Mapping]] = ...) -> None: ...
+
+class EnvironmentParameters(_message.Message):
+    __slots__ = ("samplers", "lessons", "reset")
+    class SamplersEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: EnvironmentSampler
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[EnvironmentSampler, _Mapping]] = ...) -> None: ...
+    class LessonsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    SAMPLERS_FIELD_NUMBER: _ClassVar[int]
+    LESSONS_FIELD_NUMBER: _ClassVar[int]
+    RESET_FIELD_NUMBER: _ClassVar[int]
+    samplers: _containers.MessageMap[str, EnvironmentSampler]
+    lessons: _containers.ScalarMap[str, int]
+    reset: bool
+    def __init__(self, samplers: _Optional[_Mapping[str, EnvironmentSampler]] = ..., lessons: _Optional[_Mapping[str, int]] = ..., reset: _Optional[bool] = ...) -> None: ...
+
+class EnvironmentSampler(_message.Message):
+    __slots__ = ("type", "seed", "values")
+    class Type(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        CONSTANT: _ClassVar[EnvironmentSampler.Type]
+        UNIFORM: _ClassVar[EnvironmentSampler.Type]
+        GAUSSIAN: _ClassVar[EnvironmentSampler.Type]
+        MULTIRANGEUNIFORM: _ClassVar[EnvironmentSampler.Type]
+    CONSTANT: EnvironmentSampler.Type
+    UNIFORM: EnvironmentSampler.Type
+    GAUSSIAN: EnvironmentSampler.Type
+    MULTIRANGEUNIFORM: EnvironmentSampler.Type
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    SEED_FIELD_NUMBER: _ClassVar[int]
+    VALUES_FIELD_NUMBER: _ClassVar[int]
+    type: EnvironmentSampler.Type
+    seed: int
+    values: _containers.RepeatedScalarFieldContainer[float]
+    def __init__(self, type: _Optional[_Union[EnvironmentSampler.Type, str]] = ..., seed: _Optional[int] = ..., values: _Optional[_Iterable[float]] = ...) -> None: ...
 
 class TrajectoryId(_message.Message):
     __slots__ = ("session_id", "agent_id", "sequence")

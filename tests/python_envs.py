@@ -41,3 +41,34 @@ def raises() -> gymnasium.Env[Any, Any]:
 
 def not_an_env() -> int:
     return 3
+
+
+class Parameterized(gymnasium.Env[Any, Any]):
+    """Reads the environment parameter ``difficulty`` from ``reset(options=...)``; 5-step episodes of reward 1 per step.
+
+    Its observation is the difficulty it was reset with (-1 without one); every reset's options are appended to
+    ``RESETS`` (in-process vectorization), so a test sees what the env was given.
+    """
+
+    observation_space = spaces.Box(-10.0, 10.0, (1,), np.float32)
+    action_space = spaces.Discrete(2)
+    RESETS: list[dict[str, Any]] = []  # noqa: RUF012 (a test's record, shared by the copies)
+
+    def __init__(self) -> None:
+        self.t = 0
+        self.difficulty = -1.0
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
+        super().reset(seed=seed)
+        self.RESETS.append(dict(options or {}))
+        self.t = 0
+        self.difficulty = float((options or {}).get("difficulty", -1.0))
+        return np.array([self.difficulty], np.float32), {}
+
+    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict[str, Any]]:
+        self.t += 1
+        return np.array([self.difficulty], np.float32), 1.0, self.t >= 5, False, {}
+
+
+def parameterized() -> gymnasium.Env[Any, Any]:
+    return Parameterized()

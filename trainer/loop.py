@@ -60,6 +60,7 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from common.config import BehaviorSettings
+from common.environment_parameters import LESSONS_STATUS_KEY, lesson_of_stat
 from common.errors import PolicyVersionError, TopicClosedError
 from common.staleness import is_stale
 from common.topics import MAX_POLICY_VERSION, Deduplicator, Delivery, PolicySink, TrajectorySubscription
@@ -192,6 +193,8 @@ class TrainerResult:
     stopped_by: str = ""
     """MAX_STEPS, STOPPED, CONDITION, TOPIC_CLOSED or INTERRUPTED; empty while running."""
     wall_seconds: float = 0.0
+    lessons: dict[str, int] = field(default_factory=dict)
+    """The lesson of each environment parameter, as the newest trajectories carried it (curricula)."""
 
     def add_episode(self, reward: float, length: int, version: int) -> None:
         self.episodes += 1
@@ -422,6 +425,9 @@ class TrainerLoop:
                 continue
             for stat in trajectory.environment_stats:  # the env's own values (Unity's stats channel), stale or not
                 self.environment_stats.add(stat.key, stat.value, stat.aggregation)
+                parameter = lesson_of_stat(stat.key)  # a curriculum's lesson, kept for training_status.json
+                if parameter is not None:
+                    result.lessons[parameter] = int(stat.value)
             if trajectory.episode_ended:
                 ended.append(trajectory)
             if is_stale(trajectory, self._version, lag):
@@ -530,6 +536,7 @@ class TrainerLoop:
                 "wall_seconds": round(self.summaries.wall_seconds(), 3),
                 "policy_version": self._version,
                 "updates": result.updates,
+                **({LESSONS_STATUS_KEY: dict(result.lessons)} if result.lessons else {}),
                 "checkpoints": [
                     {"steps": c.step, "policy_version": c.version, "path": c.path, "wall_time": c.wall_time}
                     for c in checkpoints
