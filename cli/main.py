@@ -317,8 +317,14 @@ def _run_processor(args: argparse.Namespace) -> int:
 
     route_native_stderr()  # LiteRT's "Created TensorFlow Lite XNNPACK delegate" at the first policy: noise, dropped
     full_policy = FullPolicy(args.full_policy)
+    parameters = None
     if args.config:
-        settings = ProcessorSettings.from_run_options(load_config(args.config), full_policy=full_policy)
+        from cli.run_config import resolve_seed
+        from processor.environment_parameters import parameter_service
+
+        run_options = load_config(args.config)
+        settings = ProcessorSettings.from_run_options(run_options, full_policy=full_policy)
+        parameters = parameter_service(run_options, resolve_seed(run_options.env_settings.seed))
     else:
         settings = ProcessorSettings(full_policy=full_policy)
     security = server_security_from_args(args)
@@ -339,6 +345,7 @@ def _run_processor(args: argparse.Namespace) -> int:
         name = f"processor/{args.processor_id or default_processor_id()}"
         topics = open_topics(args.topics, name=name, security=broker_security_from_args(args))
     server = ProcessorServer(settings, options, topics)  # type: ignore[arg-type]  # the same surface as TopicRegistry
+    server.servicer.environment_parameters = parameters
     asyncio.run(server.serve(grace_s=args.grace_s, exit_when_finished=args.exit_when_finished))
     return 0
 

@@ -48,6 +48,7 @@ import grpc
 import numpy as np
 
 from common import environment_stats
+from common.environment_parameters import Sampler
 from common.environment_stats import MAX_STATS_PER_MESSAGE
 from common.errors import NotSupportedYetError, StepstreamError
 from common.security import PLAINTEXT, ClientSecurity
@@ -58,6 +59,7 @@ from envclient.reconnect import RETRYABLE_STATUSES, SESSION_CLOSE_TIMEOUT_S, Bac
 from envclient.session import ActionResult, EnvSession, StepRejectedError
 from envclient.unity import side_channels as sc
 from envclient.unity import translate
+from envclient.unity.environment_parameters import sampler_messages
 from envclient.unity.metrics import UnityStats
 from protos import mlagents_unity_pb2 as unity_pb
 from protos import pb
@@ -191,6 +193,8 @@ class UnityGateway(unity_grpc.UnityToExternalProtoServicer):
         self._stats: collections.deque[sc.StatsValue] = collections.deque(maxlen=MAX_STATS_PER_MESSAGE)
         """Stats-channel values not yet sent: they go with the next step's BrainInfos, to the trainers' summaries."""
         self._lock = asyncio.Lock()
+        self._sent_samplers: dict[str, Sampler] = {}
+        """The environment-parameter samplers this Unity session was given (``_new_samplers``)."""
 
     async def Exchange(
         self, request: unity_pb.UnityMessageProto, context: grpc.aio.ServicerContext
@@ -258,6 +262,7 @@ class UnityGateway(unity_grpc.UnityToExternalProtoServicer):
         await asyncio.gather(*(link.close() for link in links.values()))
         self.failures = {}
         self.finished = set()
+        self._sent_samplers = {}
         self.unity_name = None
 
     def _fail(self, name: str, reason: str) -> None:
@@ -316,6 +321,7 @@ class UnityGateway(unity_grpc.UnityToExternalProtoServicer):
                 raise result
             merged = translate.merge_actions(len(step.rows.done), step.parts, result)
             translate.fill_actions(step.rows.done, merged, rl_input.agent_actions[unity_name], self.vector_actions)
+        rl_input.side_channel = self._new_samplers()
         return rl_input
 
     async def _behavior_steps(self, output: unity_pb.UnityOutputProto) -> list[_BehaviorStep]:
@@ -355,6 +361,17 @@ class UnityGateway(unity_grpc.UnityToExternalProtoServicer):
         self.finished.add(unity_name)
         if set(self.links) <= self.finished | {unity_name}:
             self.end_run("training of every behavior finished")
+
+    def _new_samplers(self) -> bytes:
+        """The EnvironmentParametersChannel messages of samplers the processor sent since Unity last got them."""
+        samplers: dict[str, Sampler] = {}
+        for link in self.links.values():
+            if link.session is not None:
+                samplers.update(link.session.environment_parameters.samplers)
+        if samplers == self._sent_samplers:
+            return b""
+        self._sent_samplers = samplers
+        return sampler_messages(samplers)
 
     async def _drop(self, name: str) -> None:
         link = self.links.pop(name, None)
