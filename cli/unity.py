@@ -18,7 +18,7 @@ from typing import Any
 from cli.flags import add_client_security_flags, add_metrics_flags, client_security_from_args
 from cli.signals import StopSignals, set_soon
 from common.config import read_yaml
-from common.errors import ConfigError, NotSupportedYetError
+from common.errors import ConfigError
 from common.metrics import serve_metrics
 from envclient.unity.fleet import (
     DEFAULT_MAX_LIFETIME_RESTARTS,
@@ -77,11 +77,10 @@ def _environment_parameters(section: Any) -> dict[str, float]:
     for key, value in section.items():
         if isinstance(value, Mapping) and set(value) == {"value"}:
             value = value["value"]
+        if isinstance(value, Mapping) and ("curriculum" in value or "sampler_type" in value):
+            continue  # the processor serves samplers and curricula; the gateway hands them on (its _new_samplers)
         if isinstance(value, Mapping):
-            kind = "a curriculum" if "curriculum" in value else "a sampler" if "sampler_type" in value else "a mapping"
-            raise NotSupportedYetError(
-                f"environment_parameters.{key}: {kind} is not supported yet; only constant numbers are sent to Unity"
-            )
+            raise ConfigError(f"environment_parameters.{key}: expected a number, a sampler or a curriculum, got {value!r}")
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(f"environment_parameters.{key}: expected a number, got {type(value).__name__} {value!r}")
         out[str(key)] = float(value)
@@ -93,7 +92,6 @@ def unity_settings_from_yaml(path: str | Path | None, seed: int = -1, num_areas:
 
     Raises:
         ConfigError: an unreadable file, an unknown key, a wrong type or value (the dotted path named).
-        NotSupportedYetError: a sampler or curriculum environment parameter.
     """
     mapping: Any = {}
     if path is not None:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from cli.unity import _ENGINE_TYPES, unity_settings_from_yaml
-from common.errors import ConfigError, NotSupportedYetError, ProtocolError
+from common.errors import ConfigError, ProtocolError
 from envclient.unity import side_channels as sc
 
 MLAGENTS_RESET_HEX = (
@@ -71,14 +71,21 @@ def test_yaml_settings(tmp_path: Path) -> None:
     assert unity_settings_from_yaml(None) == sc.UnitySettings()
 
 
+def test_samplers_and_curricula_are_left_to_the_processor(tmp_path: Path) -> None:
+    """The gateway sends constants at reset; samplers and curricula come from the processor, over the Step stream."""
+    path = tmp_path / "run.yaml"
+    sampler = "{sampler_type: uniform, sampler_parameters: {min_value: 1}}"
+    path.write_text(f"environment_parameters: {{g: 9.5, s: {sampler}, c: {{curriculum: []}}}}\n")
+    assert dict(unity_settings_from_yaml(path).environment_parameters) == {"g": 9.5}
+
+
 @pytest.mark.parametrize(
     ("text", "error", "match"),
     [
         ("engine_settings: {time_scal: 2}", ConfigError, "engine_settings.time_scal: unknown key"),
         ("engine_settings: {width: wide}", ConfigError, "engine_settings.width: expected int"),
         ("engine_settings: {time_scale: 0}", ConfigError, "engine_settings.time_scale: 0"),
-        ("environment_parameters: {g: {sampler_type: uniform}}", NotSupportedYetError, "environment_parameters.g: a sampler"),
-        ("environment_parameters: {g: {curriculum: []}}", NotSupportedYetError, "environment_parameters.g: a curriculum"),
+        ("environment_parameters: {g: {min: 1}}", ConfigError, "environment_parameters.g: expected a number, a sampler"),
         ("environment_parameters: {g: high}", ConfigError, "environment_parameters.g: expected a number"),
     ],
 )
