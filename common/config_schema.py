@@ -413,7 +413,6 @@ EXTRA_KEYS: dict[type, dict[str, ExtraKey]] = {
 
 NOT_SUPPORTED_VALUES: dict[type[Enum], dict[str, str]] = {
     TrainerType: {"poca": "the MA-POCA trainer"},
-    RewardSignalType: {"rnd": "the RND reward signal"},
 }
 """Valid ML-Agents values of an enum field that are not supported yet, with what they would need."""
 VALUE_HINTS: dict[str, str] = {"offline_bc": "bc"}

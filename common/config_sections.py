@@ -63,11 +63,12 @@ class TrainerType(str, Enum):
 
 
 class RewardSignalType(str, Enum):
-    """Reward signal names under ``reward_signals`` (``rnd`` is not supported yet)."""
+    """Reward signal names under ``reward_signals``."""
 
     EXTRINSIC = "extrinsic"
     GAIL = "gail"
     CURIOSITY = "curiosity"
+    RND = "rnd"
 
 
 # --- hyperparameters ------------------------------------------------------------------------
@@ -387,10 +388,27 @@ class CuriositySettings(RewardSignalSettings):
             at_least(self.encoding_size, 1, "encoding_size")
 
 
+@dataclass(frozen=True, kw_only=True)
+class RNDSettings(RewardSignalSettings):
+    """``reward_signals.rnd``: Random Network Distillation (Burda et al. 2018, arXiv:1810.12894)."""
+
+    learning_rate: float = 1.0e-4
+    """Adam step size of the predictor network; > 0."""
+    encoding_size: int | None = None
+    """Deprecated by ML-Agents; sets network_settings.hidden_units when network_settings is absent."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        positive(self.learning_rate, "learning_rate")
+        if self.encoding_size is not None:
+            at_least(self.encoding_size, 1, "encoding_size")
+
+
 REWARD_SIGNAL_SETTINGS_FOR: dict[RewardSignalType, type[RewardSignalSettings]] = {
     RewardSignalType.EXTRINSIC: RewardSignalSettings,
     RewardSignalType.GAIL: GAILSettings,
     RewardSignalType.CURIOSITY: CuriositySettings,
+    RewardSignalType.RND: RNDSettings,
 }
 """The settings class of each reward signal."""
 

@@ -1,4 +1,4 @@
-"""Reward signals (``reward_signals`` in the trainer YAML): extrinsic, GAIL and curiosity; see README.md here."""
+"""Reward signals (``reward_signals`` in the trainer YAML): extrinsic, GAIL, curiosity and RND; see README.md here."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from common.config import (
     NotSupportedKeyError,
     RewardSignalSettings,
     RewardSignalType,
+    RNDSettings,
 )
 from common.specs import BrainParameters
 from trainer.reward_signals.base import (
@@ -23,11 +24,13 @@ from trainer.reward_signals.base import (
 )
 from trainer.reward_signals.curiosity import CuriositySignal
 from trainer.reward_signals.gail import GAILSignal
+from trainer.reward_signals.rnd import RNDSignal
 
 __all__ = [
     "CuriositySignal",
     "ExtrinsicSignal",
     "GAILSignal",
+    "RNDSignal",
     "RewardSignal",
     "SignalBatch",
     "add_signal_rewards",
@@ -53,6 +56,8 @@ def make_reward_signals(
             signals.append(GAILSignal(entry, brain_parameters, seed))
         elif kind is RewardSignalType.CURIOSITY and isinstance(entry, CuriositySettings):
             signals.append(CuriositySignal(entry, brain_parameters, seed))
+        elif kind is RewardSignalType.RND and isinstance(entry, RNDSettings):
+            signals.append(RNDSignal(entry, brain_parameters, seed))
         elif kind is RewardSignalType.EXTRINSIC:
             signals.append(ExtrinsicSignal(entry))
         else:
