@@ -155,6 +155,16 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
         metavar="N",
         help="override every behavior's max_steps (agent steps), e.g. a short smoke run",
     )
+    parser.add_argument(
+        "--deterministic",
+        action="store_true",
+        help="every behavior acts with its distribution's mode (mean / arg-max): network_settings.deterministic",
+    )
+    parser.add_argument(
+        "--initialize-from",
+        metavar="RUN_ID",
+        help="start every behavior from run RUN_ID's newest checkpoint (in --results-dir), at step 0: init_path",
+    )
     parser.add_argument("--no-progress", action="store_true", help="no live progress bar (log lines only)")
     parser.add_argument(
         "--serve",

@@ -65,6 +65,7 @@ from cli.run_config import (
     vector_env_settings,
     with_max_steps,
 )
+from cli.run_overrides import check_init_paths, with_deterministic, with_initialize_from
 from cli.signals import StopSignals, set_soon
 from cli.unity_train import UnityLaunch, UnitySource, unity_keys, unity_launch, without_env_path
 from common.clock import process_start_time
@@ -108,6 +109,10 @@ class TrainOptions:
     """``--env``, ``--num-envs`` and ``--seed`` over the config's ``env_settings``."""
     max_steps: int | None = None
     """``--max-steps``: every behavior's max_steps (agent steps); None keeps the config's."""
+    deterministic: bool = False
+    """``--deterministic``: every behavior acts with its distribution's mode (``cli.run_overrides``)."""
+    initialize_from: str | None = None
+    """``--initialize-from RUN_ID``: every behavior without an ``init_path`` starts from that run (``cli.run_overrides``)."""
     progress: bool = True
     metrics: MetricsEndpoint = field(default_factory=MetricsEndpoint)
     """The run's one Prometheus endpoint (processor and trainers); no port serves none, 0 picks one."""
@@ -129,6 +134,7 @@ def run_train(options: TrainOptions) -> int:
     check_inputs(options.config, run_options, trained)
     if unity is None and not options.inference:  # --inference: the saved policy is checked against the env instead
         check_env_override(options.config, options.env_flags, run_options)
+    check_init_paths(options.config, run_options, trained, resume=options.resume or options.inference)
     check_port_free(options.metrics.host, options.metrics.port, "--metrics-port")
     if options.serve is not None:
         check_port_free(*options.serve, "--serve")
@@ -181,6 +187,8 @@ def _run_options(options: TrainOptions) -> tuple[RunOptions, UnityLaunch | None]
     else:
         run_options = load_run_options(options.config, flags)
     run_options = with_max_steps(run_options, options.max_steps)
+    run_options = with_deterministic(run_options, options.deterministic)
+    run_options = with_initialize_from(run_options, options.results_dir, options.initialize_from)
     if options.serve is not None or unity is not None or run_options.env_settings.env_paths:
         return run_options, unity
     online = [n for n in run_options.behaviors if n not in offline_behaviors(run_options)]
@@ -697,6 +705,8 @@ def options_from_args(args: Any) -> TrainOptions:
         inference=args.inference,
         env_flags=EnvFlags(args.env, args.num_envs, args.seed),
         max_steps=args.max_steps,
+        deterministic=args.deterministic,
+        initialize_from=args.initialize_from,
         # JSON logs are one object per line: no live bar among them.
         progress=not args.no_progress and getattr(args, "log_format", "text") != "json",
         metrics=metrics_from_args(args),

@@ -84,6 +84,10 @@ class BehaviorSettings:
     max_policy_lag: int | None = None
     """Drop (and count) trajectories whose oldest acting policy version is more than this many versions
     behind the newest (policy versions); >= 0; None: the per-algorithm default, see effective_max_policy_lag."""
+    init_path: str | None = None
+    """Start this behavior's networks (and optimisers) from the newest checkpoint of another run's behavior folder,
+    ``<results-dir>/<run-id>/<behavior>`` (or its ``checkpoints`` folder), at step 0; None: fresh weights. ``--resume``
+    takes precedence; ``--initialize-from RUN_ID`` sets it for every behavior that has none (ML-Agents' key)."""
     max_queued_trajectories: int | None = None
     """The trainer's trajectory queue in the processor holds at most this many (trajectories, queued +
     unacknowledged); >= 1; None: the size derived from the trainer's settings, see trajectory_queue_size."""
@@ -398,7 +402,6 @@ EXTRA_KEYS: dict[type, dict[str, ExtraKey]] = {
         "threaded": ExtraKey(),
         "even_checkpoints": ExtraKey(),
         "framework": ExtraKey(),
-        "init_path": ExtraKey(only=None, why="initialising from another run's checkpoint"),
         # ML-Agents releases 2-10 (TrainerSettings.output_path): where a behavior's results went; stepstream
         # writes them to <results-dir>/<run-id>/<behavior>.
         "output_path": ExtraKey(),

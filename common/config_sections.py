@@ -320,15 +320,14 @@ class NetworkSettings:
     memory: MemorySettings | None = None
     """Recurrent memory; must be None until memory arrives."""
     deterministic: bool = False
-    """Act with the distribution's mode instead of sampling; must be False for now."""
+    """Act with the distribution's mode (the Gaussian's mean, each branch's arg-max) instead of sampling, in training
+    runs and with ``--inference`` (ML-Agents' key; ``--deterministic`` sets it for every behavior)."""
 
     def __post_init__(self) -> None:
         at_least(self.hidden_units, 1, "hidden_units")
         at_least(self.num_layers, 1, "num_layers")
         if self.memory is not None:
             raise NotSupportedKeyError("memory", "not supported yet (recurrent networks arrive in the next wave)")
-        if self.deterministic:
-            raise NotSupportedKeyError("deterministic", "true is not supported yet")
 
 
 @dataclass(frozen=True, kw_only=True)

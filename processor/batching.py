@@ -98,6 +98,7 @@ class InferenceBatcher:
         deadline_ms: float = 2.0,
         first_policy_timeout_s: float = 60.0,
         rng: np.random.Generator | None = None,
+        deterministic: bool = False,
     ) -> None:
         """Creates a batcher with no policy yet.
 
@@ -107,6 +108,8 @@ class InferenceBatcher:
             deadline_ms: the longest a request waits for others to join its pass (>= 0).
             first_policy_timeout_s: how long ``act`` waits for the first policy before failing.
             rng: the generator actions are sampled with (a fresh unseeded one by default).
+            deterministic: act with the mode (the Gaussian's mean, each branch's arg-max) instead of sampling
+                (``network_settings.deterministic``).
         """
         if max_batch_rows < 1:
             raise ValueError(f"max_batch_rows must be >= 1, got {max_batch_rows}")
@@ -118,6 +121,7 @@ class InferenceBatcher:
         self.first_policy_timeout_s = first_policy_timeout_s
         self.counters = BatcherCounters()
         self._rng = rng if rng is not None else np.random.default_rng()
+        self.deterministic = deterministic
         self._policy: Policy | None = None
         self._policy_ready = asyncio.Event()
         self._policy_waiters = 0
@@ -211,7 +215,7 @@ class InferenceBatcher:
         rows = policy.check_request(observations, action_mask)
         if rows == 0:
             self.counters.requests += 1
-            return policy.act(observations, action_mask, self._rng, check=False, noise=noise)
+            return policy.act(observations, action_mask, self._rng, check=False, noise=noise, deterministic=self.deterministic)
         if self._pending and self._pending_rows + rows > self.max_batch_rows:
             self._flush()
         future: asyncio.Future[ActionOutput] = asyncio.get_running_loop().create_future()
@@ -236,7 +240,9 @@ class InferenceBatcher:
         assert policy is not None  # requests are only queued once a policy exists
         started = time.perf_counter()
         try:
-            output = policy.act(*self._concatenate(batch), self._rng, check=False, noise=self._noise(batch))
+            output = policy.act(
+                *self._concatenate(batch), self._rng, check=False, noise=self._noise(batch), deterministic=self.deterministic
+            )
         except Exception as err:  # the pass failed: every request in it gets the error
             self.counters.forward_passes += 1
             self.counters.failed_passes += 1

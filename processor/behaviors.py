@@ -58,6 +58,8 @@ class BehaviorRuntime:
     sde_latent_size: int = 0
     """gSDE (PPO's ``use_sde``): the rows L of each agent's held exploration matrix [L, C], the policy's latent
     width; 0: the noise is a Gaussian's own (``processor.exploration``)."""
+    deterministic: bool = False
+    """Act with the distribution's mode, not a sample (``network_settings.deterministic``, ``--deterministic``)."""
 
     @classmethod
     def from_settings(cls, settings: BehaviorSettings) -> BehaviorRuntime:
@@ -68,6 +70,7 @@ class BehaviorRuntime:
             settings.trajectory_queue_size,
             settings.noise_hold_steps,
             settings.sde_latent_size,
+            settings.network_settings.deterministic,
         )
 
 
@@ -170,6 +173,7 @@ class Behavior:
             deadline_ms=settings.batch_deadline_ms,
             first_policy_timeout_s=settings.first_policy_timeout_s,
             rng=np.random.default_rng(settings.seed),
+            deterministic=runtime.deterministic,
         )
         # Held exploration noise gets one generator per session, spawned from the run's seed: reproducible, and no
         # two sessions draw the same sequence.

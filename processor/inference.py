@@ -381,8 +381,9 @@ class Policy:
         *,
         check: bool = True,
         noise: np.ndarray | None = None,
+        deterministic: bool = False,
     ) -> ActionOutput:
-        """Samples actions for N rows.
+        """Samples actions for N rows (or, ``deterministic``, takes the distribution's mode).
 
         Args:
             observations: one array ``[N, *shape_i]`` per observation.
@@ -393,6 +394,9 @@ class Policy:
             noise: float32 [N, C], the standard-normal ``eps`` of the continuous actions (held per agent,
                 ``processor.exploration``), or [N, L, C], gSDE's held standard-normal exploration matrices (the
                 artifact must have ``SDE_NOISE_SCALE`` of that L), or None to draw ``eps`` from ``rng``.
+            deterministic: act with the Gaussian's mean and each branch's arg-max over the allowed options
+                (ML-Agents' ``deterministic``); ``noise`` and ``rng`` are unused, and the log-probs are those of
+                the actions taken.
 
         Returns:
             The actions and log-probs (see ``ActionOutput`` for shapes), with this version.
@@ -409,13 +413,15 @@ class Policy:
             )
         outputs = self.forward(observations)
         if c:
-            if noise is not None and noise.ndim == 3:
+            if deterministic:
+                noise = np.zeros_like(outputs[MEAN])  # eps = 0: u is the mean
+            elif noise is not None and noise.ndim == 3:
                 noise = self._sde_eps(outputs, noise)
             env_actions, actions, log_probs = self._sample_continuous(outputs[MEAN], outputs[LOG_STD], rng, noise)
         else:
             env_actions = actions = log_probs = np.zeros((n, 0), np.float32)
         if b:
-            discrete, discrete_log_probs = self._sample_discrete(outputs[LOGITS], action_mask, rng)
+            discrete, discrete_log_probs = self._sample_discrete(outputs[LOGITS], action_mask, rng, greedy=deterministic)
         else:
             discrete, discrete_log_probs = np.zeros((n, 0), np.int32), np.zeros((n, 0), np.float32)
         return ActionOutput(env_actions, actions, log_probs, discrete, discrete_log_probs, self.version)
@@ -463,15 +469,19 @@ class Policy:
         return np.minimum(np.maximum(u, -self.clip), self.clip) / self.clip
 
     def _sample_discrete(
-        self, logits: np.ndarray, action_mask: np.ndarray | None, rng: np.random.Generator
+        self, logits: np.ndarray, action_mask: np.ndarray | None, rng: np.random.Generator, greedy: bool = False
     ) -> tuple[np.ndarray, np.ndarray]:
-        """(actions int32 [N, B], log-probs float32 [N, B]) by Gumbel-max, all branches at once."""
+        """(actions int32 [N, B], log-probs float32 [N, B]) by Gumbel-max, all branches at once; ``greedy``: the
+        arg-max of the allowed logits (no noise)."""
         n, m = logits.shape
-        # Gumbel noise -log(-log U) from float32 uniforms, U floored above 0 so the noise stays
-        # finite: it truncates the Gumbel tails at about -2.9 and +16.6 (probability ~1e-7 in all).
-        uniform = rng.random((n, m), dtype=np.float32)
-        np.maximum(uniform, _MIN_UNIFORM, out=uniform)
-        gumbel = -np.log(-np.log(uniform))
+        if greedy:
+            gumbel = np.zeros((n, m), np.float32)
+        else:
+            # Gumbel noise -log(-log U) from float32 uniforms, U floored above 0 so the noise stays
+            # finite: it truncates the Gumbel tails at about -2.9 and +16.6 (probability ~1e-7 in all).
+            uniform = rng.random((n, m), dtype=np.float32)
+            np.maximum(uniform, _MIN_UNIFORM, out=uniform)
+            gumbel = -np.log(-np.log(uniform))
         # scores [N, M + 1]: masked options and the last (padding) column stay -inf, so they never win.
         scores = np.full((n, m + 1), -np.inf, np.float32)
         if action_mask is None:

@@ -209,8 +209,9 @@ class Checkpointer:
             return f"its TensorFlow data cannot be read ({type(err).__name__}: {reason})"
         return None
 
-    def restore_latest(self) -> tuple[int, int] | None:
-        """Restore the newest complete checkpoint into the learner (and its extra state); module docstring.
+    def restore_latest(self, *, extra: bool = True) -> tuple[int, int] | None:
+        """Restore the newest complete checkpoint into the learner (and, with ``extra``, its extra state); module
+        docstring.
 
         Returns:
             ``(step, version)`` it was taken at, or None when the directory holds no checkpoint.
@@ -228,24 +229,28 @@ class Checkpointer:
                 self._skipped.add(step)
                 skipped.append(f"{self._prefix(step).name}: {reason}")
                 continue
-            return self._restore(step)
+            return self._restore(step, extra)
         if skipped:
             raise ConfigError(f"{self.directory}: no complete checkpoint to restore ({'; '.join(skipped)})")
         return None
 
-    def _restore(self, step: int) -> tuple[int, int]:
+    def _restore(self, step: int, extra: bool = True) -> tuple[int, int]:
         path = str(self._prefix(step))
         status = self._checkpoint.read(path)  # write's counterpart: no save_counter
         # Every object that exists now must be in the checkpoint; optimizer slots created later
         # are restored when they are created (deferred restoration).
         status.assert_existing_objects_matched()
         step, version = int(self._step.numpy()), int(self._version.numpy())
+        if extra:
+            self._restore_extra(path, step)
+        logger.info("restored %s (step %d, policy version %d)", path, step, version)
+        return step, version
+
+    def _restore_extra(self, path: str, step: int) -> None:
         extra = self._extra_dir(step)
         if not extra.is_dir() and any(any(folder.iterdir()) for folder in self.directory.glob("extra-*") if folder.is_dir()):
             logger.warning("%s: its extra state (replay buffer) was kept for a newer checkpoint only; not restored", path)
         self._learner.load_extra(extra if extra.is_dir() else self.directory)
-        logger.info("restored %s (step %d, policy version %d)", path, step, version)
-        return step, version
 
     def checkpoints(self) -> list[CheckpointInfo]:
         """The committed checkpoints, oldest first (from their JSON records)."""

@@ -61,7 +61,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from common.config import BehaviorSettings
 from common.environment_parameters import LESSONS_STATUS_KEY, lesson_of_stat
-from common.errors import PolicyVersionError, TopicClosedError
+from common.errors import ConfigError, PolicyVersionError, TopicClosedError
 from common.staleness import is_stale
 from common.topics import MAX_POLICY_VERSION, Deduplicator, Delivery, PolicySink, TrajectorySubscription
 from common.trajectory import Trajectory
@@ -361,6 +361,8 @@ class TrainerLoop:
                     self.behavior_name,
                     self.checkpointer.directory,
                 )
+        if self.result.resumed_from is None and self.settings.init_path is not None:
+            initialize_from(self.learner, Path(self.settings.init_path), self.settings.keep_checkpoints)
         steps = self.result.steps
         self._period = PeriodStats(steps)
         self._next_summary = next_multiple(steps, self.settings.summary_freq)
@@ -543,6 +545,33 @@ class TrainerLoop:
                 ],
             }
         )
+
+
+def init_checkpoints(init_path: Path) -> Path:
+    """The checkpoint folder ``init_path`` names: a behavior's results folder (its ``checkpoints`` inside) or the
+    checkpoint folder itself."""
+    inside = init_path / CHECKPOINTS_DIR
+    return inside if inside.is_dir() else init_path
+
+
+def initialize_from(learner: Learner, init_path: Path, keep_checkpoints: int) -> None:
+    """Load the newest complete checkpoint under ``init_path`` into ``learner``: its networks and optimisers, not its
+    step, version or replay buffer (``init_path``, ML-Agents' ``--initialize-from``).
+
+    Raises:
+        ConfigError: no checkpoint there, or none complete (naming the folder).
+        AssertionError: (from TF) the checkpoint's networks differ from this behavior's (other sizes).
+    """
+    directory = init_checkpoints(init_path)
+    if not directory.is_dir():
+        raise ConfigError(f"init_path: {init_path} is not a folder (give <results-dir>/<run-id>/<behavior>)")
+    restored = Checkpointer(directory, learner, keep_checkpoints).restore_latest(extra=False)
+    if restored is None:
+        raise ConfigError(f"init_path: {directory} holds no checkpoint to initialize from")
+    set_step = getattr(learner, "set_step", None)
+    if callable(set_step):
+        set_step(0)  # the schedules start over, as ML-Agents resets the global step of an initialized model
+    logger.info("initialized from %s (its step %d); training starts at step 0", directory, restored[0])
 
 
 def next_multiple(step: int, interval: int) -> int:

@@ -564,18 +564,14 @@ def test_ignored_keys_are_accepted_and_named_in_one_log_line(caplog: pytest.LogC
     ("config", "key"),
     [
         ({"behaviors": {"A": {"network_settings": {"memory": {"memory_size": 64}}}}}, "behaviors.A.network_settings.memory"),
-        ({"behaviors": {"A": {"network_settings": {"deterministic": True}}}}, "behaviors.A.network_settings.deterministic"),
         ({"behaviors": {"A": {"self_play": {"window": 10}}}}, "behaviors.A.self_play"),
-        ({"behaviors": {"A": {"init_path": "results/old"}}}, "behaviors.A.init_path"),
         ({"behaviors": {"A": {"trainer_type": "poca"}}}, "behaviors.A.trainer_type"),
         ({"env_settings": {"env_path": "Builds/3DBall.x86_64"}}, "env_settings.env_path"),
         ({"default_settings": {"network_settings": {"memory": {}}}}, "default_settings.network_settings.memory"),
     ],
     ids=[
         "memory",
-        "deterministic",
         "self_play",
-        "init_path",
         "poca",
         "unity-build",
         "in-default",
