@@ -140,3 +140,12 @@ def test_inference_pixels_times_a_visual_policy_pass() -> None:
     for n in ("n1", "n2"):
         assert set(result[n]) == {"forward_ms", "forward_1thread_ms", "threads", "per_row_us", "act_ms", "tf_function_ms"}
         assert result[n]["threads"] == 1  # one or two 84x84x3 frames stay below the wide-batch interpreter's size
+
+
+def test_mlagents_examples_parses_every_config_and_starts_one() -> None:
+    if not (REPO.parent / "shared" / "data" / "mlagents-configs").is_dir():
+        pytest.skip("ML-Agents' example configs are not beside this checkout")
+    parsed = last_json_line("mlagents_examples.py", "--parse-only")
+    assert parsed["configs"] == 39 and parsed["parse"] + len(parsed["refused"]) == 39
+    started = last_json_line("mlagents_examples.py", "--only", "ppo/PyramidsRND", "--steps", "300")
+    assert (started["parse"], started["start"], started["failed"]) == (1, 1, {})
