@@ -117,7 +117,15 @@ def parameter_service(
     """
     if not run_options.environment_parameters:
         return None
+    named = {
+        lesson.completion_criteria.behavior
+        for parameter in run_options.environment_parameters.values()
+        for lesson in parameter.lessons
+        if lesson.completion_criteria is not None
+    }
     max_steps = {name: settings.max_steps for name, settings in run_options.behaviors.items()}
+    if run_options.default_settings is not None:  # a criteria's behavior outside the config trains with these
+        max_steps.update({name: run_options.default_settings.max_steps for name in named - set(max_steps)})
     lessons = lessons_from_status(status_path) if status_path is not None else None
     return EnvironmentParameterService(run_options.environment_parameters, run_seed, max_steps, lessons)
 

@@ -86,3 +86,19 @@ async def test_an_older_client_gets_one_answer_per_request_and_no_parameters(sta
             assert (await call.read()).WhichOneof("payload") == "action_info", k
         await call.done_writing()
     assert harness.server.servicer.environment_parameters.curriculum.lesson_numbers() == {"gravity": 1}
+
+
+def test_the_service_of_a_config_takes_each_criteria_behaviors_max_steps() -> None:
+    from common.config import parse_config
+    from processor.environment_parameters import parameter_service
+
+    criteria = {"behavior": "Other", "measure": "progress", "threshold": 0.5}
+    lessons = [{"name": "a", "value": 1.0, "completion_criteria": criteria}, {"name": "b", "value": 2.0}]
+    config = {
+        "behaviors": {"Mine": {"max_steps": 100}},
+        "default_settings": {"max_steps": 40},
+        "environment_parameters": {"p": {"curriculum": lessons}},
+    }
+    service = parameter_service(parse_config(config), 0)
+    assert service is not None and service.max_steps == {"Mine": 100, "Other": 40}
+    assert parameter_service(parse_config({"behaviors": {"Mine": {}}}), 0) is None
