@@ -6,6 +6,7 @@ smoothed measure ``m = 0.25 * m_previous + 0.75 * mean(last rewards)``, starting
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from pathlib import Path
 from typing import Any
@@ -331,3 +332,66 @@ def test_resume_starts_at_the_lesson_given_clamped_to_the_last() -> None:
     assert Curriculum(_two_lessons(criteria), run_seed=0, lessons={"p": 1}).lesson_numbers() == {"p": 1}
     assert Curriculum(_two_lessons(criteria), run_seed=0, lessons={"p": 7}).lesson_numbers() == {"p": 1}
     assert Curriculum(_two_lessons(criteria), run_seed=0, lessons={"gone": 3}).lesson_numbers() == {"p": 0}
+
+
+# --- on the wire and into Gymnasium envs ------------------------------------------------------
+
+
+def test_samplers_round_trip_through_the_step_response_message() -> None:
+    from common.environment_parameters import from_proto, to_proto
+
+    samplers = {
+        "c": ConstantSampler(value=2.5, seed=3),
+        "u": UniformSampler(min_value=0.1, max_value=0.7, seed=4),
+        "g": GaussianSampler(mean=-1.0, st_dev=0.3, seed=5),
+        "m": MultiRangeUniformSampler(intervals=((0.0, 1.0), (2.5, 3.5)), seed=6),
+    }
+    assert from_proto(to_proto(samplers, {"c": 1}, reset=True)) == (samplers, {"c": 1}, True)
+
+
+def test_a_sampler_that_does_not_fit_its_type_is_a_protocol_error() -> None:
+    from common.environment_parameters import from_proto
+    from common.errors import ProtocolError
+    from protos import pb
+
+    msg = pb.EnvironmentParameters()
+    msg.samplers["u"].type = pb.EnvironmentSampler.UNIFORM
+    msg.samplers["u"].values.extend([3.0])
+    with pytest.raises(ProtocolError, match=r"samplers\['u'\]: 1 values do not fit"):
+        from_proto(msg)
+    msg.samplers["u"].values.extend([1.0])  # min 3 > max 1
+    with pytest.raises(ProtocolError, match="greater than max_value"):
+        from_proto(msg)
+
+
+def test_the_gymnasium_wrapper_draws_at_every_reset_and_merges_the_options() -> None:
+    from common.environment_parameters import ReceivedParameters, to_proto
+    from envclient.environment_parameters import EnvironmentParametersWrapper
+    from tests.python_envs import Parameterized
+
+    received = ReceivedParameters()
+    env = EnvironmentParametersWrapper(Parameterized(), lambda: received, env_index=0)
+    Parameterized.RESETS.clear()
+    env.reset(options={"other": 1})
+    assert Parameterized.RESETS[-1] == {"other": 1}  # nothing received yet: the caller's options only
+    received.take(to_proto({"difficulty": UniformSampler(min_value=1.0, max_value=2.0, seed=7)}, {}))
+    values = [env.reset()[0][0] for _ in range(3)]
+    assert all(1.0 <= v < 2.0 for v in values) and len(set(values)) == 3
+    draws = ParameterDraws(0)
+    draws.set_samplers(received.samplers)
+    assert values == pytest.approx([draws.draw()["difficulty"] for _ in range(3)])  # seeded by (seed, env index)
+
+
+def test_the_service_flags_a_reset_only_to_sessions_that_had_an_older_version() -> None:
+    from processor.environment_parameters import EnvironmentParameterService
+
+    criteria = CompletionCriteria(behavior="B", threshold=0.0, min_lesson_length=1, signal_smoothing=False, require_reset=True)
+    service = EnvironmentParameterService(_two_lessons(criteria), 0, {"B": 10})
+    assert service.version == 0 and not service.message(-1).reset
+    from tests.unit.test_reward_signals import trajectory
+
+    ended = dataclasses.replace(trajectory(False, 4, 0), episode_reward=1.0, episode_length=4)
+    assert service.observe("B", [ended], trainer_step=1)
+    assert service.version == 1
+    assert service.message(0).reset and not service.message(-1).reset and not service.message(1).reset
+    assert dict(service.message(0).lessons) == {"p": 1}
