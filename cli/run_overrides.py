@@ -46,13 +46,16 @@ def with_initialize_from(run_options: RunOptions, results_dir: Path, run_id: str
     return dataclasses.replace(run_options, behaviors=behaviors)
 
 
-def check_init_paths(config: Path, run_options: RunOptions, behaviors: Iterable[str], *, resume: bool = False) -> None:
-    """Refuse an ``init_path`` of a trained behavior that holds no checkpoint folder (``--resume`` ignores them).
+def check_init_paths(
+    config: Path, run_options: RunOptions, behaviors: Iterable[str], *, resume: bool = False, inference: bool = False
+) -> None:
+    """Refuse an ``init_path`` of a trained behavior that holds no checkpoint folder (``--resume`` and ``--inference``
+    ignore them: the run's own checkpoints are loaded).
 
     Raises:
         ConfigError: naming the file, the dotted key and the folder.
     """
-    if resume:
+    if resume or inference:
         return
     for name in behaviors:
         init_path = run_options.settings_for(name).init_path

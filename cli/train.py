@@ -134,7 +134,7 @@ def run_train(options: TrainOptions) -> int:
     check_inputs(options.config, run_options, trained)
     if unity is None and not options.inference:  # --inference: the saved policy is checked against the env instead
         check_env_override(options.config, options.env_flags, run_options)
-    check_init_paths(options.config, run_options, trained, resume=options.resume or options.inference)
+    check_init_paths(options.config, run_options, trained, resume=options.resume, inference=options.inference)
     check_port_free(options.metrics.host, options.metrics.port, "--metrics-port")
     if options.serve is not None:
         check_port_free(*options.serve, "--serve")
