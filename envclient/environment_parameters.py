@@ -8,7 +8,7 @@ sampler's seed and the copy's index) and passes them as ``options``, a flat mapp
 to float, merged over any options the caller gave. An env reads what it knows
 (``options.get("wall_height", 1.0)``) and ignores the rest; Gymnasium's classic-control envs already
 read ``low`` and ``high`` this way. A lesson change takes effect at each copy's next reset, so within
-one episode.
+one episode; one with ``require_reset`` makes ``envclient.runner.run_env`` end every episode and reset every copy.
 """
 
 from __future__ import annotations

@@ -223,10 +223,17 @@ async def run_env(
             tracker.record(rewards, done, max_reached)
             stats.policy_versions.append(int(result.policy_version))
             _trim(stats.policy_versions)
+            if received is not None and received.reset_pending and done.all():  # the interrupted episodes were sent
+                received.reset_pending = False
+                obs, rewards, done, max_reached = env.reset(), np.zeros(n, np.float32), np.zeros(n, bool), np.zeros(n, bool)
+                continue
             obs, rewards, terminated, truncated = env.step(result.continuous_actions, result.discrete_actions)
             rewards = np.asarray(rewards, np.float32)
             done = np.asarray(terminated, bool) | np.asarray(truncated, bool)
             max_reached = np.asarray(truncated, bool) & ~np.asarray(terminated, bool)
+            if received is not None and received.reset_pending:  # a require_reset lesson began: every episode ends now
+                max_reached |= ~done  # interrupted, as by a time limit; then every copy is reset
+                done[:] = True
     finally:
         stats.wall_seconds = time.monotonic() - started
         logger.debug(

@@ -395,3 +395,36 @@ def test_the_service_flags_a_reset_only_to_sessions_that_had_an_older_version() 
     assert service.version == 1
     assert service.message(0).reset and not service.message(-1).reset and not service.message(1).reset
     assert dict(service.message(0).lessons) == {"p": 1}
+
+
+async def test_require_reset_ends_every_episode_then_resets_every_copy() -> None:
+    """``run_env``: the step after a ``require_reset`` lesson began sends every agent done (max_reached where it was
+    mid-episode), then every copy is reset, drawing the new lesson's value."""
+    from common.environment_parameters import ReceivedParameters, to_proto
+    from envclient.gym_adapter import GymVectorEnv
+    from envclient.runner import run_env
+    from envclient.session import ActionResult
+    from tests.python_envs import Parameterized, parameterized
+
+    class Session:
+        def __init__(self) -> None:
+            self.environment_parameters = ReceivedParameters()
+            self.environment_parameters.take(to_proto({"difficulty": ConstantSampler(value=1.0)}, {}))
+            self.sent: list[tuple[list[bool], list[bool], list[float]]] = []
+
+        async def step(self, name: str, ids: Any, obs: Any, rewards: Any, done: Any, max_reached: Any) -> ActionResult:
+            self.sent.append((done.tolist(), max_reached.tolist(), obs[0][:, 0].tolist()))
+            if len(self.sent) == 2:  # the answer to the second step comes with a require_reset lesson
+                self.environment_parameters.take(to_proto({"difficulty": ConstantSampler(value=2.0)}, {}, reset=True))
+            n = len(ids)
+            return ActionResult(np.zeros((n, 0), np.float32), np.zeros((n, 1), np.int32), 1)
+
+    session = Session()
+    Parameterized.RESETS.clear()
+    with GymVectorEnv("python:tests.python_envs:parameterized", 2, seed=0, env_fn=parameterized) as env:
+        await run_env(session, env, "parameterized", max_env_steps=5)  # type: ignore[arg-type]
+    flags = [(done, max_reached) for done, max_reached, _ in session.sent]
+    assert flags[2] == ([True, True], [True, True])  # the third step ends both episodes, interrupted
+    assert flags[3] == ([False, False], [False, False])  # ... then both copies start again
+    assert [obs for _, _, obs in session.sent] == [[1.0, 1.0], [1.0, 1.0], [1.0, 1.0], [2.0, 2.0], [2.0, 2.0]]
+    assert not session.environment_parameters.reset_pending
