@@ -564,7 +564,6 @@ def test_ignored_keys_are_accepted_and_named_in_one_log_line(caplog: pytest.LogC
     [
         ({"behaviors": {"A": {"network_settings": {"memory": {"memory_size": 64}}}}}, "behaviors.A.network_settings.memory"),
         ({"behaviors": {"A": {"network_settings": {"deterministic": True}}}}, "behaviors.A.network_settings.deterministic"),
-        ({"behaviors": {"A": {"self_play": {"window": 10}}}}, "behaviors.A.self_play"),
         ({"behaviors": {"A": {"init_path": "results/old"}}}, "behaviors.A.init_path"),
         ({"behaviors": {"A": {"trainer_type": "poca"}}}, "behaviors.A.trainer_type"),
         ({"behaviors": {"A": {"reward_signals": {"rnd": {}}}}}, "behaviors.A.reward_signals.rnd"),
@@ -578,7 +577,6 @@ def test_ignored_keys_are_accepted_and_named_in_one_log_line(caplog: pytest.LogC
     ids=[
         "memory",
         "deterministic",
-        "self_play",
         "init_path",
         "poca",
         "rnd",
