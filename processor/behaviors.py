@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from common.config import BehaviorSettings, RunOptions
+from common.config import BehaviorSettings, RunOptions, SelfPlaySettings
 from common.environment_stats import MAX_STATS_PER_TRAJECTORY, EnvironmentStat
 from common.errors import IN_DOUBT, ConfigError, ProtocolError, StepstreamError, UnknownBehaviorError
 from common.logs import set_log_context
@@ -58,6 +58,8 @@ class BehaviorRuntime:
     sde_latent_size: int = 0
     """gSDE (PPO's ``use_sde``): the rows L of each agent's held exploration matrix [L, C], the policy's latent
     width; 0: the noise is a Gaussian's own (``processor.exploration``)."""
+    self_play: SelfPlaySettings | None = None
+    """Self-play against snapshots (``processor.opponents``); None: every team acts with the current policy."""
 
     @classmethod
     def from_settings(cls, settings: BehaviorSettings) -> BehaviorRuntime:
@@ -68,6 +70,7 @@ class BehaviorRuntime:
             settings.trajectory_queue_size,
             settings.noise_hold_steps,
             settings.sde_latent_size,
+            settings.self_play,
         )
 
 
