@@ -216,6 +216,7 @@ class EmbeddedRun:
             run_started_at=self.started_at,
             seed=self.seed,
             resume=self.options.resume,
+            snapshot_sink=topics.snapshots(name) if settings.self_play is not None else None,
         )
         self.loops[name] = loop
         if self.options.metrics.port is not None:

@@ -241,7 +241,8 @@ class SelfPlay:
         self._make_batcher = make_batcher
         self._incoming: dict[str, collections.deque[tuple[int, pb.PolicyUpdate]]] = {}
         for name in self.settings:  # before any trainer can publish: no snapshot is missed
-            incoming = self._incoming[name] = collections.deque()
+            # only the newest window can be kept: older ones waiting to be loaded give way
+            incoming = self._incoming[name] = collections.deque(maxlen=self.settings[name].window)
             topics.snapshots(name).add_listener(lambda number, update, into=incoming: into.append((number, update)))
 
     @classmethod
