@@ -1,0 +1,133 @@
+"""Race: a small symmetric two-player game for self-play tests, and the client that plays it as two teams.
+
+``G`` games at once. Cells ``0..LENGTH``; player 0 starts at 0, player 1 at ``LENGTH``; a coin lies on a cell in
+between, drawn per episode. Each step both move at once, one cell left, none or one right (actions 0, 1, 2). Who
+reaches the coin first wins (+1, the other -1); both at once, or nobody within ``MAX_STEPS``, is a draw (0).
+
+Each player sees the game from its own side (player 1's cells mirrored, ``x -> LENGTH - x``, and its actions too),
+so one policy plays both: ``[own, other, coin] / LENGTH``, float32 [G, 3].
+
+A uniformly random player loses to the scripted one (``scripted_actions``: toward the coin 40% of the time, else it
+stays), about 31% won to 65% lost; one that always walks toward the coin (``toward_actions``) beats it in about 71%
+of the episodes and loses 26%.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+import numpy as np
+
+from common.specs import ActionSpec, BrainParameters, ObservationSpec
+from common.tensors import to_tensor
+from envclient.session import EnvSession
+from protos import pb
+
+LENGTH = 10
+MAX_STEPS = 20
+BEHAVIOR = "Race"
+PARAMS = BrainParameters(BEHAVIOR, (ObservationSpec((3,), np.dtype(np.float32)),), ActionSpec(0, (3,)))
+
+Player = Callable[[np.ndarray], np.ndarray]
+"""Observations float32 [G, 3] (own view) -> actions int [G] in {0, 1, 2}."""
+
+
+class RaceGames:
+    """``games`` independent games (module docstring)."""
+
+    def __init__(self, games: int, rng: np.random.Generator) -> None:
+        self.rng = rng
+        self.pos = np.zeros((2, games), np.int64)
+        self.coin = np.zeros(games, np.int64)
+        self.t = np.zeros(games, np.int64)
+        self.reset(np.ones(games, bool))
+
+    def reset(self, which: np.ndarray) -> None:
+        self.pos[0, which], self.pos[1, which], self.t[which] = 0, LENGTH, 0
+        self.coin[which] = self.rng.integers(1, LENGTH, size=int(which.sum()))
+
+    def observe(self, player: int) -> np.ndarray:
+        """float32 [G, 3]: ``[own, other, coin] / LENGTH`` from ``player``'s side."""
+        own, other, coin = self.pos[player], self.pos[1 - player], self.coin
+        if player == 1:
+            own, other, coin = LENGTH - own, LENGTH - other, LENGTH - coin
+        return (np.stack([own, other, coin], axis=1) / LENGTH).astype(np.float32)
+
+    def step(self, actions: tuple[np.ndarray, np.ndarray], which: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Move the games ``which`` (bool [G]); returns player 0's reward float32 [G], done and timed-out bool [G]."""
+        for player, sign in ((0, 1), (1, -1)):
+            moved = np.clip(self.pos[player] + sign * (np.asarray(actions[player]) - 1), 0, LENGTH)
+            self.pos[player] = np.where(which, moved, self.pos[player])
+        self.t += which
+        got = self.pos == self.coin  # [2, G]
+        reward = np.where(which, got[0].astype(np.float32) - got[1], 0.0).astype(np.float32)
+        timed_out = which & ~got.any(axis=0) & (self.t >= MAX_STEPS)
+        done = which & (got.any(axis=0) | timed_out)
+        return reward, done, timed_out
+
+
+def random_actions(rng: np.random.Generator) -> Player:
+    return lambda obs: rng.integers(0, 3, size=len(obs))
+
+
+def toward_actions(obs: np.ndarray) -> np.ndarray:
+    """The best play: always toward the coin."""
+    return np.sign(obs[:, 2] - obs[:, 0]).astype(np.int64) + 1
+
+
+def scripted_actions(rng: np.random.Generator) -> Player:
+    """Toward the coin with probability 0.4, else stay."""
+
+    def act(obs: np.ndarray) -> np.ndarray:
+        return np.where(rng.uniform(size=len(obs)) < 0.4, toward_actions(obs), 1)
+
+    return act
+
+
+def play(first: Player, second: Player, episodes: int, rng: np.random.Generator) -> np.ndarray:
+    """``episodes`` games of ``first`` (player 0) against ``second``; returns player 0's results float32 [episodes]."""
+    games = RaceGames(episodes, rng)
+    results = np.zeros(episodes, np.float32)
+    live = np.ones(episodes, bool)
+    while live.any():
+        reward, done, _ = games.step((first(games.observe(0)), second(games.observe(1))), live)
+        results += reward
+        live &= ~done
+    return results
+
+
+def brain_info(obs: np.ndarray, reward: np.ndarray, done: np.ndarray, timed_out: np.ndarray) -> pb.BrainInfo:
+    msg = pb.BrainInfo(behavior_name=BEHAVIOR)
+    to_tensor(np.arange(len(obs), dtype=np.int64), msg.agent_ids)
+    to_tensor(obs, msg.observations.add())
+    to_tensor(reward.astype(np.float32), msg.rewards)
+    to_tensor(done, msg.done)
+    to_tensor(timed_out, msg.max_reached)
+    return msg
+
+
+async def play_as_two_teams(address: str, games: int, seed: int, stop: asyncio.Event) -> int:
+    """Play ``games`` games through the processor, player 0 as team 0's session and player 1 as team 1's, until
+    ``stop``; returns the episodes finished. A game that ended is reset after its done row was sent (the answer to
+    that row is not used), so its next row starts the new episode."""
+    games_ = RaceGames(games, np.random.default_rng(seed))
+    reward = np.zeros(games, np.float32)
+    done = timed_out = np.zeros(games, bool)
+    episodes = 0
+    async with (
+        EnvSession(address, "race-0", [PARAMS], team_ids={BEHAVIOR: 0}) as team0,
+        EnvSession(address, "race-1", [PARAMS], team_ids={BEHAVIOR: 1}) as team1,
+    ):
+        while not stop.is_set():
+            answers = await asyncio.gather(
+                team0.send(brain_info(games_.observe(0), reward, done, timed_out)),
+                team1.send(brain_info(games_.observe(1), -reward, done, timed_out)),
+            )
+            episodes += int(done.sum())
+            games_.reset(done)
+            acting = ~done
+            reward, done, timed_out = games_.step(
+                (answers[0].discrete_actions[:, 0], answers[1].discrete_actions[:, 0]), acting
+            )
+    return episodes
