@@ -15,14 +15,24 @@ of the episodes and loses 26%.
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import numpy as np
 
+from common.config import BehaviorSettings
 from common.specs import ActionSpec, BrainParameters, ObservationSpec
 from common.tensors import to_tensor
+from common.topics import TRAINER_SUBSCRIBER
 from envclient.session import EnvSession
+from processor.behaviors import BehaviorRuntime, ProcessorSettings
+from processor.inference import Policy
+from processor.server import ProcessorServer, ServerOptions
 from protos import pb
+from trainer.loop import TrainerLoop, configure_tf_threads
+from trainer.registry import make_learner
 
 LENGTH = 10
 MAX_STEPS = 20
@@ -131,3 +141,73 @@ async def play_as_two_teams(address: str, games: int, seed: int, stop: asyncio.E
                 (answers[0].discrete_actions[:, 0], answers[1].discrete_actions[:, 0]), acting
             )
     return episodes
+
+
+@dataclass
+class RaceRun:
+    """What one ``train_race`` left: the trainer loop, its final policy, the ELO curve and the processor's snapshots."""
+
+    loop: TrainerLoop
+    policy: Policy | None = None
+    elo_curve: list[tuple[int, float]] = field(default_factory=list)
+    """(trainer steps, the newest ELO the trainer had seen), sampled every 0.25 s."""
+    snapshots: dict[int, Policy] = field(default_factory=dict)
+    """The processor's snapshots at the end (number -> policy)."""
+
+
+def train_race(settings: BehaviorSettings, seed: int, timeout_s: float, games: int = 32) -> RaceRun:
+    """Train ``settings`` (with ``self_play``) on Race in one process: the real processor on loopback, the trainer loop
+    in a thread, ``games`` games played as two teams; until the trainer's ``max_steps``."""
+    return asyncio.run(_train(settings, seed, games, timeout_s))
+
+
+async def _train(settings: BehaviorSettings, seed: int, games: int, timeout_s: float) -> RaceRun:
+    configure_tf_threads()
+    server = ProcessorServer(
+        ProcessorSettings(behaviors={BEHAVIOR: BehaviorRuntime.from_settings(settings)}, strict=True, seed=seed),
+        ServerOptions(port=0),
+    )
+    port = await server.start()
+    topics = server.topics
+    loop = TrainerLoop(
+        BEHAVIOR,
+        make_learner(PARAMS, settings, seed),
+        topics.trajectories(BEHAVIOR).subscribe(TRAINER_SUBSCRIBER),
+        topics.policies(BEHAVIOR),
+        settings,
+        results_dir=None,
+        run_started_at=time.time(),
+        seed=seed,
+        poll_s=0.05,
+        snapshot_sink=topics.snapshots(BEHAVIOR),
+    )
+    run = RaceRun(loop)
+    trainer_stop, env_stop = threading.Event(), asyncio.Event()
+    trainer = asyncio.ensure_future(asyncio.to_thread(loop.run, trainer_stop))
+    client = asyncio.ensure_future(play_as_two_teams(f"127.0.0.1:{port}", games, seed, env_stop))
+
+    async def watch() -> None:  # the ELO curve, as the trainer sees it
+        while True:
+            if loop.elo is not None and (not run.elo_curve or run.elo_curve[-1] != (loop.result.steps, loop.elo)):
+                run.elo_curve.append((loop.result.steps, loop.elo))
+            await asyncio.sleep(0.25)
+
+    watcher = asyncio.ensure_future(watch())
+    try:
+        done, _ = await asyncio.wait([trainer, client], timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+        assert trainer in done, f"the trainer did not finish within {timeout_s} s (at step {loop.result.steps})"
+        trainer.result()
+        opponents = server.servicer.self_play.behaviors.get(BEHAVIOR)
+        run.snapshots = {} if opponents is None else dict(opponents.snapshots)
+    finally:
+        watcher.cancel()
+        trainer_stop.set()
+        await asyncio.gather(trainer, return_exceptions=True)
+        topics.trajectories(BEHAVIOR).remove(TRAINER_SUBSCRIBER)
+        env_stop.set()
+        await asyncio.wait([client], timeout=10.0)
+        await server.stop(1.0)
+    latest = topics.policies(BEHAVIOR).latest()
+    assert latest is not None
+    run.policy = Policy.from_update(latest[1])
+    return run
