@@ -117,14 +117,17 @@ def brain_info(obs: np.ndarray, reward: np.ndarray, done: np.ndarray, timed_out:
     return msg
 
 
-async def play_as_two_teams(address: str, games: int, seed: int, stop: asyncio.Event) -> int:
+async def play_as_two_teams(
+    address: str, games: int, seed: int, stop: asyncio.Event, progress: list[int] | None = None
+) -> tuple[int, int]:
     """Play ``games`` games through the processor, player 0 as team 0's session and player 1 as team 1's, until
-    ``stop``; returns the episodes finished. A game that ended is reset after its done row was sent (the answer to
+    ``stop``; returns the episodes finished and the rounds played (each a BrainInfo of ``games`` rows per team), the
+    rounds also live in ``progress[0]`` when given. A game that ended is reset after its done row was sent (the answer to
     that row is not used), so its next row starts the new episode."""
     games_ = RaceGames(games, np.random.default_rng(seed))
     reward = np.zeros(games, np.float32)
     done = timed_out = np.zeros(games, bool)
-    episodes = 0
+    episodes = rounds = 0
     async with (
         EnvSession(address, "race-0", [PARAMS], team_ids={BEHAVIOR: 0}) as team0,
         EnvSession(address, "race-1", [PARAMS], team_ids={BEHAVIOR: 1}) as team1,
@@ -135,6 +138,9 @@ async def play_as_two_teams(address: str, games: int, seed: int, stop: asyncio.E
                 team1.send(brain_info(games_.observe(1), -reward, done, timed_out)),
             )
             episodes += int(done.sum())
+            rounds += 1
+            if progress is not None:
+                progress[0] = rounds
             games_.reset(done)
             acting = ~done
             reward, done, timed_out = games_.step(
