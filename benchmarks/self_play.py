@@ -10,7 +10,8 @@ is one JSON object:
 * ``win_vs_random``, ``win_vs_scripted``, ``win_vs_snapshots``: fractions of episodes won, median over seeds;
 * ``agent_rows_per_s_one_policy`` / ``_two_policies`` and ``self_play_overhead`` (1 - two / one): the Race client's
   throughput through the processor with fixed policies, both teams acting with one policy (no ``self_play``), then
-  the opponents with a snapshot (two policies, one pass each), ``--overhead-s`` seconds each after a 1 s warm-up;
+  the opponents with a snapshot (two policies, one pass each), ``--overhead-s`` seconds each after a 1 s warm-up,
+  alternating, three times each (medians);
 * ``seeds``: the per-seed figures.
 
 The best play (always toward the coin) wins about 71% against the scripted player and about 80% against random;
@@ -156,10 +157,13 @@ def main() -> None:
 
     elo_rises = bool(per_seed) and all(f["elo_final"] is not None and float(f["elo_final"]) > INITIAL_ELO for f in per_seed)  # type: ignore[arg-type]
     one = two = None
-    if args.overhead_s > 0:
-        one = asyncio.run(_throughput(False, args.overhead_s, 32, 0))
-        two = asyncio.run(_throughput(True, args.overhead_s, 32, 0))
-        log.info("throughput: %.0f agent rows/s with one policy, %.0f with two (self-play)", one, two)
+    if args.overhead_s > 0:  # the arms alternate, three times each, against a shared machine's drift: medians
+        arms: dict[bool, list[float]] = {False: [], True: []}
+        for _ in range(3):
+            for self_play in (False, True):
+                arms[self_play].append(asyncio.run(_throughput(self_play, args.overhead_s, 32, 0)))
+        one, two = statistics.median(arms[False]), statistics.median(arms[True])
+        log.info("throughput (agent rows/s): one policy %s, two policies %s", arms[False], arms[True])
     summary = {
         "elo_rises": elo_rises,
         "win_vs_random": median("win_vs_random"),
