@@ -22,10 +22,12 @@ from common.specs import ActionSpec, BrainParameters, ObservationSpec
 from common.tensors import to_tensor
 from envclient.session import EnvSession
 from processor.behaviors import BehaviorRuntime
+from processor.metrics import ProcessorCollector
 from protos import pb
 from protos import stepstream_pb2_grpc as pb_grpc
 from tests.integration.conftest import StartProcessor
 from tests.integration.helpers import Harness, itest_settings, policy_update
+from tests.scrape import documented as documented_names
 
 DUEL = BrainParameters("Duel", (ObservationSpec((3,), np.dtype(np.float32)),), ActionSpec(0, (2,)))
 CURRENT = 10
@@ -156,6 +158,16 @@ async def test_each_team_acts_with_its_pick_and_only_the_learning_team_is_publis
     # Team 0 wins every episode: while it learns against a snapshot its rating rises, and rides on the trajectories.
     blue_elo = [s.value for t in published if t.id.session_id == blue_id for s in t.environment_stats if s.key == ELO_TAG]
     assert blue_elo and max(blue_elo) > SELF_PLAY.initial_elo
+
+    # The counters on the metrics endpoint, under the names docs/operations.md lists.
+    samples = {(s.name, tuple(s.labels.values())): s.value for m in ProcessorCollector(server).collect() for s in m.samples}
+    documented = documented_names("stepstream_self_play_")
+    assert len(documented) == 7 and set(documented) <= {name for name, _ in samples}
+    assert samples[("stepstream_self_play_cuts_total", ("Duel",))] == want.cuts
+    assert samples[("stepstream_self_play_team_changes_total", ("Duel",))] == want.changes
+    assert samples[("stepstream_self_play_opponent_experiences_total", ("Duel",))] == want.opponent_rows
+    assert samples[("stepstream_self_play_elo", ("Duel",))] == duel.ratings.learner
+    assert samples[("stepstream_self_play_learning_team", ())] == self_play.learning_team
     await blue.close()
     await purple.close()
 
