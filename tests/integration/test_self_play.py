@@ -11,6 +11,7 @@ which wins every episode, gains ELO.
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 
 import grpc
@@ -185,3 +186,19 @@ async def test_a_snapshot_for_a_behavior_without_self_play_is_refused(start_proc
         else:
             raise AssertionError("a snapshot without self_play was accepted")
     assert server.topics.policies("Duel").highest_version == -1
+
+
+async def test_a_trainer_process_publishes_snapshots_keeping_their_versions(start_processor: StartProcessor) -> None:
+    """The stack's trainer (``stepstream trainer``) sends its snapshots with ``GrpcPolicyPublisher(snapshots=True)``."""
+    from common.topics.grpc_transport import GrpcPolicyPublisher
+
+    runtime = BehaviorRuntime(self_play=SELF_PLAY)
+    server, address = await start_processor(itest_settings(behaviors={"Duel": runtime}, strict=True))
+    Harness(server, address).publish_policy(DUEL, CURRENT)
+    with GrpcPolicyPublisher(address, "Duel", snapshots=True) as publisher:
+        for number, version in SNAPSHOTS.items():
+            assert await asyncio.to_thread(publisher.publish, policy_update(DUEL, version), number)
+        assert not await asyncio.to_thread(publisher.publish, policy_update(DUEL, 4), 1)  # a number already taken
+    latest = server.topics.snapshots("Duel").latest()
+    assert latest is not None and (latest[0], latest[1].version, latest[1].snapshot) == (2, 5, 2)
+    assert server.topics.policies("Duel").highest_version == CURRENT
