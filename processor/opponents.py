@@ -126,15 +126,19 @@ class BehaviorOpponents:
             except StepstreamError as err:
                 log.error("behavior '%s': snapshot %d not kept: %s", self.behavior.name, number, err)
                 continue
-            self.add_snapshot(number, policy)
+            rating = update.elo if update.HasField("elo") else None
+            if rating is not None and self.counters.elo_results == 0:  # a resumed trainer's: go on from its rating
+                self.ratings.learner = rating
+            self.add_snapshot(number, policy, rating)
 
-    def add_snapshot(self, number: int, policy: Policy) -> None:
-        """Keep ``policy`` as snapshot ``number`` (rated at the learner's rating); the oldest beyond ``window`` goes."""
+    def add_snapshot(self, number: int, policy: Policy, rating: float | None = None) -> None:
+        """Keep ``policy`` as snapshot ``number``, rated ``rating`` (None: the learner's rating); the oldest beyond
+        ``window`` goes."""
         self.snapshots.pop(number, None)
         self.snapshots[number] = policy
         while len(self.snapshots) > self.settings.window:
             del self.snapshots[next(iter(self.snapshots))]
-        self.ratings.add_snapshot(number)
+        self.ratings.add_snapshot(number, rating)
         self.counters.snapshots += 1
 
     def team_of(self, session: Session) -> int:

@@ -68,7 +68,7 @@ from common.trajectory import Trajectory
 from protos import pb
 from trainer.checkpoint import Checkpointer
 from trainer.learner import Learner
-from trainer.self_play import SNAPSHOTS_DIR, SnapshotSaver
+from trainer.self_play import SNAPSHOTS_DIR, SnapshotSaver, resumed_elo
 from trainer.summaries import (
     DUPLICATE_TRAJECTORIES,
     MEAN_REWARD_WINDOW,
@@ -376,6 +376,8 @@ class TrainerLoop:
         self._version = max(self._sink.highest_version, resumed_version)
         if self._resume and self.snapshots is not None:
             self.snapshots.resume(steps)
+            if self.summaries.status_path is not None:
+                self.elo = resumed_elo(self.summaries.status_path, self.behavior_name)
         self._publish()
         logger.info(
             "%s: %s started at step %d with policy version %d (max_steps %d, max_policy_lag %s, seed %d)",
@@ -489,7 +491,7 @@ class TrainerLoop:
         self._version = self.result.policy_version = version
         self._last_policy = update
         if self.snapshots is not None:
-            self.snapshots.after_publish(update, self.result.steps)
+            self.snapshots.after_publish(update, self.result.steps, self.elo)
 
     def _checked(self, version: int) -> int:
         """``version``, if it is at most ``MAX_POLICY_VERSION``; else ``PolicyVersionError``."""

@@ -8,6 +8,9 @@ number: it keeps its own, older, policy version, and never passes through the po
 - The loop's first policy is a snapshot, a resumed loop's too (ML-Agents saves one as the policy is created);
   after it, one whenever the trainer's step count is more than ``save_steps`` past the last
   (``common.self_play.Every``).
+- Each snapshot carries the learner's newest ELO (``PolicyUpdate.elo``; the processor computes it and sends it along
+  with the trajectories as ``Self-play/ELO``), and ``training_status.json`` keeps it: a resumed loop's first
+  snapshot carries the rating the run left, and a fresh processor continues the learner from it.
 - The newest ``window`` are also written to ``<behavior>/snapshots/snapshot-<number>.pb`` (the serialized
   ``PolicyUpdate``), older files removed; a resumed trainer republishes them, oldest first, before its own first
   snapshot, so the processor's ring is what it was, and numbering continues above them.
@@ -15,6 +18,7 @@ number: it keeps its own, older, policy version, and never passes through the po
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from pathlib import Path
@@ -28,6 +32,16 @@ logger = logging.getLogger(__name__)
 
 SNAPSHOTS_DIR = "snapshots"
 """Under ``<results>/<behavior>/``: the snapshot ring (``snapshot-<number>.pb``)."""
+
+
+def resumed_elo(status_path: Path, behavior_name: str) -> float | None:
+    """The learner's ELO a run left in ``training_status.json`` (``self_play.elo``); None without one."""
+    try:
+        entry = json.loads(status_path.read_text(encoding="utf-8")).get(behavior_name, {})
+        elo = entry.get("self_play", {}).get("elo")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return float(elo) if isinstance(elo, (int, float)) else None
 
 
 def snapshot_path(directory: Path, number: int) -> Path:
@@ -65,8 +79,9 @@ class SnapshotSaver:
             self._publish(update, number)
         return len(kept[-self.settings.window :])
 
-    def after_publish(self, update: pb.PolicyUpdate, step: int) -> bool:
-        """The loop published ``update`` at trainer step ``step``: snapshot it if one is due; returns whether."""
+    def after_publish(self, update: pb.PolicyUpdate, step: int, elo: float | None = None) -> bool:
+        """The loop published ``update`` at trainer step ``step``: snapshot it if one is due, carrying ``elo`` (the
+        learner's newest rating, when known); returns whether."""
         if not self._first and not self._clock.due(step):
             return False
         self._first = False
@@ -74,6 +89,8 @@ class SnapshotSaver:
         snapshot = pb.PolicyUpdate()
         snapshot.CopyFrom(update)
         snapshot.snapshot = self.number + 1
+        if elo is not None:
+            snapshot.elo = elo
         self._publish(snapshot, snapshot.snapshot)
         self._keep(snapshot)
         return True

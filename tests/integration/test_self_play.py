@@ -202,3 +202,23 @@ async def test_a_trainer_process_publishes_snapshots_keeping_their_versions(star
     latest = server.topics.snapshots("Duel").latest()
     assert latest is not None and (latest[0], latest[1].version, latest[1].snapshot) == (2, 5, 2)
     assert server.topics.policies("Duel").highest_version == CURRENT
+
+
+async def test_a_fresh_processor_continues_the_ratings_the_snapshots_carry(start_processor: StartProcessor) -> None:
+    """A resumed trainer's ring carries each snapshot's ELO, and its newest the learner's: the processor goes on."""
+    server, address = await start_processor(
+        itest_settings(behaviors={"Duel": BehaviorRuntime(self_play=SELF_PLAY)}, strict=True)
+    )
+    Harness(server, address).publish_policy(DUEL, CURRENT)
+    for number, (version, elo) in {1: (3, 1290.0), 2: (5, 1310.0), 3: (CURRENT, 1325.5)}.items():
+        update = policy_update(DUEL, version)
+        update.snapshot, update.elo = number, elo
+        server.topics.snapshots("Duel").publish(update, number)
+    async with (
+        EnvSession(address, "blue", [DUEL], team_ids={"Duel": 0}) as blue,
+        EnvSession(address, "purple", [DUEL], team_ids={"Duel": 1}) as purple,
+    ):
+        await asyncio.gather(blue.send(brain_info(0, 0)), purple.send(brain_info(0, 1)))
+        duel = server.servicer.self_play.behaviors["Duel"]
+        assert duel.ratings.learner == 1325.5
+        assert duel.ratings.snapshots == {2: 1310.0, 3: 1325.5}  # window 2: the newest two

@@ -16,10 +16,19 @@ from tests.unit.test_trainer_loop import BEHAVIOR, CountingLearner, Topics, sett
 SELF_PLAY = SelfPlaySettings(save_steps=15, window=2)
 
 
-def snapshots_of(topic: PolicyTopic[pb.PolicyUpdate]) -> list[tuple[int, int, int]]:
-    """(snapshot number, policy version, trainer step) of every snapshot published from now on."""
+def snapshots_of(
+    topic: PolicyTopic[pb.PolicyUpdate], elo: dict[int, float | None] | None = None
+) -> list[tuple[int, int, int]]:
+    """(snapshot number, policy version, trainer step) of every snapshot published from now on; their ELO into
+    ``elo`` (None: none carried)."""
     got: list[tuple[int, int, int]] = []
-    topic.add_listener(lambda number, item: got.append((number, int(item.version), int(item.trainer_step))))
+
+    def take(number: int, item: pb.PolicyUpdate) -> None:
+        got.append((number, int(item.version), int(item.trainer_step)))
+        if elo is not None:
+            elo[number] = item.elo if item.HasField("elo") else None
+
+    topic.add_listener(take)
     return got
 
 
@@ -47,13 +56,18 @@ def test_snapshots_every_save_steps_and_the_elo_in_the_status(tmp_path: Path) ->
 
     resumed_topics = Topics()
     resumed_topic: PolicyTopic[pb.PolicyUpdate] = PolicyTopic(f"snapshots/{BEHAVIOR}")
-    again = snapshots_of(resumed_topic)
+    elo: dict[int, float | None] = {}
+    again = snapshots_of(resumed_topic, elo)
     resumed = resumed_topics.loop(
         CountingLearner(update_every=10), behavior, results_dir=tmp_path, snapshot_sink=resumed_topic, resume=True
     )
     resumed.run(should_stop=lambda r: r.policy_version >= 0)
     # The ring first, as it was, then the resumed loop's first policy as snapshot 3.
     assert [(number, version) for number, version, _ in again] == [(1, 0), (2, 1), (3, 2)]
+    # Each carries the learner's ELO when it was saved (none before the first rating); the resumed loop's first, the
+    # rating the run left in training_status.json.
+    assert elo == {1: None, 2: 1209.0, 3: 1209.0}
+    assert resumed.elo == 1209.0
 
 
 def test_no_snapshots_without_self_play() -> None:
