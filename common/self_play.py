@@ -88,6 +88,29 @@ class EloRatings:
         return change
 
 
+def record_result(learner: EloRatings, opponents: EloRatings, opponent: int, result: float) -> float | None:
+    """One finished episode of ``learner``'s current policy against snapshot ``opponent`` of ``opponents``: the same
+    ratings in a symmetric game, the other behavior's in an asymmetric one (StrikersVsGoalie), where ``LATEST`` is
+    that behavior's current policy and its own rating, as ML-Agents' ``GhostController`` asks the other trainer.
+
+    Returns:
+        The change added to the learner and taken from the opponent; None (nothing changed) for a snapshot no longer
+        rated.
+    """
+    if opponents is learner:
+        return learner.record(opponent, result)
+    rating = opponents.opponent_rating(opponent)
+    if rating is None:
+        return None
+    change = elo_change(learner.learner, rating, result)
+    learner.learner += change
+    if opponent == LATEST:
+        opponents.learner -= change
+    else:
+        opponents.snapshots[opponent] -= change
+    return change
+
+
 class Every:
     """A clock that fires when a step count has moved more than ``interval`` past its last firing.
 

@@ -25,7 +25,8 @@ does their serving part, since it acts for every team (``common.self_play`` hold
   never runs on across a change of the policy that acts for its agent. The environment reset ML-Agents asks
   for at a team change is not sent (not built yet).
 - **ELO** (``common.self_play.EloRatings``, one per behavior): each learning-team trajectory that ends its
-  episode rates the learner against the team's current opponent pick; the rating is attached to the behavior's
+  episode rates the learner against the opponent team's current pick, of its own behavior or, in an asymmetric
+  game, of the other team's behavior (``common.self_play.record_result``); the rating is attached to the behavior's
   trajectories as the environment stat ``Self-play/ELO`` (most recent), so the trainer writes it to its
   summaries under ML-Agents' tag.
 """
@@ -42,7 +43,16 @@ import numpy as np
 from common.config import SelfPlaySettings
 from common.environment_stats import EnvironmentStat
 from common.errors import StepstreamError
-from common.self_play import ELO_TAG, LATEST, EloRatings, Every, TeamRotation, choose_opponent, episode_result
+from common.self_play import (
+    ELO_TAG,
+    LATEST,
+    EloRatings,
+    Every,
+    TeamRotation,
+    choose_opponent,
+    episode_result,
+    record_result,
+)
 from common.topics import TopicRegistry
 from common.trajectory import Trajectory
 from processor.batching import InferenceBatcher
@@ -190,18 +200,16 @@ class BehaviorOpponents:
         pick = self.picks.get(team)
         return self.behavior.batcher if pick is None else self._batchers[pick.policy.version]
 
-    def rate(self, trajectories: list[Trajectory], opponent_team: int | None) -> None:
-        """Rate each trajectory that ends its episode against ``opponent_team``'s pick; attach the new rating."""
-        opponent = LATEST
-        if opponent_team is not None and opponent_team in self.picks:
-            opponent = self.picks[opponent_team].snapshot
+    def rate(self, trajectories: list[Trajectory], opponents: BehaviorOpponents, opponent: int) -> None:
+        """Rate each trajectory that ends its episode against snapshot ``opponent`` of ``opponents`` (this behavior,
+        or in an asymmetric game the other team's); attach the learner's new rating."""
         changed = False
         for trajectory in trajectories:
             if not trajectory.done_reached or trajectory.length == 0:
                 continue
             # The group reward joins the last reward once trajectories carry it (teams of agents).
             result = episode_result(float(trajectory.rewards[-1]))
-            if self.ratings.record(opponent, result) is not None:
+            if record_result(self.ratings, opponents.ratings, opponent, result) is not None:
                 self.counters.elo_results += 1
                 changed = True
         if changed:
@@ -312,13 +320,21 @@ class SelfPlay:
         opponents = self.behaviors.get(name)
         if opponents is None or not trajectories:
             return []
-        opponent_team = next((team for team in opponents.picks), None)
-        opponents.rate(trajectories, opponent_team)
+        opponents.rate(trajectories, *self._opponent_of(opponents))
         opponents.counters.learner_experiences += sum(t.length for t in trajectories)
         if not opponents.team_clock.due(opponents.counters.learner_experiences):
             return []
         opponents.counters.team_changes += 1
         return self.change_team()
+
+    def _opponent_of(self, learner: BehaviorOpponents) -> tuple[BehaviorOpponents, int]:
+        """Whom the learning team of ``learner`` plays: its own behavior's opponent pick; where that behavior has no
+        opponent team (an asymmetric game), another behavior's; ``LATEST`` of its own when nobody has a pick. With
+        more than two teams the first pick stands for all (ML-Agents' ELO is for two)."""
+        for opponents in (learner, *self.behaviors.values()):
+            if opponents.picks:
+                return opponents, next(iter(opponents.picks.values())).snapshot
+        return learner, LATEST
 
     def change_team(self) -> list[tuple[Behavior, list[Trajectory]]]:
         """The next team learns: the old learning team's partial trajectories are cut (interrupted, counted), and

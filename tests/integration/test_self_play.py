@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import grpc
 import numpy as np
+import pytest
 
 from common.config import SelfPlaySettings
 from common.self_play import ELO_TAG, LATEST, Every, choose_opponent
@@ -222,3 +223,40 @@ async def test_a_fresh_processor_continues_the_ratings_the_snapshots_carry(start
         duel = server.servicer.self_play.behaviors["Duel"]
         assert duel.ratings.learner == 1325.5
         assert duel.ratings.snapshots == {2: 1310.0, 3: 1325.5}  # window 2: the newest two
+
+
+async def test_asymmetric_teams_rate_against_the_other_behaviors_snapshot(start_processor: StartProcessor) -> None:
+    """StrikersVsGoalie's shape: one behavior per team. The learning team's results move the other behavior's
+    snapshot rating, as ML-Agents' GhostController asks the other trainer."""
+    striker = BrainParameters("Striker", DUEL.observation_specs, DUEL.action_spec)
+    goalie = BrainParameters("Goalie", DUEL.observation_specs, DUEL.action_spec)
+    only_snapshots = SelfPlaySettings(save_steps=100, team_change=1000, swap_steps=1000, play_against_latest_model_ratio=0.0)
+    runtime = BehaviorRuntime(self_play=only_snapshots)
+    server, address = await start_processor(itest_settings(behaviors={"Striker": runtime, "Goalie": runtime}, strict=True))
+    harness = Harness(server, address)
+    harness.publish_policy(striker, CURRENT)
+    harness.publish_policy(goalie, CURRENT)
+    update = policy_update(goalie, 3)
+    update.snapshot = 1
+    server.topics.snapshots("Goalie").publish(update, 1)
+    strikers = EnvSession(address, "strikers", [striker], team_ids={"Striker": 0})
+    goalies = EnvSession(address, "goalies", [goalie], team_ids={"Goalie": 1})
+    await strikers.open()  # team 0 learns
+    await goalies.open()
+    for step in range(10):  # strikers win an episode every 5 steps (agent 0) and every 4 (agent 1)
+        info = brain_info(step, 0)
+        info.behavior_name = "Striker"
+        acted = await strikers.send(info)
+        info = brain_info(step, 1)
+        info.behavior_name = "Goalie"
+        defended = await goalies.send(info)
+        assert (acted.policy_version, defended.policy_version) == (CURRENT, 3)
+    self_play = server.servicer.self_play
+    strikers_ratings, goalies_ratings = self_play.behaviors["Striker"].ratings, self_play.behaviors["Goalie"].ratings
+    won = strikers_ratings.learner - 1200.0
+    assert won > 0 and self_play.behaviors["Striker"].counters.elo_results == 4  # episodes at steps 3, 4, 7, 9
+    assert goalies_ratings.snapshots[1] == pytest.approx(1200.0 - won) and goalies_ratings.learner == 1200.0
+    published = await harness.claim("Striker") + await harness.claim("Goalie")
+    assert published and {t.behavior_name for t in published} == {"Striker"}
+    await strikers.close()
+    await goalies.close()

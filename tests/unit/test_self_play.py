@@ -16,6 +16,7 @@ from common.self_play import (
     elo_change,
     episode_result,
     expected_score,
+    record_result,
 )
 
 
@@ -82,6 +83,19 @@ def test_against_latest_the_change_nets_to_zero() -> None:
     ratings = EloRatings(learner=1300.0, window=3)
     assert ratings.record(LATEST, 1.0) == pytest.approx(0.5)
     assert ratings.learner == 1300.0
+
+
+def test_an_asymmetric_result_moves_the_other_behaviors_rating() -> None:
+    strikers, goalies = EloRatings(learner=1200.0, window=3), EloRatings(learner=1300.0, window=3)
+    goalies.add_snapshot(4, 1250.0)
+    # 1 / (1 + 10^(50/400)) = 1 / (1 + 1.333521) = 0.428537: a win gains 0.571463
+    assert record_result(strikers, goalies, 4, 1.0) == pytest.approx(0.571463, abs=1e-6)
+    assert strikers.learner == pytest.approx(1200.571463, abs=1e-6)
+    assert goalies.snapshots[4] == pytest.approx(1249.428537, abs=1e-6) and goalies.learner == 1300.0
+    # against the goalies' current policy: their own rating, 1300; 1 / (1 + 10^(99.428537/400)) = 1 / 2.772436 = 0.360693
+    assert record_result(strikers, goalies, LATEST, 0.5) == pytest.approx(0.5 - 0.360693, abs=1e-5)
+    assert goalies.learner == pytest.approx(1300.0 - (0.5 - 0.360693), abs=1e-5)
+    assert record_result(strikers, goalies, 9, 1.0) is None  # no such snapshot
 
 
 def test_every_fires_strictly_more_than_interval_after_the_last() -> None:
