@@ -34,6 +34,7 @@ does their serving part, since it acts for every team (``common.self_play`` hold
 from __future__ import annotations
 
 import collections
+import functools
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -216,6 +217,11 @@ class BehaviorOpponents:
             self.behavior.add_environment_stats([EnvironmentStat(ELO_TAG, self.ratings.learner, "most_recent")])
 
 
+def _arrived(into: collections.deque[tuple[int, pb.PolicyUpdate]], number: int, update: pb.PolicyUpdate) -> None:
+    """A snapshot topic's listener (any thread): the snapshot waits to be loaded on the event loop."""
+    into.append((number, update))
+
+
 def batcher_factory(settings: ProcessorSettings) -> BatcherFactory:
     """Opponent batchers with the processor's batch settings, each its own generator from the run's seed."""
     seeds = np.random.SeedSequence(settings.seed)
@@ -254,8 +260,9 @@ class SelfPlay:
         self._incoming: dict[str, collections.deque[tuple[int, pb.PolicyUpdate]]] = {}
         for name in self.settings:  # before any trainer can publish: no snapshot is missed
             # only the newest window can be kept: older ones waiting to be loaded give way
-            incoming = self._incoming[name] = collections.deque(maxlen=self.settings[name].window)
-            topics.snapshots(name).add_listener(lambda number, update, into=incoming: into.append((number, update)))
+            incoming: collections.deque[tuple[int, pb.PolicyUpdate]] = collections.deque(maxlen=self.settings[name].window)
+            self._incoming[name] = incoming
+            topics.snapshots(name).add_listener(functools.partial(_arrived, incoming))
 
     @classmethod
     def from_settings(cls, settings: ProcessorSettings, topics: TopicRegistry) -> SelfPlay:

@@ -146,7 +146,7 @@ async def play_as_two_teams(
             reward, done, timed_out = games_.step(
                 (answers[0].discrete_actions[:, 0], answers[1].discrete_actions[:, 0]), acting
             )
-    return episodes
+    return episodes, rounds
 
 
 @dataclass
