@@ -354,8 +354,9 @@ class SelfPlay:
         cut: list[tuple[Behavior, list[Trajectory]]] = []
         for name, opponents in self.behaviors.items():
             for session, team in opponents.sessions.values():
-                if team == old and not session.closed:
-                    trajectories = session.assemblers[name].flush()
+                assembler = session.assemblers.get(name)  # none where the session never had agents of it
+                if team == old and not session.closed and assembler is not None:
+                    trajectories = assembler.flush()
                     opponents.counters.cuts += len(trajectories)
                     if trajectories:
                         cut.append((opponents.behavior, trajectories))
