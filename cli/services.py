@@ -336,6 +336,11 @@ class TrainerService:
             subscription = GrpcTrajectorySubscription(
                 self.options.processor, self.name, TRAINER_SUBSCRIBER, security=self.options.security
             )
+        snapshots = None  # self-play snapshots through the processor's PublishPolicy; not through a broker yet
+        if self.settings.self_play is not None and broker is None:
+            from common.topics.grpc_transport import GrpcPolicyPublisher
+
+            snapshots = GrpcPolicyPublisher(self.options.processor, self.name, security=self.options.security, snapshots=True)
         loop = TrainerLoop(
             self.name,
             learner,
@@ -346,6 +351,7 @@ class TrainerService:
             run_started_at=self.started_at,
             seed=self.seed,
             resume=resume,
+            snapshot_sink=snapshots,
         )
         self.metrics.attach(loop, subscription)
         self.last_result = loop.result
@@ -361,6 +367,8 @@ class TrainerService:
             subscription.detach()
             if broker is not None:
                 broker.close()
+            if snapshots is not None:
+                snapshots.close()
         return result.stopped_by, result.stopped_by == TOPIC_CLOSED
 
 

@@ -308,6 +308,7 @@ class EmbeddedRun:
             seed=self.seed,
             resume=self.options.resume,
             writers=[self.summaries.setdefault(name, LatestSummary())],
+            snapshot_sink=topics.snapshots(name) if settings.self_play is not None else None,
         )
         self.loops[name] = loop
         if self.options.metrics.port is not None:
@@ -435,7 +436,8 @@ class EmbeddedRun:
         if self.unity is not None:
             try:
                 declared = lambda spec: self._declared(spec, server)  # noqa: E731
-                clients.append(await self.unity.start(f"127.0.0.1:{port}", self.seed, declared))
+                self_play = frozenset(n for n, b in self.run_options.behaviors.items() if b.self_play is not None)
+                clients.append(await self.unity.start(f"127.0.0.1:{port}", self.seed, declared, self_play))
             except BaseException:
                 await self.unity.stop()
                 await server.stop(STOP_GRACE_S)

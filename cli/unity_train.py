@@ -145,11 +145,12 @@ class UnitySource:
         processor: str,
         seed: int,
         on_declare: Callable[[BrainParameters], None],
+        self_play: frozenset[str] = frozenset(),
     ) -> asyncio.Future[Any]:
         from cli.unity import EDITOR_HINT
 
         self.unity = dataclasses.replace(self.unity, seed=seed)
-        settings = GatewaySettings(processor=processor, unity=self.unity, on_declare=on_declare)
+        settings = GatewaySettings(processor=processor, unity=self.unity, on_declare=on_declare, self_play=self_play)
         if self.launch.env_path is None:
             self.editor = GatewayServer(settings, port=DEFAULT_UNITY_PORT)
             port = await self.editor.start()

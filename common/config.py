@@ -8,7 +8,7 @@
   the keys only a Unity build reads (``engine_settings``, ``env_settings.base_port`` and the restart
   keys) get a line of their own, since they matter there and nowhere else;
 - **not supported yet**: a valid ML-Agents key or value stepstream does not implement yet
-  (``network_settings.memory``, ``self_play``, ``trainer_type: poca``, ...); a
+  (``network_settings.memory``, ``trainer_type: poca``, ...); a
   :class:`NotSupportedKeyError` naming the dotted key;
 - **anything else**: a :class:`ConfigKeyError` naming the dotted key, with a did-you-mean.
 
@@ -68,6 +68,7 @@ from common.config_sections import (
     RNDSettings,
     SACHyperparameters,
     ScheduleType,
+    SelfPlaySettings,
     StateDependentExploration,
     TrainerType,
 )
@@ -109,6 +110,7 @@ __all__ = [
     "RunOptions",
     "SACHyperparameters",
     "ScheduleType",
+    "SelfPlaySettings",
     "StateDependentExploration",
     "TrainerType",
     "behavior_name_for_env",

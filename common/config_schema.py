@@ -29,6 +29,7 @@ from common.config_sections import (
     RewardSignalSettings,
     RewardSignalType,
     SACHyperparameters,
+    SelfPlaySettings,
     StateDependentExploration,
     TrainerType,
     at_least,
@@ -88,6 +89,8 @@ class BehaviorSettings:
     """Start this behavior's networks (and optimisers) from the newest checkpoint of another run's behavior folder,
     ``<results-dir>/<run-id>/<behavior>`` (or its ``checkpoints`` folder), at step 0; None: fresh weights. ``--resume``
     takes precedence; ``--initialize-from RUN_ID`` sets it for every behavior that has none (ML-Agents' key)."""
+    self_play: SelfPlaySettings | None = None
+    """Self-play against past snapshots (ML-Agents' ``self_play``); ppo or sac; None: no self-play."""
     max_queued_trajectories: int | None = None
     """The trainer's trajectory queue in the processor holds at most this many (trajectories, queued +
     unacknowledged); >= 1; None: the size derived from the trainer's settings, see trajectory_queue_size."""
@@ -107,6 +110,23 @@ class BehaviorSettings:
             at_least(self.max_policy_lag, 0, "max_policy_lag")
         if self.max_queued_trajectories is not None:
             at_least(self.max_queued_trajectories, 1, "max_queued_trajectories")
+        if self.self_play is not None:
+            self._check_self_play(self.self_play)
+
+    def _check_self_play(self, self_play: SelfPlaySettings) -> None:
+        """Refuse what ML-Agents only warns about: a team that never changes before ``max_steps``, and a trainer
+        self-play cannot wrap."""
+        require(
+            self.trainer_type in (TrainerType.PPO, TrainerType.SAC),
+            "self_play",
+            f"needs trainer_type ppo or sac, got {self.trainer_type.value!r}",
+        )
+        team_change = self_play.effective_team_change
+        require(
+            team_change <= self.max_steps,
+            "self_play.team_change",
+            f"{team_change} is above max_steps ({self.max_steps}): the other team would never learn",
+        )
 
     @property
     def effective_max_policy_lag(self) -> int | None:
@@ -405,7 +425,6 @@ EXTRA_KEYS: dict[type, dict[str, ExtraKey]] = {
         # ML-Agents releases 2-10 (TrainerSettings.output_path): where a behavior's results went; stepstream
         # writes them to <results-dir>/<run-id>/<behavior>.
         "output_path": ExtraKey(),
-        "self_play": ExtraKey(only=None, why="self-play"),
     },
     NetworkSettings: {
         "goal_conditioning_type": ExtraKey(choices=frozenset({"hyper", "none"})),

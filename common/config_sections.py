@@ -12,6 +12,7 @@ Units: "agent steps" counts agent experiences (one agent, one step), never env s
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
@@ -440,3 +441,41 @@ class BehavioralCloningSettings:
             at_least(self.num_epoch, 1, "num_epoch")
         if self.batch_size is not None:
             at_least(self.batch_size, 1, "batch_size")
+
+
+@dataclass(frozen=True, kw_only=True)
+class SelfPlaySettings:
+    """``self_play``: adversarial training against past snapshots (ML-Agents' ghost trainer; ``common.self_play``).
+
+    ``save_steps`` and ``team_change`` count the learning team's trainer steps, ``swap_steps`` the opponents'
+    steps, as ML-Agents counts them. Where ML-Agents only warns (a ratio outside [0, 1], ``team_change`` above
+    ``max_steps``) the config is refused (the latter by ``BehaviorSettings``).
+    """
+
+    save_steps: int = 20000
+    """A snapshot of the learning policy is saved every this many trainer steps (agent steps); >= 1."""
+    team_change: int | None = None
+    """The learning team changes every this many trainer steps (agent steps); >= 1; None: 5 x save_steps."""
+    swap_steps: int = 2000
+    """The opponents get a new snapshot every this many opponent steps (agent steps); >= 1."""
+    window: int = 10
+    """Snapshots kept to draw opponents from (the newest); >= 1."""
+    play_against_latest_model_ratio: float = 0.5
+    """Probability that a swap gives the opponents the latest policy instead of one drawn from the window; in [0, 1]."""
+    initial_elo: float = 1200.0
+    """The ELO rating a run starts with (ML-Agents' default, chess's initial rating); finite."""
+
+    def __post_init__(self) -> None:
+        at_least(self.save_steps, 1, "save_steps")
+        if self.team_change is not None:
+            at_least(self.team_change, 1, "team_change")
+        at_least(self.swap_steps, 1, "swap_steps")
+        at_least(self.window, 1, "window")
+        ratio = self.play_against_latest_model_ratio
+        require(0.0 <= ratio <= 1.0, "play_against_latest_model_ratio", f"must be in [0, 1], got {ratio!r}")
+        require(math.isfinite(self.initial_elo), "initial_elo", f"must be finite, got {self.initial_elo!r}")
+
+    @property
+    def effective_team_change(self) -> int:
+        """``team_change``, or ML-Agents' default of 5 x ``save_steps`` when unset (agent steps)."""
+        return self.team_change if self.team_change is not None else 5 * self.save_steps

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from common.config import BehaviorSettings, RunOptions
+from common.config import BehaviorSettings, RunOptions, SelfPlaySettings
 from common.environment_stats import MAX_STATS_PER_TRAJECTORY, EnvironmentStat
 from common.errors import IN_DOUBT, ConfigError, ProtocolError, StepstreamError, UnknownBehaviorError
 from common.logs import set_log_context
@@ -60,6 +60,8 @@ class BehaviorRuntime:
     width; 0: the noise is a Gaussian's own (``processor.exploration``)."""
     deterministic: bool = False
     """Act with the distribution's mode, not a sample (``network_settings.deterministic``, ``--deterministic``)."""
+    self_play: SelfPlaySettings | None = None
+    """Self-play against snapshots (``processor.opponents``); None: every team acts with the current policy."""
 
     @classmethod
     def from_settings(cls, settings: BehaviorSettings) -> BehaviorRuntime:
@@ -71,6 +73,7 @@ class BehaviorRuntime:
             settings.noise_hold_steps,
             settings.sde_latent_size,
             settings.network_settings.deterministic,
+            settings.self_play,
         )
 
 

@@ -19,6 +19,7 @@ from prometheus_client.registry import Collector
 from common.metrics import PREFIX, histogram_from_counts
 from common.topics import TopicRegistry
 from processor.behaviors import Behavior, BehaviorTable, ProcessorSettings
+from processor.opponents import SelfPlay
 from processor.sessions import SessionTable
 
 P = PREFIX + "processor_"
@@ -47,6 +48,11 @@ class CollectedProcessor(Protocol):
         """Calls refused for a missing or wrong token."""
         ...
 
+    @property
+    def self_play(self) -> SelfPlay:
+        """Which team learns and what the opponents act with (``processor.opponents``)."""
+        ...
+
 
 def _counter(name: str, doc: str, labels: tuple[str, ...] = ("behavior",)) -> CounterMetricFamily:
     return CounterMetricFamily(P + name, doc, labels=list(labels))
@@ -68,6 +74,7 @@ class ProcessorCollector(Collector):
         yield from self._inference_metrics(behaviors)
         yield from self._queue_metrics(sorted(set(self._server.settings.behaviors) | {b.name for b in behaviors}))
         yield from self._session_metrics()
+        yield from self_play_metrics(self._server.self_play)
 
     def _behavior_metrics(self, behaviors: list[Behavior]) -> Iterator[Metric]:
         published_t = _counter("trajectories_published", "Trajectories published on trajectories/<behavior>.")
@@ -189,3 +196,32 @@ class ProcessorCollector(Collector):
         refused = CounterMetricFamily(P + "calls_unauthenticated", "Calls refused for a missing or wrong token.")
         refused.add_metric([], self._server.refused_calls)
         yield from (live, opened, closed, replaced, refused)
+
+
+def self_play_metrics(self_play: SelfPlay) -> Iterator[Metric]:
+    """``stepstream_self_play_*``: the self-play behaviors' counters (``processor.opponents.OpponentCounters``), their
+    ELO and the learning team; nothing without self-play."""
+    if not self_play.behaviors:
+        return
+    name = "stepstream_self_play_"
+
+    def counter(key: str, doc: str) -> CounterMetricFamily:
+        return CounterMetricFamily(name + key, doc, labels=["behavior"])
+
+    opponent_x = counter("opponent_experiences", "Agent rows acted for opponent teams (counted, never published).")
+    swaps = counter("swaps", "Opponent picks made (a swap or a team change, one per opponent team).")
+    changes = counter("team_changes", "Learning-team changes this behavior's count set off.")
+    cuts = counter("cuts", "Trajectories cut as interrupted because their team stopped learning.")
+    snapshots = counter("snapshots", "Snapshots taken in.")
+    elo = GaugeMetricFamily(name + "elo", "The learner's ELO rating.", labels=["behavior"])
+    for behavior, opponents in sorted(self_play.behaviors.items()):
+        c = opponents.counters
+        opponent_x.add_metric([behavior], c.opponent_experiences)
+        swaps.add_metric([behavior], c.swaps)
+        changes.add_metric([behavior], c.team_changes)
+        cuts.add_metric([behavior], c.cuts)
+        snapshots.add_metric([behavior], c.snapshots)
+        elo.add_metric([behavior], opponents.ratings.learner)
+    team = GaugeMetricFamily(name + "learning_team", "The learning team, global across behaviors (-1: none yet).")
+    team.add_metric([], -1 if self_play.learning_team is None else self_play.learning_team)
+    yield from (opponent_x, swaps, changes, cuts, snapshots, elo, team)

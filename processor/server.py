@@ -43,6 +43,7 @@ from common.topics import TopicRegistry
 from processor.behaviors import BehaviorTable, ProcessorSettings
 from processor.interceptors import DecodeCheckInterceptor, LogContextInterceptor, StoppingInterceptor, TokenAuthInterceptor
 from processor.metrics import ProcessorCollector
+from processor.opponents import SelfPlay
 from processor.servicer import AgentProcessorServicer
 from processor.sessions import SessionTable
 from protos import stepstream_pb2_grpc as pb_grpc
@@ -233,6 +234,11 @@ class ProcessorServer:
         if self._auth is not None:
             interceptors.append(self._auth)
         return interceptors
+
+    @property
+    def self_play(self) -> SelfPlay:
+        """Which team learns and what the opponents act with (``processor.opponents``)."""
+        return self.servicer.self_play
 
     @property
     def refused_calls(self) -> int:

@@ -47,6 +47,7 @@ from processor.assembly import StepActions
 from processor.behaviors import Behavior, BehaviorTable
 from processor.environment_parameters import EnvironmentParameterService, accepts_environment_parameters
 from processor.inference import Policy
+from processor.opponents import SelfPlay
 from processor.sessions import Session, SessionTable
 from processor.wire import (
     MAX_BEHAVIOR_NAME_BYTES,
@@ -141,6 +142,8 @@ class AgentProcessorServicer(pb_grpc.AgentProcessorServicer):
         """The largest DeliveryBatch of one trajectory both ends pass; Hello refuses what could exceed it."""
         self.environment_parameters: EnvironmentParameterService | None = None
         """The run's curriculum and samplers, served to clients that ask (``processor.environment_parameters``)."""
+        self.self_play = SelfPlay.from_settings(behaviors.settings, self.topics)
+        """Which team learns, and what each opponent team acts with (``processor.opponents``)."""
         # The settings are frozen: read once, not per step.
         self._max_agents_per_brain_info = behaviors.settings.max_agents_per_brain_info
 
@@ -204,6 +207,7 @@ class AgentProcessorServicer(pb_grpc.AgentProcessorServicer):
             raise
         max_agents = self.behaviors.settings.max_agents_per_session
         session, replaced = self.sessions.open(hello.client_id, behaviors, asyncio.current_task(), max_agents)
+        self.self_play.join(session, hello.team_ids)
         names = status_details(str([b.name for b in behaviors]), MAX_LOGGED_NAMES_BYTES)
         log.info("session %s opened by client '%s' for %s", session.session_id, hello.client_id, names)
         if replaced is not None:
@@ -236,19 +240,30 @@ class AgentProcessorServicer(pb_grpc.AgentProcessorServicer):
         info = decode_brain_info(brain_info, behavior.params, session.session_id, self._max_agents_per_brain_info)
         if info.environment_stats:  # for the behavior's trainer summaries (common.environment_stats)
             behavior.add_environment_stats(info.environment_stats)
+        if self.self_play.behaviors and (opponents := self.self_play.opponents_of(session, behavior.name)) is not None:
+            out = await self.self_play.act_for_opponent(opponents, session, info.observations, info.action_mask)
+            self._check_live(session)
+            session.steps += 1  # an opponent's rows are counted there, never assembled
+            return encode_action_info(behavior.name, out.env_continuous_actions, out.discrete_actions, out.policy_version)
         held = session.noise.get(behavior.name)
         noise = None if held is None else held.draw(info.agent_ids, info.done)
         out = await behavior.batcher.act(info.observations, info.action_mask, noise)
         self._check_live(session)  # replaced while waiting: its agents were flushed, this row is not theirs any more
+        session.steps += 1
+        if self.self_play.behaviors and self.self_play.opponents_of(session, behavior.name) is not None:
+            # the team stopped learning while this step waited: its trajectories were cut at the change
+            return encode_action_info(behavior.name, out.env_continuous_actions, out.discrete_actions, out.policy_version)
         actions = StepActions(
             out.continuous_actions, out.discrete_actions, out.continuous_log_probs, out.discrete_log_probs, out.policy_version
         )
         cut = assembler.add(info, actions)
-        session.steps += 1
         if self.environment_parameters is not None:
             self._observe_parameters(behavior, cut)
         if cut:
+            changed = self.self_play.learner_cut(behavior.name, cut)  # rated before publishing: the ELO rides along
             await behavior.publish(cut)
+            for other, trajectories in changed:  # a team change cut the old learning team's trajectories
+                await other.publish(trajectories)
         return encode_action_info(behavior.name, out.env_continuous_actions, out.discrete_actions, out.policy_version)
 
     def _observe_parameters(self, behavior: Behavior, cut: list[Trajectory]) -> None:
@@ -263,6 +278,7 @@ class AgentProcessorServicer(pb_grpc.AgentProcessorServicer):
     async def _close(self, session: Session) -> None:
         """Flush the session's partial trajectories (as interrupted) and forget it."""
         self.sessions.close(session)
+        self.self_play.leave(session)
         try:
             async for name, trajectories in session.flush():  # in batches, yielding to other sessions
                 try:
@@ -374,6 +390,8 @@ class AgentProcessorServicer(pb_grpc.AgentProcessorServicer):
             behavior = self.behaviors.get(name)
             if behavior is not None:  # else configured, not declared yet: its follower checks it at the first Hello
                 behavior.check_policy(policy, request.version)
+            if request.snapshot:  # kept for self-play's opponents, beside the latest-wins policy topic
+                return self._publish_snapshot(request)
             topic = self.topics.policies(name)
             if behavior is not None:
                 behavior.loaded(request.version, request, policy)  # spares the behavior a second load
@@ -384,6 +402,25 @@ class AgentProcessorServicer(pb_grpc.AgentProcessorServicer):
         if not accepted:
             log.info("behavior '%s': policy version %d ignored (have %d)", name, request.version, topic.highest_version)
         return pb.PublishPolicyReply(accepted=accepted, current_version=topic.highest_version)
+
+    def _publish_snapshot(self, request: pb.PolicyUpdate) -> pb.PublishPolicyReply:
+        """A self-play snapshot onto ``snapshots/<behavior>``, keyed by its number (a repeated number is ignored).
+
+        Raises:
+            ProtocolError: (precondition) the behavior has no ``self_play``; a number outside [1, MAX_POLICY_VERSION].
+        """
+        name = request.behavior_name
+        if not self.self_play.configured(name):
+            raise ProtocolError(
+                f"snapshot {request.snapshot} of {quoted(name)}: the behavior has no self_play", precondition=True
+            )
+        if not 0 < request.snapshot <= MAX_POLICY_VERSION:
+            raise ProtocolError(
+                f"PolicyUpdate of {quoted(name)} needs a snapshot in [1, {MAX_POLICY_VERSION}] (got {request.snapshot})"
+            )
+        topic = self.topics.snapshots(name)
+        accepted = topic.publish(request, request.snapshot)
+        return pb.PublishPolicyReply(accepted=accepted, current_version=self.topics.policies(name).highest_version)
 
     async def FinishTraining(self, request: pb.TrainingFinished, context: grpc.aio.ServicerContext) -> pb.PolicyStatus:
         try:

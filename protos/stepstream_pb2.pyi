@@ -292,16 +292,20 @@ class InferenceArtifact(_message.Message):
     def __init__(self, format: _Optional[str] = ..., model: _Optional[bytes] = ..., normalizers: _Optional[_Iterable[_Union[NormalizerState, _Mapping]]] = ..., tanh_squash: _Optional[bool] = ..., clip: _Optional[float] = ..., action_spec: _Optional[_Union[ActionSpec, _Mapping]] = ...) -> None: ...
 
 class PolicyUpdate(_message.Message):
-    __slots__ = ("behavior_name", "version", "trainer_step", "artifact")
+    __slots__ = ("behavior_name", "version", "trainer_step", "artifact", "snapshot", "elo")
     BEHAVIOR_NAME_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
     TRAINER_STEP_FIELD_NUMBER: _ClassVar[int]
     ARTIFACT_FIELD_NUMBER: _ClassVar[int]
+    SNAPSHOT_FIELD_NUMBER: _ClassVar[int]
+    ELO_FIELD_NUMBER: _ClassVar[int]
     behavior_name: str
     version: int
     trainer_step: int
     artifact: InferenceArtifact
-    def __init__(self, behavior_name: _Optional[str] = ..., version: _Optional[int] = ..., trainer_step: _Optional[int] = ..., artifact: _Optional[_Union[InferenceArtifact, _Mapping]] = ...) -> None: ...
+    snapshot: int
+    elo: float
+    def __init__(self, behavior_name: _Optional[str] = ..., version: _Optional[int] = ..., trainer_step: _Optional[int] = ..., artifact: _Optional[_Union[InferenceArtifact, _Mapping]] = ..., snapshot: _Optional[int] = ..., elo: _Optional[float] = ...) -> None: ...
 
 class SubscribeOpen(_message.Message):
     __slots__ = ("behavior_name", "subscriber_name")

@@ -62,12 +62,14 @@ from typing import Any, Protocol, runtime_checkable
 from common.config import BehaviorSettings
 from common.environment_parameters import LESSONS_STATUS_KEY, lesson_of_stat
 from common.errors import ConfigError, PolicyVersionError, TopicClosedError
+from common.self_play import ELO_TAG
 from common.staleness import is_stale
 from common.topics import MAX_POLICY_VERSION, Deduplicator, Delivery, PolicySink, TrajectorySubscription
 from common.trajectory import Trajectory
 from protos import pb
 from trainer.checkpoint import Checkpointer
 from trainer.learner import Learner
+from trainer.self_play import SNAPSHOTS_DIR, SnapshotSaver, resumed_elo
 from trainer.summaries import (
     DUPLICATE_TRAJECTORIES,
     MEAN_REWARD_WINDOW,
@@ -228,6 +230,8 @@ class TrainerLoop:
         max_items: trajectories taken per ``get``.
         poll_s: longest wait of one ``get``.
         writers: extra metric sinks (besides the console and TensorBoard).
+        snapshot_sink: ``snapshots/<behavior>``, for a behavior with ``self_play`` (``trainer.self_play``);
+            None saves no snapshots.
     """
 
     def __init__(
@@ -246,6 +250,7 @@ class TrainerLoop:
         max_items: int = DEFAULT_MAX_ITEMS,
         poll_s: float = DEFAULT_POLL_S,
         writers: Iterable[MetricsWriter] = (),
+        snapshot_sink: PolicySink[pb.PolicyUpdate] | None = None,
     ) -> None:
         self.behavior_name = behavior_name
         self.learner = learner
@@ -280,6 +285,12 @@ class TrainerLoop:
         self._next_checkpoint = settings.checkpoint_interval
         self._checkpointed_step: int | None = None
         self._summarized_step: int | None = None
+        self.snapshots: SnapshotSaver | None = None
+        if settings.self_play is not None and snapshot_sink is not None:
+            directory = None if self._behavior_dir is None else self._behavior_dir / SNAPSHOTS_DIR
+            self.snapshots = SnapshotSaver(settings.self_play, snapshot_sink, directory)
+        self.elo: float | None = None
+        """The newest ``Self-play/ELO`` the processor sent along (``processor.opponents``)."""
 
     # -- the loop ------------------------------------------------------------------------------
 
@@ -368,6 +379,10 @@ class TrainerLoop:
         self._next_summary = next_multiple(steps, self.settings.summary_freq)
         self._next_checkpoint = next_multiple(steps, self.settings.checkpoint_interval)
         self._version = max(self._sink.highest_version, resumed_version)
+        if self._resume and self.snapshots is not None:
+            self.snapshots.resume(steps)
+            if self.summaries.status_path is not None:
+                self.elo = resumed_elo(self.summaries.status_path, self.behavior_name)
         self._publish()
         logger.info(
             "%s: %s started at step %d with policy version %d (max_steps %d, max_policy_lag %s, seed %d)",
@@ -430,6 +445,8 @@ class TrainerLoop:
                 parameter = lesson_of_stat(stat.key)  # a curriculum's lesson, kept for training_status.json
                 if parameter is not None:
                     result.lessons[parameter] = int(stat.value)
+                if stat.key == ELO_TAG:
+                    self.elo = stat.value
             if trajectory.episode_ended:
                 ended.append(trajectory)
             if is_stale(trajectory, self._version, lag):
@@ -481,6 +498,8 @@ class TrainerLoop:
                 raise RuntimeError(f"{self.behavior_name}: policy sink refused version {version} twice")
         self._version = self.result.policy_version = version
         self._last_policy = update
+        if self.snapshots is not None:
+            self.snapshots.after_publish(update, self.result.steps, self.elo)
 
     def _checked(self, version: int) -> int:
         """``version``, if it is at most ``MAX_POLICY_VERSION``; else ``PolicyVersionError``."""
@@ -530,8 +549,12 @@ class TrainerLoop:
         result = self.result
         mean_reward = result.mean_reward()
         checkpoints = [] if self.checkpointer is None else self.checkpointer.checkpoints()
+        entry: dict[str, Any] = {}
+        if self.snapshots is not None:
+            entry["self_play"] = {"elo": self.elo, "snapshots": [list(s) for s in self.snapshots.ring]}
         self.summaries.update_status(
-            {
+            entry
+            | {
                 "steps": result.steps,
                 "episodes": result.resumed_episodes + result.episodes,
                 "mean_reward": None if math.isnan(mean_reward) else mean_reward,

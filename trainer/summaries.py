@@ -459,6 +459,11 @@ class Summaries:
             except Exception:  # a broken sink must not stop training
                 logger.exception("metrics writer %r failed at step %d", writer, step)
 
+    @property
+    def status_path(self) -> Path | None:
+        """``run_logs/training_status.json``; None without a results directory."""
+        return self._status_path
+
     def update_status(self, entry: Mapping[str, Any]) -> None:
         """Rewrite this behavior's entry of ``run_logs/training_status.json`` (no file without results_dir)."""
         if self._status_path is not None:

@@ -420,6 +420,8 @@ class GrpcPolicyPublisher:
         behavior_name: the behavior whose policies this publishes.
         timeout_s: the deadline of each call.
         security: TLS credentials and the shared token (plaintext, none by default).
+        snapshots: publish self-play snapshots instead (``snapshots/<behavior>``): ``publish(item, number)`` sends
+            ``item`` with ``PolicyUpdate.snapshot`` = ``number`` and its own version (``common.self_play``).
     """
 
     def __init__(
@@ -429,10 +431,12 @@ class GrpcPolicyPublisher:
         *,
         timeout_s: float = CALL_TIMEOUT_S,
         security: ClientSecurity = PLAINTEXT,
+        snapshots: bool = False,
     ) -> None:
         if not behavior_name:
             raise ValueError("behavior_name must not be empty")
         self.behavior_name = behavior_name
+        self.snapshots = snapshots
         self.timeout_s = timeout_s
         self._metadata = call_metadata(security, behavior_name)
         self._channel, self._owns_channel = open_channel(target, security)
@@ -477,7 +481,13 @@ class GrpcPolicyPublisher:
         """
         if item.behavior_name != self.behavior_name:
             raise ValueError(f"a policy of {item.behavior_name!r} given to the publisher of {self.behavior_name!r}")
-        item = stamped_with_version(item, version)
+        if self.snapshots:
+            snapshot = pb.PolicyUpdate()
+            snapshot.CopyFrom(item)
+            snapshot.snapshot = version
+            item = snapshot
+        else:
+            item = stamped_with_version(item, version)
         deadline, backoff = deadline_after(NOT_FOUND_RETRY_S), Backoff(POLL_INTERVAL_S, NOT_FOUND_RETRY_MAX_S, jitter=0.0)
         while True:
             try:

@@ -22,6 +22,10 @@ def policy_topic_name(behavior_name: str) -> str:
     return f"policies/{behavior_name}"
 
 
+def snapshot_topic_name(behavior_name: str) -> str:
+    return f"snapshots/{behavior_name}"
+
+
 class TopicRegistry(Generic[P]):
     """Get-or-create the two in-process topics of each behavior; thread-safe.
 
@@ -32,6 +36,7 @@ class TopicRegistry(Generic[P]):
         self._lock = threading.Lock()
         self._trajectories: dict[str, TrajectoryTopic[Trajectory]] = {}
         self._policies: dict[str, PolicyTopic[P]] = {}
+        self._snapshots: dict[str, PolicyTopic[P]] = {}
 
     def trajectories(self, behavior_name: str) -> TrajectoryTopic[Trajectory]:
         """The topic ``trajectories/<behavior_name>``.
@@ -59,6 +64,21 @@ class TopicRegistry(Generic[P]):
                 topic = self._policies[behavior_name] = PolicyTopic(policy_topic_name(behavior_name))
             return topic
 
+    def snapshots(self, behavior_name: str) -> PolicyTopic[P]:
+        """The topic ``snapshots/<behavior_name>``: a self-play trainer's snapshots, keyed by snapshot number
+        (``PolicyUpdate.snapshot``), not by policy version, so that a snapshot of an older version is served
+        (``common.self_play``). Its readers take every snapshot by a listener (``PolicyTopic.add_listener``).
+
+        Raises:
+            ValueError: ``behavior_name`` is empty.
+        """
+        _check_behavior_name(behavior_name)
+        with self._lock:
+            topic = self._snapshots.get(behavior_name)
+            if topic is None:
+                topic = self._snapshots[behavior_name] = PolicyTopic(snapshot_topic_name(behavior_name))
+            return topic
+
     def discard(self, behavior_name: str) -> int | None:
         """Forget and close both topics of ``behavior_name``, unless a subscriber is attached to its trajectories.
 
@@ -78,7 +98,8 @@ class TopicRegistry(Generic[P]):
                 return None
             self._trajectories.pop(behavior_name, None)
             policies = self._policies.pop(behavior_name, None)
-        for topic in (trajectories, policies):
+            snapshots = self._snapshots.pop(behavior_name, None)
+        for topic in (trajectories, policies, snapshots):
             if topic is not None:
                 topic.close()
         return 0 if stats is None else sum(s.depth + s.in_flight for s in stats.subscribers.values())
@@ -91,7 +112,11 @@ class TopicRegistry(Generic[P]):
     def close(self) -> None:
         """Close every topic (waking their waiters); later lookups still return the closed topics."""
         with self._lock:
-            topics: list[TrajectoryTopic[Any] | PolicyTopic[Any]] = [*self._trajectories.values(), *self._policies.values()]
+            topics: list[TrajectoryTopic[Any] | PolicyTopic[Any]] = [
+                *self._trajectories.values(),
+                *self._policies.values(),
+                *self._snapshots.values(),
+            ]
         for topic in topics:
             topic.close()
 

@@ -92,6 +92,9 @@ class GatewaySettings:
     on_declare: Callable[[BrainParameters], None] | None = None
     """Called on the event loop with each behavior's spec as it is declared, before its first step (``stepstream
     train`` starts the behavior's trainer there); a ``StepstreamError`` from it refuses the behavior."""
+    self_play: frozenset[str] = frozenset()
+    """Behaviors whose every team is served, each team a session of its own (their config has ``self_play``); a
+    second team of any other behavior is refused."""
 
 
 class BehaviorLink:
@@ -118,9 +121,10 @@ class BehaviorLink:
         while True:
             try:
                 if self.session is None:
+                    team = self.behavior.team_id
                     self.session = EnvSession(
                         self.settings.processor,
-                        f"{self.settings.client_id}/{name}",
+                        f"{self.settings.client_id}/{name}" + (f"?team={team}" if team else ""),  # one session per team
                         [self.spec],
                         channel_options=KEEPALIVE_OPTIONS,
                         security=self.settings.security,
@@ -283,13 +287,15 @@ class UnityGateway(unity_grpc.UnityToExternalProtoServicer):
             try:
                 behavior = translate.parse_behavior_id(unity_name)
                 other = next((link for link in self.links.values() if link.spec.behavior_name == behavior.name), None)
-                if other is not None:
+                if other is not None and behavior.name not in self.settings.self_play:
                     raise NotSupportedYetError(
                         f"team {behavior.team_id} of {behavior.name!r} beside {other.behavior.unity_name!r}: "
-                        "several teams of one behavior (self-play) are not supported yet"
+                        "several teams of one behavior need its config's self_play"
                     )
                 spec = translate.behavior_spec(brain, infos[0])
-                if self.settings.on_declare is not None:
+                if other is not None and spec != other.spec:  # one trainer learns for every team
+                    raise StepstreamError(f"{unity_name!r} declares {spec}, but {other.behavior.unity_name!r} {other.spec}")
+                if other is None and self.settings.on_declare is not None:  # one trainer for every team
                     self.settings.on_declare(spec)
             except StepstreamError as err:
                 self._fail(unity_name, str(err))

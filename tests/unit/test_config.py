@@ -564,14 +564,12 @@ def test_ignored_keys_are_accepted_and_named_in_one_log_line(caplog: pytest.LogC
     ("config", "key"),
     [
         ({"behaviors": {"A": {"network_settings": {"memory": {"memory_size": 64}}}}}, "behaviors.A.network_settings.memory"),
-        ({"behaviors": {"A": {"self_play": {"window": 10}}}}, "behaviors.A.self_play"),
         ({"behaviors": {"A": {"trainer_type": "poca"}}}, "behaviors.A.trainer_type"),
         ({"env_settings": {"env_path": "Builds/3DBall.x86_64"}}, "env_settings.env_path"),
         ({"default_settings": {"network_settings": {"memory": {}}}}, "default_settings.network_settings.memory"),
     ],
     ids=[
         "memory",
-        "self_play",
         "poca",
         "unity-build",
         "in-default",
