@@ -6,6 +6,17 @@ start (a trainer may subscribe, or publish a policy, before any env client conne
 its first Hello. A ``Behavior`` (the spec, inference and counters) exists from the first Hello that
 declares it; one outside the config is freed when its last session ends, with its topics unless a
 subscriber is attached to them (``BehaviorTable.release``).
+
+**Policy versions rise by one.** ``PublishPolicy`` accepts a behavior's policy only at the next version,
+the highest it holds + 1 (``highest_acceptable_version``); a higher one is not accepted (the reply says
+``accepted`` false and gives the version held), and one at or below the highest is ignored, as latest-wins
+always did. The first version a processor takes for a behavior may be anything up to
+``MAX_FIRST_POLICY_VERSION`` (2**52): a resumed trainer continues its own count. So no publisher, however
+many times it publishes, raises the version by more than one per accepted publish: from 2**52 the 2**52
+versions left to ``MAX_POLICY_VERSION`` take 2**52 publishes (143 years at a million a second), and a
+trainer refused because another publisher took its version republishes at the next (``trainer.loop``),
+never past the bound. The rule moves only the highest version: a publish at or below it raises nothing,
+which leaves older versions free to be served as opponent snapshots.
 """
 
 from __future__ import annotations
@@ -26,7 +37,7 @@ from common.environment_stats import MAX_STATS_PER_TRAJECTORY, EnvironmentStat
 from common.errors import IN_DOUBT, ConfigError, ProtocolError, StepstreamError, UnknownBehaviorError
 from common.logs import set_log_context
 from common.specs import ActionSpec, BrainParameters
-from common.topics import DEFAULT_RELEASE_AFTER_S, TRAINER_SUBSCRIBER, FullPolicy, TopicRegistry
+from common.topics import DEFAULT_RELEASE_AFTER_S, MAX_POLICY_VERSION, TRAINER_SUBSCRIBER, FullPolicy, TopicRegistry
 from common.trajectory import Trajectory
 from processor.batching import InferenceBatcher
 from processor.exploration import HeldNoise
@@ -35,6 +46,19 @@ from processor.wire import quoted
 from protos import pb
 
 log = logging.getLogger(__name__)
+
+MAX_FIRST_POLICY_VERSION = MAX_POLICY_VERSION // 2
+"""The highest version a processor accepts as a behavior's first policy (module docstring): half the range,
+so that what a first publish leaves above it can never be used up one version at a time."""
+
+
+def highest_acceptable_version(highest: int) -> int:
+    """The highest version ``PublishPolicy`` accepts while a behavior's policy topic holds ``highest`` (-1: none).
+
+    The next version, ``highest + 1``; before any, ``MAX_FIRST_POLICY_VERSION`` (module docstring).
+    """
+    return MAX_FIRST_POLICY_VERSION if highest < 0 else highest + 1
+
 
 IN_DOUBT_LOG = "trajectory in doubt:"
 """Starts the warning that names each trajectory counted in doubt (its id follows)."""

@@ -44,7 +44,7 @@ from common.topics.grpc_status import TRAINING_FINISHED_STATUS
 from common.topics.grpc_transport import MAX_MESSAGE_BYTES
 from common.trajectory import Trajectory
 from processor.assembly import StepActions
-from processor.behaviors import Behavior, BehaviorTable
+from processor.behaviors import Behavior, BehaviorTable, highest_acceptable_version
 from processor.inference import Policy
 from processor.sessions import Session, SessionTable
 from processor.wire import (
@@ -348,11 +348,18 @@ class AgentProcessorServicer(pb_grpc.AgentProcessorServicer):
                     f"PolicyUpdate of {quoted(name)} needs a version in [0, {MAX_POLICY_VERSION}] (got {request.version})"
                 )
             self.behaviors.require_known(name)  # before loading: nothing is spent on an unknown name
+            topic = self.topics.policies(name)
+            if request.version > (most := highest_acceptable_version(topic.highest_version)):
+                log.warning(
+                    "behavior %s: policy version %d not accepted: a publish raises the version by one at most"
+                    " (holds %d, so at most %d)",
+                    quoted(name), request.version, topic.highest_version, most,
+                )  # fmt: skip
+                return pb.PublishPolicyReply(accepted=False, current_version=topic.highest_version)
             policy = Policy.from_update(request)  # refuse an artifact the processor cannot run
             behavior = self.behaviors.get(name)
             if behavior is not None:  # else configured, not declared yet: its follower checks it at the first Hello
                 behavior.check_policy(policy, request.version)
-            topic = self.topics.policies(name)
             if behavior is not None:
                 behavior.loaded(request.version, request, policy)  # spares the behavior a second load
             accepted = topic.publish(request, request.version)
