@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from common.config import BehaviorSettings, RunOptions
-from common.environment_stats import MAX_STATS_PER_TRAJECTORY, EnvironmentStat
+from common.environment_stats import MAX_STATS_PER_TRAJECTORY, EnvironmentStat, encoded_bytes
 from common.errors import IN_DOUBT, ConfigError, ProtocolError, StepstreamError, UnknownBehaviorError
 from common.logs import set_log_context
 from common.specs import ActionSpec, BrainParameters
@@ -42,7 +42,7 @@ from common.trajectory import Trajectory
 from processor.batching import InferenceBatcher
 from processor.exploration import HeldNoise
 from processor.inference import Policy
-from processor.wire import quoted
+from processor.wire import MAX_TRAJECTORY_BYTES, TrajectorySize, quoted
 from protos import pb
 
 log = logging.getLogger(__name__)
@@ -202,8 +202,11 @@ class Behavior:
         self.active_sessions = 0
         self.finished = False
         """Its trainer reported FinishTraining: cut trajectories are dropped (counted as unpublished)."""
-        self._environment_stats: collections.deque[EnvironmentStat] = collections.deque(maxlen=MAX_STATS_PER_TRAJECTORY)
-        """The envs' own statistics (any session's) for the next published trajectory; the oldest give way."""
+        self._environment_stats: collections.deque[EnvironmentStat] | None = None
+        """The envs' own statistics (any session's) for the next published trajectories; the oldest give way. None
+        until the first arrive (most behaviors never have any)."""
+        self.max_trajectory_bytes = MAX_TRAJECTORY_BYTES
+        """The largest encoded trajectory its subscribers take (``BehaviorTable.max_trajectory_bytes``)."""
 
     @property
     def name(self) -> str:
@@ -303,8 +306,13 @@ class Behavior:
             log.debug("behavior '%s': acting with policy version %d", self.name, version)
 
     def add_environment_stats(self, stats: Iterable[EnvironmentStat]) -> None:
-        """Hold a BrainInfo's environment stats until the next trajectory published (``publish``) carries them."""
-        self._environment_stats.extend(stats)
+        """Hold a BrainInfo's environment stats until the next trajectories published (``publish``) carry them."""
+        self._held_stats().extend(stats)
+
+    @property
+    def held_environment_stats(self) -> int:
+        """Environment stats waiting for a trajectory."""
+        return 0 if self._environment_stats is None else len(self._environment_stats)
 
     async def publish(self, trajectories: list[Trajectory], *, flushed: bool = False) -> None:
         """Publish cut trajectories, dropping (and counting) those older than ``max_policy_lag``.
@@ -338,7 +346,8 @@ class Behavior:
                     await self.trajectories.publish(trajectory, self._publish_timeout_s)
                 except (StepstreamError, asyncio.CancelledError) as err:
                     failure = err
-                    self._environment_stats.extendleft(reversed(stats))  # for the next one
+                    if stats:  # for the next one
+                        self._held_stats().extendleft(reversed(stats))
                     if isinstance(err, IN_DOUBT):
                         c.in_doubt_trajectories += 1
                         c.in_doubt_experiences += trajectory.length
@@ -353,12 +362,26 @@ class Behavior:
         if failure is not None:
             raise failure
 
+    def _held_stats(self) -> collections.deque[EnvironmentStat]:
+        if self._environment_stats is None:
+            self._environment_stats = collections.deque(maxlen=MAX_STATS_PER_TRAJECTORY)
+        return self._environment_stats
+
     def _take_environment_stats(self, trajectory: Trajectory) -> tuple[EnvironmentStat, ...]:
-        stats = tuple(self._environment_stats)
-        if stats:
-            self._environment_stats.clear()
-            trajectory.environment_stats = (*trajectory.environment_stats, *stats)
-        return stats
+        """Attach to ``trajectory`` the oldest held stats that fit in the room its size bound leaves under
+        ``max_trajectory_bytes``; the rest stay for the next trajectory. Returns those attached."""
+        held = self._environment_stats
+        if not held:
+            return ()
+        room = self.max_trajectory_bytes - TrajectorySize.of(self.params).at_most(trajectory.length)
+        room -= sum(map(encoded_bytes, trajectory.environment_stats))
+        taken: list[EnvironmentStat] = []
+        while held and (size := encoded_bytes(held[0])) <= room:
+            room -= size
+            taken.append(held.popleft())
+        if taken:
+            trajectory.environment_stats = (*trajectory.environment_stats, *taken)
+        return tuple(taken)
 
     def status(self) -> pb.PolicyStatus:
         msg = pb.PolicyStatus(behavior_name=self.name, highest_version=self.policies.highest_version)
@@ -373,6 +396,9 @@ class BehaviorTable:
         self.settings = settings
         self.topics = topics
         self._behaviors: dict[str, Behavior] = {}
+        self.max_trajectory_bytes = MAX_TRAJECTORY_BYTES
+        """The largest encoded trajectory (its DeliveryBatch) the subscribers take: the server's message limit, and a
+        broker's; each behavior attaches environment stats only within it (``Behavior.publish``)."""
         self.finished: set[str] = set()
         """Behaviors whose trainer reported FinishTraining (``finish``), until a new subscription ``reopen``s one."""
         for name in settings.behaviors:
@@ -468,6 +494,7 @@ class BehaviorTable:
         runtime = self.settings.runtime(params.behavior_name)
         self._declare_topics(params.behavior_name)
         behavior = self._behaviors[params.behavior_name] = Behavior(params, runtime, self.settings, self.topics)
+        behavior.max_trajectory_bytes = self.max_trajectory_bytes
         behavior.finished = params.behavior_name in self.finished
         behavior.start()
         log.info("behavior '%s' declared: %s", params.behavior_name, _describe(params))

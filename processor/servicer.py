@@ -137,9 +137,20 @@ class AgentProcessorServicer(pb_grpc.AgentProcessorServicer):
         self.max_message_bytes = max_message_bytes
         """The server's receive limit, told to each env client in its HelloReply (the SDK measures against it)."""
         self.max_trajectory_bytes = min(max_message_bytes, MAX_MESSAGE_BYTES)
-        """The largest DeliveryBatch of one trajectory both ends pass; Hello refuses what could exceed it."""
         # The settings are frozen: read once, not per step.
         self._max_agents_per_brain_info = behaviors.settings.max_agents_per_brain_info
+
+    @property
+    def max_trajectory_bytes(self) -> int:
+        """The largest DeliveryBatch of one trajectory both ends pass; Hello refuses what could exceed it, and
+        environment stats ride a trajectory only within it (``BehaviorTable.max_trajectory_bytes``)."""
+        return self.behaviors.max_trajectory_bytes
+
+    @max_trajectory_bytes.setter
+    def max_trajectory_bytes(self, value: int) -> None:
+        self.behaviors.max_trajectory_bytes = value
+        for behavior in self.behaviors.values():
+            behavior.max_trajectory_bytes = value
 
     # -- env clients -----------------------------------------------------------------------------
 
