@@ -192,11 +192,12 @@ class Behavior:
             max_batch_rows=settings.max_batch_rows,
             deadline_ms=settings.batch_deadline_ms,
             first_policy_timeout_s=settings.first_policy_timeout_s,
-            rng=np.random.default_rng(settings.seed),
+            seed=settings.seed,
         )
         # Held exploration noise gets one generator per session, spawned from the run's seed: reproducible, and no
-        # two sessions draw the same sequence.
-        self._noise_seeds = np.random.SeedSequence(settings.seed)
+        # two sessions draw the same sequence. Made by the first session that holds noise.
+        self._seed = settings.seed
+        self._noise_seeds: np.random.SeedSequence | None = None
         self._follower: asyncio.Task[None] | None = None
         self._loaded: dict[int, tuple[pb.PolicyUpdate, Policy]] = {}
         self.active_sessions = 0
@@ -219,6 +220,8 @@ class Behavior:
         latent = self.runtime.sde_latent_size
         if (self.runtime.noise_hold_steps <= 1 and latent == 0) or size == 0:
             return None
+        if self._noise_seeds is None:
+            self._noise_seeds = np.random.SeedSequence(self._seed)
         rng = np.random.default_rng(self._noise_seeds.spawn(1)[0])
         return HeldNoise(size, self.runtime.noise_hold_steps, rng, latent_size=latent)
 
@@ -497,7 +500,8 @@ class BehaviorTable:
         behavior.max_trajectory_bytes = self.max_trajectory_bytes
         behavior.finished = params.behavior_name in self.finished
         behavior.start()
-        log.info("behavior '%s' declared: %s", params.behavior_name, _describe(params))
+        if log.isEnabledFor(logging.INFO):  # not described at all otherwise: a Hello may declare 64
+            log.info("behavior '%s' declared: %s", params.behavior_name, _describe(params))
         return behavior
 
     def finish(self, name: str, trainer_step: int, policy_version: int) -> None:

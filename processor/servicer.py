@@ -19,6 +19,7 @@ Queries (Subscribe, PublishPolicy, GetPolicyStatus) name a behavior; one the pro
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import AsyncIterator, Iterator
 
@@ -137,6 +138,8 @@ class AgentProcessorServicer(pb_grpc.AgentProcessorServicer):
         self.max_message_bytes = max_message_bytes
         """The server's receive limit, told to each env client in its HelloReply (the SDK measures against it)."""
         self.max_trajectory_bytes = min(max_message_bytes, MAX_MESSAGE_BYTES)
+        self._turns = asyncio.Lock()
+        """Held by the session work that takes turns (``_turn``)."""
         # The settings are frozen: read once, not per step.
         self._max_agents_per_brain_info = behaviors.settings.max_agents_per_brain_info
 
@@ -189,24 +192,37 @@ class AgentProcessorServicer(pb_grpc.AgentProcessorServicer):
             if session is not None and not session.closed:
                 await self._close(session)
 
+    @contextlib.asynccontextmanager
+    async def _turn(self) -> AsyncIterator[None]:
+        """Hold the one turn of session work (a Hello's declarations, a closed session's release) for one
+        event-loop iteration: so each iteration runs at most one such piece, and a burst of them (157 Hellos
+        of 64 behaviors, some 10 ms each) delays a running session's step by one piece, not by all of them."""
+        async with self._turns:
+            yield
+            await asyncio.sleep(0)
+
     async def _open(self, request: pb.StepRequest) -> Session:
         if request.WhichOneof("payload") != "hello":
             raise ProtocolError("the first message of a Step stream must be a Hello", precondition=True)
-        hello = decode_hello(request.hello)
-        self._check_training(hello.client_id, [p.behavior_name for p in hello.brain_parameters])
-        for params in hello.brain_parameters:  # before anything is declared
-            check_trajectory_fits(params, self.behaviors.runtime(params.behavior_name).time_horizon, self.max_trajectory_bytes)
-        behaviors: list[Behavior] = []
-        try:
-            for params in hello.brain_parameters:
-                behaviors.append(self.behaviors.declare(params))
-        except StepstreamError:
-            self.behaviors.release(behaviors)  # those this Hello created and no session holds
-            raise
-        max_agents = self.behaviors.settings.max_agents_per_session
-        session, replaced = self.sessions.open(hello.client_id, behaviors, asyncio.current_task(), max_agents)
-        names = status_details(str([b.name for b in behaviors]), MAX_LOGGED_NAMES_BYTES)
-        log.info("session %s opened by client '%s' for %s", session.session_id, hello.client_id, names)
+        async with self._turn():
+            hello = decode_hello(request.hello)
+            self._check_training(hello.client_id, [p.behavior_name for p in hello.brain_parameters])
+            for params in hello.brain_parameters:  # before anything is declared
+                time_horizon = self.behaviors.runtime(params.behavior_name).time_horizon
+                check_trajectory_fits(params, time_horizon, self.max_trajectory_bytes)
+        async with self._turn():
+            behaviors: list[Behavior] = []
+            try:
+                for params in hello.brain_parameters:
+                    behaviors.append(self.behaviors.declare(params))
+            except StepstreamError:
+                self.behaviors.release(behaviors)  # those this Hello created and no session holds
+                raise
+            max_agents = self.behaviors.settings.max_agents_per_session
+            session, replaced = self.sessions.open(hello.client_id, behaviors, asyncio.current_task(), max_agents)
+        if log.isEnabledFor(logging.INFO):
+            names = status_details(str([b.name for b in behaviors]), MAX_LOGGED_NAMES_BYTES)
+            log.info("session %s opened by client '%s' for %s", session.session_id, hello.client_id, names)
         if replaced is not None:
             await self._close(replaced)  # its agents are handled as at disconnect, now
         return session
@@ -232,7 +248,7 @@ class AgentProcessorServicer(pb_grpc.AgentProcessorServicer):
                 raise ProtocolError(f"session {session.session_id}: a second Hello on one stream", precondition=True)
             raise ProtocolError(f"session {session.session_id}: a StepRequest with no payload (neither hello nor brain_info)")
         brain_info = request.brain_info
-        behavior, assembler = session.behavior(brain_info.behavior_name)
+        behavior = session.behavior(brain_info.behavior_name)
         info = decode_brain_info(brain_info, behavior.params, session.session_id, self._max_agents_per_brain_info)
         if info.environment_stats:  # for the behavior's trainer summaries (common.environment_stats)
             behavior.add_environment_stats(info.environment_stats)
@@ -243,7 +259,7 @@ class AgentProcessorServicer(pb_grpc.AgentProcessorServicer):
         actions = StepActions(
             out.continuous_actions, out.discrete_actions, out.continuous_log_probs, out.discrete_log_probs, out.policy_version
         )
-        cut = assembler.add(info, actions)
+        cut = session.assembler(behavior).add(info, actions) if len(info.agent_ids) else None
         session.steps += 1
         if cut:
             await behavior.publish(cut)
@@ -260,7 +276,12 @@ class AgentProcessorServicer(pb_grpc.AgentProcessorServicer):
                     log.warning("session %s: flushed trajectories of '%s' not published: %s", session.session_id, name, err)
         finally:  # also when a publish blocked on a full queue is cancelled (the client gave up closing)
             log.info("session %s closed after %d steps", session.session_id, session.steps)
-            self.behaviors.release(session.behaviors.values())  # those no live session declares any more
+            try:
+                async with self._turn():
+                    self.behaviors.release(session.behaviors.values())  # those no live session declares any more
+            except asyncio.CancelledError:  # cancelled waiting for its turn (release is idempotent)
+                self.behaviors.release(session.behaviors.values())
+                raise
 
     # -- trainers --------------------------------------------------------------------------------
 
