@@ -16,6 +16,10 @@ the stream ends. Every other kind's sessions are refused at Hello or hold no exp
 
 No kind is ever cancelled mid-call: each finishes its attempt and checks the clock, so the implied
 counts are exact (a cancelled step would leave it unknown whether the processor took the row).
+
+Run as a script, it is the many-behaviors benchmark (``MANY_DOC``): a well-behaved client's slowest step
+while 10,000 behaviors open and close. The soak's behavior, policy and processor helpers come from
+``benchmarks.soak_processor``, which ``soak.py`` imports too.
 """
 
 from __future__ import annotations
@@ -247,7 +251,7 @@ async def agents_flood(client: HostileClient) -> None:
     """Point 6: one session that steps ``twice_agents`` new ids twice (one experience each, never done), then
     brings new ids (first sightings) ``FLOOD_BATCH_AGENTS`` at a time until it holds ``flood_agents`` or the
     processor refuses it; then it ends, and the processor flushes what it holds."""
-    from benchmarks.soak import OBS_SIZE
+    from benchmarks.soak_processor import OBS_SIZE
 
     requests = [hello_bytes(f"{client.client_id_prefix}-flood", _soak_params(client))]
     gains = [0]  # the experiences each request implies once answered
@@ -265,7 +269,7 @@ async def agents_flood(client: HostileClient) -> None:
 
 async def huge_brain_info(client: HostileClient) -> None:
     """Point 6: one BrainInfo with as many agents as a message holds (first sightings: no experience)."""
-    from benchmarks.soak import OBS_SIZE
+    from benchmarks.soak_processor import OBS_SIZE
     from common.topics.grpc_transport import MAX_MESSAGE_BYTES
 
     agents = huge_brain_info_agents(MAX_MESSAGE_BYTES, OBS_SIZE)
@@ -308,7 +312,7 @@ async def health_watches(client: HostileClient) -> None:
 
 async def many_behaviors(client: HostileClient) -> None:
     """Point 9: a Hello declaring ``MANY_BEHAVIORS`` behaviors."""
-    from benchmarks.soak import ACTION_SIZE, OBS_SIZE
+    from benchmarks.soak_processor import ACTION_SIZE, OBS_SIZE
 
     request = _cached(
         client,
@@ -324,7 +328,7 @@ async def many_behaviors(client: HostileClient) -> None:
 async def long_status(client: HostileClient) -> None:
     """Point 11: a Hello of 64 long unknown names, and a step for an undeclared behavior, whose refusals
     would list every name."""
-    from benchmarks.soak import ACTION_SIZE, OBS_SIZE
+    from benchmarks.soak_processor import ACTION_SIZE, OBS_SIZE
     from processor.wire import MAX_BEHAVIORS_PER_HELLO
 
     names = [f"{i:03d}" + "b" * 250 for i in range(MAX_BEHAVIORS_PER_HELLO)]
@@ -394,7 +398,7 @@ def _cached(client: HostileClient, key: str, make: Callable[[], Any]) -> Any:
 
 
 def _soak_params(client: HostileClient) -> Any:
-    from benchmarks.soak import ACTION_SIZE, OBS_SIZE
+    from benchmarks.soak_processor import ACTION_SIZE, OBS_SIZE
 
     return _params(client.behavior, OBS_SIZE, ACTION_SIZE)
 
@@ -473,7 +477,7 @@ SMALL_MESSAGE_BYTES = 64 * 1024
 def message_bytes_per_kind(max_message_bytes: int, flood_batch_bytes: int) -> dict[str, int]:
     """Kind -> the bytes of the messages one hostile client of that kind has in the processor at once, at most:
     its largest request (all its open streams' for ``health_watches``), capped by the message limit."""
-    from benchmarks.soak import OBS_SIZE
+    from benchmarks.soak_processor import OBS_SIZE
 
     sizes = dict.fromkeys(HOSTILE_KINDS, SMALL_MESSAGE_BYTES)
     sizes["huge_client_id"] = max_message_bytes
@@ -511,7 +515,7 @@ async def _hold_many(address: str, behaviors: int, per_session: int, hold_s: flo
     """Open ``ceil(behaviors / per_session)`` sessions declaring ``per_session`` new behaviors each, all at once;
     hold them ``hold_s`` once every Hello is answered; then end them all. Puts the epoch seconds of each phase
     (opening, opened, closing, closed) and the Hellos refused on ``out``."""
-    from benchmarks.soak import ACTION_SIZE, OBS_SIZE
+    from benchmarks.soak_processor import ACTION_SIZE, OBS_SIZE
     from common.topics.grpc_transport import MESSAGE_SIZE_OPTIONS
 
     channels = [grpc.aio.insecure_channel(address, options=list(MESSAGE_SIZE_OPTIONS)) for _ in range(CHANNELS)]
@@ -548,7 +552,7 @@ def _opener_process(address: str, behaviors: int, per_session: int, hold_s: floa
 
 async def _good_client(address: str, agents: int, stop: Any) -> list[tuple[float, float]]:
     """Step ``agents`` agents of ``GOOD_BEHAVIOR`` back to back until ``stop`` is set: (epoch start, seconds) per step."""
-    from benchmarks.soak import ACTION_SIZE, OBS_SIZE
+    from benchmarks.soak_processor import ACTION_SIZE, OBS_SIZE
     from envclient import EnvSession
     from envclient.session import brain_info_message
 
@@ -579,10 +583,10 @@ def many_behaviors(args: Any) -> dict[str, Any]:
     import threading
     from pathlib import Path
 
-    from benchmarks.soak import REPO, _free_port, _policy_update, _rss_bytes, _wait_serving
+    from benchmarks.soak_processor import REPO, free_port, policy_update, rss_bytes, wait_serving
     from common.topics.grpc_transport import GrpcPolicyPublisher
 
-    port = _free_port()
+    port = free_port()
     address = f"127.0.0.1:{port}"
     with tempfile.TemporaryDirectory(prefix="hostile-") as tmp:
         config = Path(tmp) / "many.yaml"
@@ -591,9 +595,9 @@ def many_behaviors(args: Any) -> dict[str, Any]:
         command += ["--full-policy", "drop_oldest"]  # no trainer drains the good behavior's queue
         processor = subprocess.Popen(command, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
-            update = _policy_update(1)
+            update = policy_update(1)
             update.behavior_name = GOOD_BEHAVIOR
-            _wait_serving(address, processor)
+            wait_serving(address, processor)
             with GrpcPolicyPublisher(address, GOOD_BEHAVIOR) as publisher:
                 publisher.publish(update, 1)
             stop = threading.Event()
@@ -601,7 +605,7 @@ def many_behaviors(args: Any) -> dict[str, Any]:
             good = threading.Thread(target=lambda: result.append(asyncio.run(_good_client(address, args.agents, stop))))
             good.start()
             time.sleep(args.idle_s)
-            idle_rss = _rss_bytes(processor.pid)
+            idle_rss = rss_bytes(processor.pid)
             out = mp.get_context("spawn").Queue()
             opener = mp.get_context("spawn").Process(
                 target=_opener_process,
@@ -610,14 +614,14 @@ def many_behaviors(args: Any) -> dict[str, Any]:
             opener.start()
             held_rss = 0
             while opener.is_alive() and out.empty():
-                held_rss = max(held_rss, _rss_bytes(processor.pid))
+                held_rss = max(held_rss, rss_bytes(processor.pid))
                 time.sleep(0.1)
             opening, opened, closing, closed, refused = out.get(timeout=600)
             opener.join()
             time.sleep(args.idle_s)
             stop.set()
             good.join()
-            after_rss = _rss_bytes(processor.pid)
+            after_rss = rss_bytes(processor.pid)
         finally:
             processor.terminate()
             processor.wait(30)
