@@ -576,6 +576,7 @@ def _slowest_ms(steps: list[tuple[float, float]], start: float, end: float) -> f
 
 def many_behaviors(args: Any) -> dict[str, Any]:
     """The benchmark: a processor process, the good client in a thread, the opener in a process of its own."""
+    import gc
     import multiprocessing as mp
     import subprocess
     import sys
@@ -600,6 +601,8 @@ def many_behaviors(args: Any) -> dict[str, Any]:
             wait_serving(address, processor)
             with GrpcPolicyPublisher(address, GOOD_BEHAVIOR) as publisher:
                 publisher.publish(update, 1)
+            gc.collect()
+            gc.freeze()  # TensorFlow's objects, here: the client's own full collections would pass for the processor's
             stop = threading.Event()
             result: list[list[tuple[float, float]]] = []
             good = threading.Thread(target=lambda: result.append(asyncio.run(_good_client(address, args.agents, stop))))

@@ -194,12 +194,14 @@ class AgentProcessorServicer(pb_grpc.AgentProcessorServicer):
 
     @contextlib.asynccontextmanager
     async def _turn(self) -> AsyncIterator[None]:
-        """Hold the one turn of session work (a Hello's declarations, a closed session's release) for one
-        event-loop iteration: so each iteration runs at most one such piece, and a burst of them (157 Hellos
-        of 64 behaviors, some 10 ms each) delays a running session's step by one piece, not by all of them."""
+        """Take the one turn of session work (a Hello's checks or declarations, a closed session's release) and
+        hold it across one event-loop iteration before the piece runs: so each iteration runs at most one such
+        piece, and a burst of them (157 Hellos of 64 behaviors, some 10 ms each) delays a running session's
+        step by one piece, not by all of them. Nothing awaits after the piece: a cancel lands before it or not
+        at all."""
         async with self._turns:
-            yield
             await asyncio.sleep(0)
+            yield
 
     async def _open(self, request: pb.StepRequest) -> Session:
         if request.WhichOneof("payload") != "hello":
