@@ -574,7 +574,7 @@ def _slowest_ms(steps: list[tuple[float, float]], start: float, end: float) -> f
     return 1000 * max((s for t, s in steps if start <= t < end), default=0.0)
 
 
-def many_behaviors(args: Any) -> dict[str, Any]:
+def many_behaviors_benchmark(args: Any) -> dict[str, Any]:
     """The benchmark: a processor process, the good client in a thread, the opener in a process of its own."""
     import gc
     import multiprocessing as mp
@@ -666,7 +666,7 @@ def main() -> None:
     args = parser.parse_args()
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
-    figures = many_behaviors(args)
+    figures = many_behaviors_benchmark(args)
     print(json.dumps({"workload": "many_behaviors", **figures}))
 
 

@@ -180,7 +180,7 @@ async def test_environment_stats_never_push_an_honest_trajectory_over_the_messag
     async with EnvSession(address, "honest", [wide]) as session:
         for _ in range(75):
             await session.send(brain_info_message("Stats", *one))
-    taken = []
+    taken: list[Trajectory] = []
     with GrpcTrajectorySubscription(address, "Stats", "trainer") as trainer:
         while len(taken) < 2:
             deliveries = await trainer.aget(timeout_s=LIVENESS_S)

@@ -12,6 +12,7 @@ import asyncio
 import threading
 import time
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 import numpy as np
 
@@ -101,6 +102,12 @@ class PolicyLearner:
 
     def checkpoint_objects(self) -> Mapping[str, object]:
         return {}
+
+    def save_extra(self, directory: Path) -> None:
+        del directory
+
+    def load_extra(self, directory: Path) -> None:
+        del directory
 
 
 async def _env_client(address: str, stop: threading.Event) -> int:
