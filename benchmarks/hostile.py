@@ -630,6 +630,7 @@ def many_behaviors_benchmark(args: Any) -> dict[str, Any]:
             processor.wait(30)
     steps = result[0]
     windowed = [s for t, s in steps if opening <= t < closed + args.idle_s]
+    slowest_at = max(((s, t) for t, s in steps if opening <= t < closed + args.idle_s), default=(0.0, opening))[1]
     return {
         "behaviors": args.behaviors,
         "sessions": -(-args.behaviors // args.per_session),
@@ -641,6 +642,8 @@ def many_behaviors_benchmark(args: Any) -> dict[str, Any]:
         "slowest_step_closing_ms": round(_slowest_ms(steps, closing, closed + args.idle_s), 1),
         "slowest_step_idle_ms": round(_slowest_ms(steps, 0.0, opening), 1),
         "p99_step_ms": round(1000 * float(np.quantile(windowed, 0.99)) if windowed else 0.0, 2),
+        "slowest_step_at_s": round(slowest_at - opening, 2),
+        "closing_at_s": round(closing - opening, 2),
         "open_s": round(opened - opening, 2),
         "close_s": round(closed - closing, 2),
         "processor_rss_idle_mb": round(idle_rss / 2**20, 1),
@@ -677,7 +680,8 @@ their oldest trajectories instead of holding the client back); one well-behaved 
 ``--agents`` agents of its behavior back to back; after ``--idle-s`` a process of its own opens
 ``ceil(--behaviors / --per-session)`` sessions at once, each declaring ``--per-session`` new behaviors (within the
 Hello cap), holds them ``--hold-s`` once every Hello is answered, and ends them all. Prints one JSON line:
-the good client's slowest step (overall and per phase: opening, holding, closing, idle before), its p99, and
+the good client's slowest step (overall, when it began and per phase: opening, holding, closing, idle before),
+its p99, and
 the processor's RSS per live behavior (peak while held, less idle, over the behaviors).
 
 usage: hostile.py [--behaviors 10000] [--per-session 64] [--hold-s 5] [--agents 16] [--idle-s 3]

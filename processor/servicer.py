@@ -71,6 +71,9 @@ MAX_STATUS_DETAILS_BYTES = 2048
 sends it percent-encoded in a trailer (up to 3 bytes per byte), and a client refuses trailers past
 its metadata limit (8 KiB by default) with RESOURCE_EXHAUSTED instead of the real status."""
 
+RELEASE_PER_TURN = 16
+"""Behaviors a closed session releases per turn of session work (``AgentProcessorServicer._turn``)."""
+
 MAX_LOGGED_NAMES_BYTES = 512
 """The longest list of behavior names a session's opening log line quotes."""
 
@@ -278,11 +281,13 @@ class AgentProcessorServicer(pb_grpc.AgentProcessorServicer):
                     log.warning("session %s: flushed trajectories of '%s' not published: %s", session.session_id, name, err)
         finally:  # also when a publish blocked on a full queue is cancelled (the client gave up closing)
             log.info("session %s closed after %d steps", session.session_id, session.steps)
-            try:
-                async with self._turn():
-                    self.behaviors.release(session.behaviors.values())  # those no live session declares any more
+            behaviors = list(session.behaviors.values())
+            try:  # those no live session declares any more, a few per turn (each some 0.1 ms)
+                for start in range(0, len(behaviors), RELEASE_PER_TURN):
+                    async with self._turn():
+                        self.behaviors.release(behaviors[start : start + RELEASE_PER_TURN])
             except asyncio.CancelledError:  # cancelled waiting for its turn (release is idempotent)
-                self.behaviors.release(session.behaviors.values())
+                self.behaviors.release(behaviors)
                 raise
 
     # -- trainers --------------------------------------------------------------------------------
