@@ -16,6 +16,10 @@ the stream ends. Every other kind's sessions are refused at Hello or hold no exp
 
 No kind is ever cancelled mid-call: each finishes its attempt and checks the clock, so the implied
 counts are exact (a cancelled step would leave it unknown whether the processor took the row).
+
+Run as a script, it is the many-behaviors benchmark (``MANY_DOC``): a well-behaved client's slowest step
+while 10,000 behaviors open and close. The soak's behavior, policy and processor helpers come from
+``benchmarks.soak_processor``, which ``soak.py`` imports too.
 """
 
 from __future__ import annotations
@@ -247,7 +251,7 @@ async def agents_flood(client: HostileClient) -> None:
     """Point 6: one session that steps ``twice_agents`` new ids twice (one experience each, never done), then
     brings new ids (first sightings) ``FLOOD_BATCH_AGENTS`` at a time until it holds ``flood_agents`` or the
     processor refuses it; then it ends, and the processor flushes what it holds."""
-    from benchmarks.soak import OBS_SIZE
+    from benchmarks.soak_processor import OBS_SIZE
 
     requests = [hello_bytes(f"{client.client_id_prefix}-flood", _soak_params(client))]
     gains = [0]  # the experiences each request implies once answered
@@ -265,7 +269,7 @@ async def agents_flood(client: HostileClient) -> None:
 
 async def huge_brain_info(client: HostileClient) -> None:
     """Point 6: one BrainInfo with as many agents as a message holds (first sightings: no experience)."""
-    from benchmarks.soak import OBS_SIZE
+    from benchmarks.soak_processor import OBS_SIZE
     from common.topics.grpc_transport import MAX_MESSAGE_BYTES
 
     agents = huge_brain_info_agents(MAX_MESSAGE_BYTES, OBS_SIZE)
@@ -308,7 +312,7 @@ async def health_watches(client: HostileClient) -> None:
 
 async def many_behaviors(client: HostileClient) -> None:
     """Point 9: a Hello declaring ``MANY_BEHAVIORS`` behaviors."""
-    from benchmarks.soak import ACTION_SIZE, OBS_SIZE
+    from benchmarks.soak_processor import ACTION_SIZE, OBS_SIZE
 
     request = _cached(
         client,
@@ -324,7 +328,7 @@ async def many_behaviors(client: HostileClient) -> None:
 async def long_status(client: HostileClient) -> None:
     """Point 11: a Hello of 64 long unknown names, and a step for an undeclared behavior, whose refusals
     would list every name."""
-    from benchmarks.soak import ACTION_SIZE, OBS_SIZE
+    from benchmarks.soak_processor import ACTION_SIZE, OBS_SIZE
     from processor.wire import MAX_BEHAVIORS_PER_HELLO
 
     names = [f"{i:03d}" + "b" * 250 for i in range(MAX_BEHAVIORS_PER_HELLO)]
@@ -394,7 +398,7 @@ def _cached(client: HostileClient, key: str, make: Callable[[], Any]) -> Any:
 
 
 def _soak_params(client: HostileClient) -> Any:
-    from benchmarks.soak import ACTION_SIZE, OBS_SIZE
+    from benchmarks.soak_processor import ACTION_SIZE, OBS_SIZE
 
     return _params(client.behavior, OBS_SIZE, ACTION_SIZE)
 
@@ -473,7 +477,7 @@ SMALL_MESSAGE_BYTES = 64 * 1024
 def message_bytes_per_kind(max_message_bytes: int, flood_batch_bytes: int) -> dict[str, int]:
     """Kind -> the bytes of the messages one hostile client of that kind has in the processor at once, at most:
     its largest request (all its open streams' for ``health_watches``), capped by the message limit."""
-    from benchmarks.soak import OBS_SIZE
+    from benchmarks.soak_processor import OBS_SIZE
 
     sizes = dict.fromkeys(HOSTILE_KINDS, SMALL_MESSAGE_BYTES)
     sizes["huge_client_id"] = max_message_bytes
@@ -489,3 +493,200 @@ def message_bytes_per_kind(max_message_bytes: int, flood_batch_bytes: int) -> di
 
 SESSION_KINDS = ("agents_flood", "huge_brain_info", "long_status", "empty_step")
 """The kinds whose Hello is valid: each holds one session at a time (the others are refused at Hello)."""
+
+
+# -- the many-behaviors benchmark (``python benchmarks/hostile.py``) ------------------------------
+
+GOOD_BEHAVIOR = "Good"
+"""The well-behaved client's behavior, the one configured behavior (others come from ``default_settings``)."""
+MANY_CONFIG = f"""
+behaviors:
+  {GOOD_BEHAVIOR}:
+    trainer_type: ppo
+default_settings:
+  trainer_type: ppo
+"""
+"""The processor's config: any behavior is accepted, as an env client declares it."""
+CHANNELS = 8
+"""Connections the opener spreads its sessions over (as several peers would)."""
+
+
+async def _hold_many(address: str, behaviors: int, per_session: int, hold_s: float, out: Any) -> None:
+    """Open ``ceil(behaviors / per_session)`` sessions declaring ``per_session`` new behaviors each, all at once;
+    hold them ``hold_s`` once every Hello is answered; then end them all. Puts the epoch seconds of each phase
+    (opening, opened, closing, closed) and the Hellos refused on ``out``."""
+    from benchmarks.soak_processor import ACTION_SIZE, OBS_SIZE
+    from common.topics.grpc_transport import MESSAGE_SIZE_OPTIONS
+
+    channels = [grpc.aio.insecure_channel(address, options=list(MESSAGE_SIZE_OPTIONS)) for _ in range(CHANNELS)]
+    names = [f"Many{i:05d}" for i in range(behaviors)]
+    hellos = [
+        hello_bytes(f"many-{k}", *[_params(n, OBS_SIZE, ACTION_SIZE) for n in names[k : k + per_session]])
+        for k in range(0, behaviors, per_session)
+    ]
+    opening = time.time()
+    calls = [channels[i % CHANNELS].stream_stream(f"{SERVICE}/Step")() for i in range(len(hellos))]
+
+    async def hello(call: Any, request: bytes) -> bool:
+        await call.write(request)
+        return await call.read() is not grpc.aio.EOF
+
+    answered = await asyncio.gather(*[hello(c, r) for c, r in zip(calls, hellos, strict=True)], return_exceptions=True)
+    opened = time.time()
+    await asyncio.sleep(hold_s)
+    closing = time.time()
+    for call in calls:
+        await call.done_writing()
+    await asyncio.gather(*[call.code() for call in calls])
+    closed = time.time()
+    for channel in channels:
+        await channel.close()
+    out.put((opening, opened, closing, closed, sum(a is not True for a in answered)))
+
+
+def _opener_process(address: str, behaviors: int, per_session: int, hold_s: float, start_at: float, out: Any) -> None:
+    logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    time.sleep(max(0.0, start_at - time.time()))
+    asyncio.run(_hold_many(address, behaviors, per_session, hold_s, out))
+
+
+async def _good_client(address: str, agents: int, stop: Any) -> list[tuple[float, float]]:
+    """Step ``agents`` agents of ``GOOD_BEHAVIOR`` back to back until ``stop`` is set: (epoch start, seconds) per step."""
+    from benchmarks.soak_processor import ACTION_SIZE, OBS_SIZE
+    from envclient import EnvSession
+    from envclient.session import brain_info_message
+
+    params = _params(GOOD_BEHAVIOR, OBS_SIZE, ACTION_SIZE)
+    ids = np.arange(agents, dtype=np.int64)
+    obs = np.random.default_rng(0).standard_normal((agents, OBS_SIZE), dtype=np.float32)
+    steps: list[tuple[float, float]] = []
+    async with EnvSession(address, "good", [params]) as session:
+        while not stop.is_set():
+            message = brain_info_message(GOOD_BEHAVIOR, ids, [obs], np.zeros(agents, np.float32), np.zeros(agents, bool))
+            started, wall = time.perf_counter(), time.time()
+            await session.send(message)
+            steps.append((wall, time.perf_counter() - started))
+    return steps
+
+
+def _slowest_ms(steps: list[tuple[float, float]], start: float, end: float) -> float:
+    """The slowest step that began in [start, end) (epoch seconds), milliseconds."""
+    return 1000 * max((s for t, s in steps if start <= t < end), default=0.0)
+
+
+def many_behaviors_benchmark(args: Any) -> dict[str, Any]:
+    """The benchmark: a processor process, the good client in a thread, the opener in a process of its own."""
+    import gc
+    import multiprocessing as mp
+    import subprocess
+    import sys
+    import tempfile
+    import threading
+    from pathlib import Path
+
+    from benchmarks.soak_processor import REPO, free_port, policy_update, rss_bytes, wait_serving
+    from common.topics.grpc_transport import GrpcPolicyPublisher
+
+    port = free_port()
+    address = f"127.0.0.1:{port}"
+    with tempfile.TemporaryDirectory(prefix="hostile-") as tmp:
+        config = Path(tmp) / "many.yaml"
+        config.write_text(MANY_CONFIG, encoding="utf-8")
+        command = [sys.executable, "-m", "cli.main", "--log-level", "WARNING", "processor", str(config), "--port", str(port)]
+        command += ["--full-policy", "drop_oldest"]  # no trainer drains the good behavior's queue
+        processor = subprocess.Popen(command, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            update = policy_update(1)
+            update.behavior_name = GOOD_BEHAVIOR
+            wait_serving(address, processor)
+            with GrpcPolicyPublisher(address, GOOD_BEHAVIOR) as publisher:
+                publisher.publish(update, 1)
+            gc.collect()
+            gc.freeze()  # TensorFlow's objects, here: the client's own full collections would pass for the processor's
+            stop = threading.Event()
+            result: list[list[tuple[float, float]]] = []
+            good = threading.Thread(target=lambda: result.append(asyncio.run(_good_client(address, args.agents, stop))))
+            good.start()
+            time.sleep(args.idle_s)
+            idle_rss = rss_bytes(processor.pid)
+            out = mp.get_context("spawn").Queue()
+            opener = mp.get_context("spawn").Process(
+                target=_opener_process,
+                args=(address, args.behaviors, args.per_session, args.hold_s, time.time() + 3.0, out),
+            )
+            opener.start()
+            held_rss = 0
+            while opener.is_alive() and out.empty():
+                held_rss = max(held_rss, rss_bytes(processor.pid))
+                time.sleep(0.1)
+            opening, opened, closing, closed, refused = out.get(timeout=600)
+            opener.join()
+            time.sleep(args.idle_s)
+            stop.set()
+            good.join()
+            after_rss = rss_bytes(processor.pid)
+        finally:
+            processor.terminate()
+            processor.wait(30)
+    steps = result[0]
+    windowed = [s for t, s in steps if opening <= t < closed + args.idle_s]
+    slowest_at = max(((s, t) for t, s in steps if opening <= t < closed + args.idle_s), default=(0.0, opening))[1]
+    return {
+        "behaviors": args.behaviors,
+        "sessions": -(-args.behaviors // args.per_session),
+        "hellos_refused": refused,
+        "good_steps": len(windowed),
+        "slowest_step_ms": round(1000 * max(windowed, default=0.0), 1),
+        "slowest_step_opening_ms": round(_slowest_ms(steps, opening, opened), 1),
+        "slowest_step_holding_ms": round(_slowest_ms(steps, opened, closing), 1),
+        "slowest_step_closing_ms": round(_slowest_ms(steps, closing, closed + args.idle_s), 1),
+        "slowest_step_idle_ms": round(_slowest_ms(steps, 0.0, opening), 1),
+        "p99_step_ms": round(1000 * float(np.quantile(windowed, 0.99)) if windowed else 0.0, 2),
+        "slowest_step_at_s": round(slowest_at - opening, 2),
+        "closing_at_s": round(closing - opening, 2),
+        "open_s": round(opened - opening, 2),
+        "close_s": round(closed - closing, 2),
+        "processor_rss_idle_mb": round(idle_rss / 2**20, 1),
+        "processor_rss_per_behavior_kib": round((held_rss - idle_rss) / args.behaviors / 1024, 2),
+        "processor_rss_after_mb": round(after_rss / 2**20, 1),
+    }
+
+
+def main() -> None:
+    import argparse
+    import json
+    import os
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script
+    parser = argparse.ArgumentParser(description=MANY_DOC, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--behaviors", type=int, default=10_000, help="behaviors the opener declares, all live at once")
+    parser.add_argument("--per-session", type=int, default=64, help="behaviors per session (the Hello cap)")
+    parser.add_argument("--hold-s", type=float, default=5.0, help="how long they stay open once all are")
+    parser.add_argument("--agents", type=int, default=16, help="agents of the well-behaved client")
+    parser.add_argument("--idle-s", type=float, default=3.0, help="the good client alone, before and after")
+    args = parser.parse_args()
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    figures = many_behaviors_benchmark(args)
+    print(json.dumps({"workload": "many_behaviors", **figures}))
+
+
+MANY_DOC = """Many behaviors at once: a well-behaved client's slowest step while N behaviors open and close.
+
+A ``stepstream processor`` process (any behavior accepted, ``default_settings``; no trainer, so its queues drop
+their oldest trajectories instead of holding the client back); one well-behaved client steps
+``--agents`` agents of its behavior back to back; after ``--idle-s`` a process of its own opens
+``ceil(--behaviors / --per-session)`` sessions at once, each declaring ``--per-session`` new behaviors (within the
+Hello cap), holds them ``--hold-s`` once every Hello is answered, and ends them all. Prints one JSON line:
+the good client's slowest step (overall, when it began and per phase: opening, holding, closing, idle before),
+its p99, and
+the processor's RSS per live behavior (peak while held, less idle, over the behaviors).
+
+usage: hostile.py [--behaviors 10000] [--per-session 64] [--hold-s 5] [--agents 16] [--idle-s 3]
+"""
+
+
+if __name__ == "__main__":
+    main()

@@ -60,7 +60,6 @@ from typing import Any, NamedTuple
 import numpy as np
 
 log = logging.getLogger("benchmarks.soak")
-OBS_SIZE, ACTION_SIZE, TIME_HORIZON, BEHAVIOR = 32, 4, 64, "Soak"
 EPISODE_STEPS = (50, 300)
 MAX_REACHED_FRACTION = 0.2
 START_DELAY_S = 5.0
@@ -76,10 +75,19 @@ BASELINE_S = 1.0
 """How long the idle processor's RSS is sampled (its maximum) before the clients start."""
 GOOD_PREFIX = "soak-"
 """The well-behaved clients' client ids (and so their session ids) start with it; the hostile ones' do not."""
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))  # run as a script: benchmarks.hostile is imported as a package module
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: benchmarks.* as package modules
 
-from tests.ports import PortReservation  # noqa: E402
+from benchmarks.soak_processor import (  # noqa: E402
+    ACTION_SIZE,
+    BEHAVIOR,
+    OBS_SIZE,
+    REPO,
+    TIME_HORIZON,
+    free_port,
+    policy_update,
+    rss_bytes,
+    wait_serving,
+)
 
 CONFIG = f"""
 behaviors:
@@ -147,27 +155,6 @@ def _client_process(address: str, first: int, count: int, agents: int, start_at:
         return await asyncio.gather(*[_client(address, first + i, agents, start_at, stop_at) for i in range(count)])
 
     out.put([tuple(r) for r in asyncio.run(run_all())])
-
-
-_MODEL: bytes | None = None
-"""The policy's TFLite flatbuffer, built on first use."""
-
-
-def _policy_update(version: int) -> Any:
-    """A real 2x64 MLP policy (TFLite), as ``grpc_g1.py`` makes it; built once, restamped per version."""
-    global _MODEL
-    from common.specs import ActionSpec
-    from trainer.export import TFLiteExporter, make_policy_update
-
-    if _MODEL is None:
-        import tensorflow as tf
-
-        from trainer.networks import PolicyNetwork
-
-        tf.random.set_seed(0)
-        network = PolicyNetwork([OBS_SIZE], ActionSpec(ACTION_SIZE), hidden_units=64, num_layers=2)
-        _MODEL = TFLiteExporter(network, [(OBS_SIZE,)]).export()
-    return make_policy_update(BEHAVIOR, version, 0, _MODEL, ActionSpec(ACTION_SIZE).to_proto())
 
 
 class CountingSubscriber:
@@ -426,28 +413,13 @@ def rss_bound(
     return terms
 
 
-def _rss_bytes(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text(encoding="utf-8").splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
-    return 0
-
-
 def _idle_rss(pid: int) -> int:
     """The largest RSS of ``pid`` over ``BASELINE_S``."""
     peak, deadline = 0, time.monotonic() + BASELINE_S
     while time.monotonic() < deadline:
-        peak = max(peak, _rss_bytes(pid))
+        peak = max(peak, rss_bytes(pid))
         time.sleep(RSS_POLL_S)
     return peak
-
-
-_PORTS = PortReservation()
-"""Held until the process exits: a port probed free and released could be taken by a concurrent test's server."""
-
-
-def _free_port() -> int:
-    return _PORTS.port()
 
 
 def _scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -466,25 +438,6 @@ def _metric(samples: dict[tuple[str, tuple[tuple[str, str], ...]], float], name:
     """Sum of the samples ``stepstream_processor_<name>`` whose labels include ``labels`` (0 if none)."""
     full = f"stepstream_processor_{name}"
     return int(sum(v for (n, ls), v in samples.items() if n == full and set(labels.items()) <= set(ls)))
-
-
-def _wait_serving(address: str, process: subprocess.Popen[bytes], timeout_s: float = 60.0) -> None:
-    import grpc
-    from grpc_health.v1 import health_pb2, health_pb2_grpc
-
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"the processor exited with {process.returncode}")
-        with grpc.insecure_channel(address) as channel:
-            try:
-                reply = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=1.0)
-                if reply.status == health_pb2.HealthCheckResponse.SERVING:
-                    return
-            except grpc.RpcError:
-                pass
-        time.sleep(0.2)
-    raise TimeoutError(f"the processor at {address} did not serve within {timeout_s} s")
 
 
 class Hostile(NamedTuple):
@@ -569,7 +522,7 @@ def soak(args: argparse.Namespace) -> dict[str, Any]:
     from common.errors import StepstreamError
     from common.topics.grpc_transport import GrpcPolicyPublisher
 
-    port, metrics_port = _free_port(), _free_port()
+    port, metrics_port = free_port(), free_port()
     address = f"127.0.0.1:{port}"
     with tempfile.TemporaryDirectory(prefix="soak-") as tmp:
         config = Path(tmp) / "soak.yaml"
@@ -580,8 +533,8 @@ def soak(args: argparse.Namespace) -> dict[str, Any]:
         with open(Path(tmp) / "processor.log", "wb") as log_file:
             processor = subprocess.Popen(command, cwd=REPO, stdout=log_file, stderr=subprocess.STDOUT)
         try:
-            first = _policy_update(1)  # TensorFlow's import overlaps the processor's start
-            _wait_serving(address, processor)
+            first = policy_update(1)  # TensorFlow's import overlaps the processor's start
+            wait_serving(address, processor)
             with GrpcPolicyPublisher(address, BEHAVIOR) as publisher:
                 publisher.publish(first, 1)
                 subscriber = CountingSubscriber(address)
@@ -599,7 +552,7 @@ def soak(args: argparse.Namespace) -> dict[str, Any]:
                 def publish(version: int) -> None:
                     """Publish a new version; a processor too busy to answer in time is a figure, not a crash."""
                     try:
-                        publisher.publish(_policy_update(version), version)
+                        publisher.publish(policy_update(version), version)
                     except StepstreamError as err:
                         log.warning("policy version %d not published: %s", version, err)
                         publish_failures.append(f"{version}: {str(err)[:200]}")

@@ -5,6 +5,10 @@
 trajectory it publishes for that behavior (``Trajectory.environment_stats``); the trainer adds them to
 its next summary (``trainer.summaries.EnvironmentStats``). The aggregation codes are ML-Agents'
 ``StatsAggregationMethod``.
+
+Stats never push a trajectory past the message limit: each trajectory carries only as many of the held
+stats (oldest first) as fit in the room its size bound leaves (``processor.wire.TrajectorySize``, counted
+with ``encoded_bytes``); the rest wait for the next trajectory.
 """
 
 from __future__ import annotations
@@ -23,6 +27,9 @@ MAX_STATS_PER_MESSAGE = 256
 MAX_STATS_PER_TRAJECTORY = 4096
 """Environment stats the processor holds per behavior for its next trajectory (the oldest give way)."""
 MAX_KEY_BYTES = 256
+STAT_FRAMING_BYTES = 14
+"""What one stat adds to an encoded ``Trajectory`` besides its key's UTF-8 bytes, at most: the field's tag (2)
+and length (2), the key's tag and length (3), the float value (5) and the aggregation code (2)."""
 
 
 class EnvironmentStat(NamedTuple):
@@ -33,6 +40,11 @@ class EnvironmentStat(NamedTuple):
     value: float
     aggregation: str
     """One of ``AGGREGATIONS``."""
+
+
+def encoded_bytes(stat: EnvironmentStat) -> int:
+    """The bytes ``stat`` adds to an encoded ``Trajectory``, at most (``STAT_FRAMING_BYTES`` and its key)."""
+    return len(stat.key.encode("utf-8", "surrogatepass")) + STAT_FRAMING_BYTES
 
 
 def to_protos(stats: Iterable[EnvironmentStat]) -> list[pb.EnvironmentStat]:
@@ -67,4 +79,13 @@ def from_protos(
     return tuple(out)
 
 
-__all__ = ["AGGREGATIONS", "MAX_STATS_PER_MESSAGE", "MAX_STATS_PER_TRAJECTORY", "EnvironmentStat", "from_protos", "to_protos"]
+__all__ = [
+    "AGGREGATIONS",
+    "MAX_STATS_PER_MESSAGE",
+    "MAX_STATS_PER_TRAJECTORY",
+    "STAT_FRAMING_BYTES",
+    "EnvironmentStat",
+    "encoded_bytes",
+    "from_protos",
+    "to_protos",
+]

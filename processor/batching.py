@@ -99,6 +99,7 @@ class InferenceBatcher:
         first_policy_timeout_s: float = 60.0,
         rng: np.random.Generator | None = None,
         deterministic: bool = False,
+        seed: int | None = None,
     ) -> None:
         """Creates a batcher with no policy yet.
 
@@ -107,9 +108,11 @@ class InferenceBatcher:
             max_batch_rows: the most rows in one pass (>= 1).
             deadline_ms: the longest a request waits for others to join its pass (>= 0).
             first_policy_timeout_s: how long ``act`` waits for the first policy before failing.
-            rng: the generator actions are sampled with (a fresh unseeded one by default).
+            rng: the generator actions are sampled with; None: one seeded with ``seed``, made at the first pass
+                (a behavior that never acts holds none).
             deterministic: act with the mode (the Gaussian's mean, each branch's arg-max) instead of sampling
                 (``network_settings.deterministic``).
+            seed: the seed of that generator (None: unseeded).
         """
         if max_batch_rows < 1:
             raise ValueError(f"max_batch_rows must be >= 1, got {max_batch_rows}")
@@ -120,15 +123,24 @@ class InferenceBatcher:
         self.deadline_ms = deadline_ms
         self.first_policy_timeout_s = first_policy_timeout_s
         self.counters = BatcherCounters()
-        self._rng = rng if rng is not None else np.random.default_rng()
+        self._rng = rng
+        self._seed = seed
         self.deterministic = deterministic
         self._policy: Policy | None = None
-        self._policy_ready = asyncio.Event()
+        self._policy_ready: asyncio.Event | None = None
+        """Made by the first request that waits for the first policy."""
         self._policy_waiters = 0
         self._active_sessions = 0
         self._pending: list[_Request] = []
         self._pending_rows = 0
         self._timer: asyncio.TimerHandle | None = None
+
+    @property
+    def rng(self) -> np.random.Generator:
+        """The generator actions are sampled with (made on first use)."""
+        if self._rng is None:
+            self._rng = np.random.default_rng(self._seed)
+        return self._rng
 
     @property
     def policy(self) -> Policy | None:
@@ -169,7 +181,8 @@ class InferenceBatcher:
         self._policy = policy
         if first:
             logger.info("%s: first policy v%d arrived", self.behavior_name, policy.version)
-            self._policy_ready.set()
+            if self._policy_ready is not None:
+                self._policy_ready.set()
         return True
 
     async def _wait_for_policy(self) -> Policy:
@@ -179,6 +192,8 @@ class InferenceBatcher:
             logger.info(
                 "%s: waiting up to %.1f s for the first policy before acting", self.behavior_name, self.first_policy_timeout_s
             )
+        if self._policy_ready is None:
+            self._policy_ready = asyncio.Event()
         self._policy_waiters += 1
         try:
             await asyncio.wait_for(self._policy_ready.wait(), self.first_policy_timeout_s)
@@ -215,7 +230,7 @@ class InferenceBatcher:
         rows = policy.check_request(observations, action_mask)
         if rows == 0:
             self.counters.requests += 1
-            return policy.act(observations, action_mask, self._rng, check=False, noise=noise, deterministic=self.deterministic)
+            return policy.act(observations, action_mask, self.rng, check=False, noise=noise, deterministic=self.deterministic)
         if self._pending and self._pending_rows + rows > self.max_batch_rows:
             self._flush()
         future: asyncio.Future[ActionOutput] = asyncio.get_running_loop().create_future()
@@ -241,7 +256,7 @@ class InferenceBatcher:
         started = time.perf_counter()
         try:
             output = policy.act(
-                *self._concatenate(batch), self._rng, check=False, noise=self._noise(batch), deterministic=self.deterministic
+                *self._concatenate(batch), self.rng, check=False, noise=self._noise(batch), deterministic=self.deterministic
             )
         except Exception as err:  # the pass failed: every request in it gets the error
             self.counters.forward_passes += 1
@@ -271,7 +286,7 @@ class InferenceBatcher:
             return None
         # Held noise is [N, C], or [N, L, C] with gSDE (one behavior's sessions all hold the same kind).
         shape = next(r.noise for r in batch if r.noise is not None).shape[1:]
-        parts = [self._rng.standard_normal((r.rows, *shape), dtype=np.float32) if r.noise is None else r.noise for r in batch]
+        parts = [self.rng.standard_normal((r.rows, *shape), dtype=np.float32) if r.noise is None else r.noise for r in batch]
         return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
     @staticmethod

@@ -6,6 +6,17 @@ start (a trainer may subscribe, or publish a policy, before any env client conne
 its first Hello. A ``Behavior`` (the spec, inference and counters) exists from the first Hello that
 declares it; one outside the config is freed when its last session ends, with its topics unless a
 subscriber is attached to them (``BehaviorTable.release``).
+
+**Policy versions rise by one.** ``PublishPolicy`` accepts a behavior's policy only at the next version,
+the highest it holds + 1 (``highest_acceptable_version``); a higher one is not accepted (the reply says
+``accepted`` false and gives the version held), and one at or below the highest is ignored, as latest-wins
+always did. The first version a processor takes for a behavior may be anything up to
+``MAX_FIRST_POLICY_VERSION`` (2**52): a resumed trainer continues its own count. So no publisher, however
+many times it publishes, raises the version by more than one per accepted publish: from 2**52 the 2**52
+versions left to ``MAX_POLICY_VERSION`` take 2**52 publishes (143 years at a million a second), and a
+trainer refused because another publisher took its version republishes at the next (``trainer.loop``),
+never past the bound. The rule moves only the highest version: a publish at or below it raises nothing,
+which leaves older versions free to be served as opponent snapshots.
 """
 
 from __future__ import annotations
@@ -22,20 +33,33 @@ from typing import Any
 import numpy as np
 
 from common.config import BehaviorSettings, RunOptions, SelfPlaySettings
-from common.environment_stats import MAX_STATS_PER_TRAJECTORY, EnvironmentStat
+from common.environment_stats import MAX_STATS_PER_TRAJECTORY, EnvironmentStat, encoded_bytes
 from common.errors import IN_DOUBT, ConfigError, ProtocolError, StepstreamError, UnknownBehaviorError
 from common.logs import set_log_context
 from common.specs import ActionSpec, BrainParameters
 from common.staleness import is_stale
-from common.topics import DEFAULT_RELEASE_AFTER_S, TRAINER_SUBSCRIBER, FullPolicy, TopicRegistry
+from common.topics import DEFAULT_RELEASE_AFTER_S, MAX_POLICY_VERSION, TRAINER_SUBSCRIBER, FullPolicy, TopicRegistry
 from common.trajectory import Trajectory
 from processor.batching import InferenceBatcher
 from processor.exploration import HeldNoise
 from processor.inference import Policy
-from processor.wire import quoted
+from processor.wire import MAX_TRAJECTORY_BYTES, TrajectorySize, quoted
 from protos import pb
 
 log = logging.getLogger(__name__)
+
+MAX_FIRST_POLICY_VERSION = MAX_POLICY_VERSION // 2
+"""The highest version a processor accepts as a behavior's first policy (module docstring): half the range,
+so that what a first publish leaves above it can never be used up one version at a time."""
+
+
+def highest_acceptable_version(highest: int) -> int:
+    """The highest version ``PublishPolicy`` accepts while a behavior's policy topic holds ``highest`` (-1: none).
+
+    The next version, ``highest + 1``; before any, ``MAX_FIRST_POLICY_VERSION`` (module docstring).
+    """
+    return MAX_FIRST_POLICY_VERSION if highest < 0 else highest + 1
+
 
 IN_DOUBT_LOG = "trajectory in doubt:"
 """Starts the warning that names each trajectory counted in doubt (its id follows)."""
@@ -175,19 +199,23 @@ class Behavior:
             max_batch_rows=settings.max_batch_rows,
             deadline_ms=settings.batch_deadline_ms,
             first_policy_timeout_s=settings.first_policy_timeout_s,
-            rng=np.random.default_rng(settings.seed),
+            seed=settings.seed,
             deterministic=runtime.deterministic,
         )
         # Held exploration noise gets one generator per session, spawned from the run's seed: reproducible, and no
-        # two sessions draw the same sequence.
-        self._noise_seeds = np.random.SeedSequence(settings.seed)
+        # two sessions draw the same sequence. Made by the first session that holds noise.
+        self._seed = settings.seed
+        self._noise_seeds: np.random.SeedSequence | None = None
         self._follower: asyncio.Task[None] | None = None
         self._loaded: dict[int, tuple[pb.PolicyUpdate, Policy]] = {}
         self.active_sessions = 0
         self.finished = False
         """Its trainer reported FinishTraining: cut trajectories are dropped (counted as unpublished)."""
-        self._environment_stats: collections.deque[EnvironmentStat] = collections.deque(maxlen=MAX_STATS_PER_TRAJECTORY)
-        """The envs' own statistics (any session's) for the next published trajectory; the oldest give way."""
+        self._environment_stats: collections.deque[EnvironmentStat] | None = None
+        """The envs' own statistics (any session's) for the next published trajectories; the oldest give way. None
+        until the first arrive (most behaviors never have any)."""
+        self.max_trajectory_bytes = MAX_TRAJECTORY_BYTES
+        """The largest encoded trajectory its subscribers take (``BehaviorTable.max_trajectory_bytes``)."""
 
     @property
     def name(self) -> str:
@@ -200,6 +228,8 @@ class Behavior:
         size = self.params.action_spec.continuous_size
         if self.runtime.noise_hold_steps <= 1 or size == 0:
             return None
+        if self._noise_seeds is None:
+            self._noise_seeds = np.random.SeedSequence(self._seed)
         rng = np.random.default_rng(self._noise_seeds.spawn(1)[0])
         return HeldNoise(size, self.runtime.noise_hold_steps, rng, policy_latent_size=self.batcher.sde_latent_size)
 
@@ -287,8 +317,13 @@ class Behavior:
             log.debug("behavior '%s': acting with policy version %d", self.name, version)
 
     def add_environment_stats(self, stats: Iterable[EnvironmentStat]) -> None:
-        """Hold a BrainInfo's environment stats until the next trajectory published (``publish``) carries them."""
-        self._environment_stats.extend(stats)
+        """Hold a BrainInfo's environment stats until the next trajectories published (``publish``) carry them."""
+        self._held_stats().extend(stats)
+
+    @property
+    def held_environment_stats(self) -> int:
+        """Environment stats waiting for a trajectory."""
+        return 0 if self._environment_stats is None else len(self._environment_stats)
 
     async def publish(self, trajectories: list[Trajectory], *, flushed: bool = False) -> None:
         """Publish cut trajectories, dropping (and counting) those older than ``max_policy_lag``.
@@ -322,7 +357,8 @@ class Behavior:
                     await self.trajectories.publish(trajectory, self._publish_timeout_s)
                 except (StepstreamError, asyncio.CancelledError) as err:
                     failure = err
-                    self._environment_stats.extendleft(reversed(stats))  # for the next one
+                    if stats:  # for the next one
+                        self._held_stats().extendleft(reversed(stats))
                     if isinstance(err, IN_DOUBT):
                         c.in_doubt_trajectories += 1
                         c.in_doubt_experiences += trajectory.length
@@ -337,12 +373,26 @@ class Behavior:
         if failure is not None:
             raise failure
 
+    def _held_stats(self) -> collections.deque[EnvironmentStat]:
+        if self._environment_stats is None:
+            self._environment_stats = collections.deque(maxlen=MAX_STATS_PER_TRAJECTORY)
+        return self._environment_stats
+
     def _take_environment_stats(self, trajectory: Trajectory) -> tuple[EnvironmentStat, ...]:
-        stats = tuple(self._environment_stats)
-        if stats:
-            self._environment_stats.clear()
-            trajectory.environment_stats = (*trajectory.environment_stats, *stats)
-        return stats
+        """Attach to ``trajectory`` the oldest held stats that fit in the room its size bound leaves under
+        ``max_trajectory_bytes``; the rest stay for the next trajectory. Returns those attached."""
+        held = self._environment_stats
+        if not held:
+            return ()
+        room = self.max_trajectory_bytes - TrajectorySize.of(self.params).at_most(trajectory.length)
+        room -= sum(map(encoded_bytes, trajectory.environment_stats))
+        taken: list[EnvironmentStat] = []
+        while held and (size := encoded_bytes(held[0])) <= room:
+            room -= size
+            taken.append(held.popleft())
+        if taken:
+            trajectory.environment_stats = (*trajectory.environment_stats, *taken)
+        return tuple(taken)
 
     def status(self) -> pb.PolicyStatus:
         msg = pb.PolicyStatus(behavior_name=self.name, highest_version=self.policies.highest_version)
@@ -357,6 +407,9 @@ class BehaviorTable:
         self.settings = settings
         self.topics = topics
         self._behaviors: dict[str, Behavior] = {}
+        self.max_trajectory_bytes = MAX_TRAJECTORY_BYTES
+        """The largest encoded trajectory (its DeliveryBatch) the subscribers take: the server's message limit, and a
+        broker's; each behavior attaches environment stats only within it (``Behavior.publish``)."""
         self.finished: set[str] = set()
         """Behaviors whose trainer reported FinishTraining (``finish``), until a new subscription ``reopen``s one."""
         for name in settings.behaviors:
@@ -452,9 +505,11 @@ class BehaviorTable:
         runtime = self.settings.runtime(params.behavior_name)
         self._declare_topics(params.behavior_name)
         behavior = self._behaviors[params.behavior_name] = Behavior(params, runtime, self.settings, self.topics)
+        behavior.max_trajectory_bytes = self.max_trajectory_bytes
         behavior.finished = params.behavior_name in self.finished
         behavior.start()
-        log.info("behavior '%s' declared: %s", params.behavior_name, _describe(params))
+        if log.isEnabledFor(logging.INFO):  # not described at all otherwise: a Hello may declare 64
+            log.info("behavior '%s' declared: %s", params.behavior_name, _describe(params))
         return behavior
 
     def finish(self, name: str, trainer_step: int, policy_version: int) -> None:

@@ -12,7 +12,10 @@ drains in this order, so that nothing flushed at shutdown is lost on the way:
 3. only then do the topics close, which ends each Subscribe stream with OK, and the gRPC server
    stops (what is left, e.g. health watches, is cancelled after ``STREAM_END_GRACE_S``).
 
-``serve()`` runs it until SIGTERM or SIGINT.
+``serve()`` runs it until SIGTERM or SIGINT, with the garbage collector set for a server
+(``configure_gc``): what start-up made is frozen out of every collection, and full collections, which
+scan every live object, come a hundred times rarer (``GC_THRESHOLDS``): 10,000 behaviors opening at
+once made full collections of 0.4-0.8 s, each a stall of every session.
 
 Security (``ServerOptions.security``, built by ``common.security``): TLS when given a certificate and
 key (mutual TLS when also given a CA for clients), and a shared token checked on every call by
@@ -29,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import signal
 import time
@@ -49,6 +53,23 @@ from processor.sessions import SessionTable
 from protos import stepstream_pb2_grpc as pb_grpc
 
 log = logging.getLogger(__name__)
+
+GC_THRESHOLDS = (700, 10, 1000)
+"""The collector's generation thresholds in a serving processor (CPython's are 700, 10, 10). The young
+generations keep CPython's sizes, so their collections stay a few milliseconds; a full collection, which
+scans every live object (some 40 per declared behavior: 0.3-0.4 s at 10,000 behaviors), waits for 1000
+middle collections instead of 10, that is some 7 million objects allocated and not freed, and, as always,
+for the survivors to have grown by a quarter. Cycles die young in practice (they are collected with
+the young generations); what reaches the old generation waits longer to be collected."""
+
+
+def configure_gc() -> None:
+    """Set the collector for a long-running server: collect once, freeze what start-up made (modules, the
+    server, its configured topics: never garbage, never scanned again) and set ``GC_THRESHOLDS``."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(*GC_THRESHOLDS)
+
 
 SERVICE_NAME = "stepstream.v1.AgentProcessor"
 STEP_METHOD = f"/{SERVICE_NAME}/Step"
@@ -366,6 +387,7 @@ class ProcessorServer:
         With ``exit_when_finished`` it also stops, as after a signal, once every behavior has finished training
         (``BehaviorTable.all_finished``) and no session is open: the end of a stack run."""
         await self.start()
+        configure_gc()
         stopping = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):

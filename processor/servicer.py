@@ -19,6 +19,7 @@ Queries (Subscribe, PublishPolicy, GetPolicyStatus) name a behavior; one the pro
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import AsyncIterator, Iterator
 
@@ -44,7 +45,7 @@ from common.topics.grpc_status import TRAINING_FINISHED_STATUS
 from common.topics.grpc_transport import MAX_MESSAGE_BYTES
 from common.trajectory import Trajectory
 from processor.assembly import StepActions
-from processor.behaviors import Behavior, BehaviorTable
+from processor.behaviors import Behavior, BehaviorTable, highest_acceptable_version
 from processor.environment_parameters import EnvironmentParameterService, accepts_environment_parameters
 from processor.inference import Policy
 from processor.opponents import SelfPlay
@@ -71,6 +72,9 @@ MAX_STATUS_DETAILS_BYTES = 2048
 """The longest status message (UTF-8 bytes) an RPC ends with, and a refusal's log line quotes. gRPC
 sends it percent-encoded in a trailer (up to 3 bytes per byte), and a client refuses trailers past
 its metadata limit (8 KiB by default) with RESOURCE_EXHAUSTED instead of the real status."""
+
+RELEASE_PER_TURN = 16
+"""Behaviors a closed session releases per turn of session work (``AgentProcessorServicer._turn``)."""
 
 MAX_LOGGED_NAMES_BYTES = 512
 """The longest list of behavior names a session's opening log line quotes."""
@@ -138,14 +142,26 @@ class AgentProcessorServicer(pb_grpc.AgentProcessorServicer):
         self.topics = behaviors.topics
         self.max_message_bytes = max_message_bytes
         """The server's receive limit, told to each env client in its HelloReply (the SDK measures against it)."""
-        self.max_trajectory_bytes = min(max_message_bytes, MAX_MESSAGE_BYTES)
-        """The largest DeliveryBatch of one trajectory both ends pass; Hello refuses what could exceed it."""
         self.environment_parameters: EnvironmentParameterService | None = None
         """The run's curriculum and samplers, served to clients that ask (``processor.environment_parameters``)."""
         self.self_play = SelfPlay.from_settings(behaviors.settings, self.topics)
         """Which team learns, and what each opponent team acts with (``processor.opponents``)."""
+        self._turns = asyncio.Lock()
+        """Held by the session work that takes turns (``_turn``)."""
         # The settings are frozen: read once, not per step.
         self._max_agents_per_brain_info = behaviors.settings.max_agents_per_brain_info
+
+    @property
+    def max_trajectory_bytes(self) -> int:
+        """The largest DeliveryBatch of one trajectory both ends pass; Hello refuses what could exceed it, and
+        environment stats ride a trajectory only within it (``BehaviorTable.max_trajectory_bytes``)."""
+        return self.behaviors.max_trajectory_bytes
+
+    @max_trajectory_bytes.setter
+    def max_trajectory_bytes(self, value: int) -> None:
+        self.behaviors.max_trajectory_bytes = value
+        for behavior in self.behaviors.values():
+            behavior.max_trajectory_bytes = value
 
     # -- env clients -----------------------------------------------------------------------------
 
@@ -191,25 +207,40 @@ class AgentProcessorServicer(pb_grpc.AgentProcessorServicer):
             if session is not None and not session.closed:
                 await self._close(session)
 
+    @contextlib.asynccontextmanager
+    async def _turn(self) -> AsyncIterator[None]:
+        """Take the one turn of session work (a Hello's checks or declarations, a closed session's release) and
+        hold it across one event-loop iteration before the piece runs: so each iteration runs at most one such
+        piece, and a burst of them (157 Hellos of 64 behaviors, some 10 ms each) delays a running session's
+        step by one piece, not by all of them. Nothing awaits after the piece: a cancel lands before it or not
+        at all."""
+        async with self._turns:
+            await asyncio.sleep(0)
+            yield
+
     async def _open(self, request: pb.StepRequest) -> Session:
         if request.WhichOneof("payload") != "hello":
             raise ProtocolError("the first message of a Step stream must be a Hello", precondition=True)
-        hello = decode_hello(request.hello)
-        self._check_training(hello.client_id, [p.behavior_name for p in hello.brain_parameters])
-        for params in hello.brain_parameters:  # before anything is declared
-            check_trajectory_fits(params, self.behaviors.runtime(params.behavior_name).time_horizon, self.max_trajectory_bytes)
-        behaviors: list[Behavior] = []
-        try:
-            for params in hello.brain_parameters:
-                behaviors.append(self.behaviors.declare(params))
-        except StepstreamError:
-            self.behaviors.release(behaviors)  # those this Hello created and no session holds
-            raise
-        max_agents = self.behaviors.settings.max_agents_per_session
-        session, replaced = self.sessions.open(hello.client_id, behaviors, asyncio.current_task(), max_agents)
-        self.self_play.join(session, hello.team_ids)
-        names = status_details(str([b.name for b in behaviors]), MAX_LOGGED_NAMES_BYTES)
-        log.info("session %s opened by client '%s' for %s", session.session_id, hello.client_id, names)
+        async with self._turn():
+            hello = decode_hello(request.hello)
+            self._check_training(hello.client_id, [p.behavior_name for p in hello.brain_parameters])
+            for params in hello.brain_parameters:  # before anything is declared
+                time_horizon = self.behaviors.runtime(params.behavior_name).time_horizon
+                check_trajectory_fits(params, time_horizon, self.max_trajectory_bytes)
+        async with self._turn():
+            behaviors: list[Behavior] = []
+            try:
+                for params in hello.brain_parameters:
+                    behaviors.append(self.behaviors.declare(params))
+            except StepstreamError:
+                self.behaviors.release(behaviors)  # those this Hello created and no session holds
+                raise
+            max_agents = self.behaviors.settings.max_agents_per_session
+            session, replaced = self.sessions.open(hello.client_id, behaviors, asyncio.current_task(), max_agents)
+            self.self_play.join(session, hello.team_ids)
+        if log.isEnabledFor(logging.INFO):
+            names = status_details(str([b.name for b in behaviors]), MAX_LOGGED_NAMES_BYTES)
+            log.info("session %s opened by client '%s' for %s", session.session_id, hello.client_id, names)
         if replaced is not None:
             await self._close(replaced)  # its agents are handled as at disconnect, now
         return session
@@ -236,7 +267,7 @@ class AgentProcessorServicer(pb_grpc.AgentProcessorServicer):
                 raise ProtocolError(f"session {session.session_id}: a second Hello on one stream", precondition=True)
             raise ProtocolError(f"session {session.session_id}: a StepRequest with no payload (neither hello nor brain_info)")
         brain_info = request.brain_info
-        behavior, assembler = session.behavior(brain_info.behavior_name)
+        behavior = session.behavior(brain_info.behavior_name)
         info = decode_brain_info(brain_info, behavior.params, session.session_id, self._max_agents_per_brain_info)
         if info.environment_stats:  # for the behavior's trainer summaries (common.environment_stats)
             behavior.add_environment_stats(info.environment_stats)
@@ -256,9 +287,9 @@ class AgentProcessorServicer(pb_grpc.AgentProcessorServicer):
         actions = StepActions(
             out.continuous_actions, out.discrete_actions, out.continuous_log_probs, out.discrete_log_probs, out.policy_version
         )
-        cut = assembler.add(info, actions)
+        cut = session.assembler(behavior).add(info, actions) if len(info.agent_ids) else None
         if self.environment_parameters is not None:
-            self._observe_parameters(behavior, cut)
+            self._observe_parameters(behavior, cut or [])
         if cut:
             changed = self.self_play.learner_cut(behavior.name, cut)  # rated before publishing: the ELO rides along
             await behavior.publish(cut)
@@ -287,7 +318,14 @@ class AgentProcessorServicer(pb_grpc.AgentProcessorServicer):
                     log.warning("session %s: flushed trajectories of '%s' not published: %s", session.session_id, name, err)
         finally:  # also when a publish blocked on a full queue is cancelled (the client gave up closing)
             log.info("session %s closed after %d steps", session.session_id, session.steps)
-            self.behaviors.release(session.behaviors.values())  # those no live session declares any more
+            behaviors = list(session.behaviors.values())
+            try:  # those no live session declares any more, a few per turn (each some 0.1 ms)
+                for start in range(0, len(behaviors), RELEASE_PER_TURN):
+                    async with self._turn():
+                        self.behaviors.release(behaviors[start : start + RELEASE_PER_TURN])
+            except asyncio.CancelledError:  # cancelled waiting for its turn (release is idempotent)
+                self.behaviors.release(behaviors)
+                raise
 
     # -- trainers --------------------------------------------------------------------------------
 
@@ -386,13 +424,22 @@ class AgentProcessorServicer(pb_grpc.AgentProcessorServicer):
                     f"PolicyUpdate of {quoted(name)} needs a version in [0, {MAX_POLICY_VERSION}] (got {request.version})"
                 )
             self.behaviors.require_known(name)  # before loading: nothing is spent on an unknown name
+            topic = self.topics.policies(name)
+            # A snapshot is an older policy on purpose, numbered apart (``_publish_snapshot``): the version rule is the
+            # latest-wins topic's.
+            if not request.snapshot and request.version > (most := highest_acceptable_version(topic.highest_version)):
+                log.warning(
+                    "behavior %s: policy version %d not accepted: a publish raises the version by one at most"
+                    " (holds %d, so at most %d)",
+                    quoted(name), request.version, topic.highest_version, most,
+                )  # fmt: skip
+                return pb.PublishPolicyReply(accepted=False, current_version=topic.highest_version)
             policy = Policy.from_update(request)  # refuse an artifact the processor cannot run
             behavior = self.behaviors.get(name)
             if behavior is not None:  # else configured, not declared yet: its follower checks it at the first Hello
                 behavior.check_policy(policy, request.version)
             if request.snapshot:  # kept for self-play's opponents, beside the latest-wins policy topic
                 return self._publish_snapshot(request)
-            topic = self.topics.policies(name)
             if behavior is not None:
                 behavior.loaded(request.version, request, policy)  # spares the behavior a second load
             accepted = topic.publish(request, request.version)

@@ -31,14 +31,19 @@ class Session:
     """One live Step stream: its identity, its behaviors' assemblers, and who may replace it.
 
     Its assemblers share one ``AgentBudget``: the live agents the session may hold over all its
-    behaviors (``ProcessorSettings.max_agents_per_session``).
+    behaviors (``ProcessorSettings.max_agents_per_session``). A behavior's assembler is made when its
+    first agent arrives (``assembler``), not at Hello: a session declaring 64 behaviors it never steps
+    holds none (each is some 60 objects and 6 KiB, and the garbage collector scans every one).
     """
 
     client_id: str
     session_id: str
-    assemblers: dict[str, TrajectoryAssembler]
     behaviors: dict[str, Behavior]
     task: asyncio.Task | None
+    budget: AgentBudget | None = None
+    """The live agents the session may hold over all its behaviors; None: no bound."""
+    assemblers: dict[str, TrajectoryAssembler] = field(default_factory=dict)
+    """Per behavior that has had agents: its assembler (``assembler``)."""
     """The stream handler's task (a stopping server waits for it to flush)."""
     replaced: bool = False
     """A newer Hello with this client id took over; the old stream ends ABORTED at its next message."""
@@ -47,19 +52,28 @@ class Session:
     noise: dict[str, HeldNoise] = field(default_factory=dict)
     """Per behavior with ``noise_hold_steps`` > 1: its agents' held action noise (``processor.exploration``)."""
 
-    def behavior(self, name: str) -> tuple[Behavior, TrajectoryAssembler]:
-        """The behavior and assembler for a BrainInfo's behavior name.
+    def behavior(self, name: str) -> Behavior:
+        """The behavior of a BrainInfo's behavior name.
 
         Raises:
             UnknownBehaviorError: the session's Hello did not declare it.
         """
-        try:
-            return self.behaviors[name], self.assemblers[name]
-        except KeyError:
+        behavior = self.behaviors.get(name)
+        if behavior is None:
             raise UnknownBehaviorError(
                 f"behavior '{name}' was not declared in the Hello of session {self.session_id}"
                 f" (declared: {sorted(self.behaviors)})"
-            ) from None
+            )
+        return behavior
+
+    def assembler(self, behavior: Behavior) -> TrajectoryAssembler:
+        """``behavior``'s assembler in this session, made on first use."""
+        assembler = self.assemblers.get(behavior.name)
+        if assembler is None:
+            runtime = behavior.runtime
+            assembler = TrajectoryAssembler(behavior.params, self.session_id, runtime.time_horizon, self.budget)
+            self.assemblers[behavior.name] = assembler
+        return assembler
 
     async def flush(self, agents_per_batch: int = FLUSH_BATCH_AGENTS) -> AsyncIterator[tuple[str, list[Trajectory]]]:
         """Every behavior's partial trajectories (interrupted), as (behavior name, batch) pairs of at most
@@ -142,13 +156,12 @@ class SessionTable:
         a cancel that lands inside grpc.aio's own read or write ends the stream with INTERNAL.
         """
         session_id = f"{self.processor_id}:{client_id}-{uuid.uuid4().hex[:_SESSION_SUFFIX_HEX]}"
-        budget = None if max_agents is None else AgentBudget(max_agents)
         session = Session(
             client_id=client_id,
             session_id=session_id,
-            assemblers={b.name: TrajectoryAssembler(b.params, session_id, b.runtime.time_horizon, budget) for b in behaviors},
             behaviors={b.name: b for b in behaviors},
             task=task,
+            budget=None if max_agents is None else AgentBudget(max_agents),
             noise={b.name: held for b in behaviors if (held := b.held_noise()) is not None},
         )
         old = self._by_client.get(client_id)

@@ -36,9 +36,11 @@ summary and checkpoint, and a ``ReportingLearner``'s report (BC's ``bc_metrics.j
 Versions (docs/architecture.md, "Staleness and versions"): at start the loop publishes a first policy
 at ``max(policy_sink.highest_version, resumed version) + 1``, so the processor can act at once and
 a resumed trainer always continues above anything the processor has seen. Every later version is
-one higher; should the sink refuse one (another publisher went higher), the loop jumps above the
-sink's highest and republishes. No version passes ``MAX_POLICY_VERSION`` (2**53): a loop whose next
-version would raises ``PolicyVersionError`` before it exports anything (the CLI prints one line).
+one higher; should the sink refuse one (another publisher took it, or the processor accepts only its
+next version), the loop republishes at the sink's highest + 1, and after ``PUBLISH_ATTEMPTS`` refusals
+trains on without publishing that update's policy: another publisher never stops it. No version passes
+``MAX_POLICY_VERSION`` (2**53): a loop whose sink itself holds the bound raises ``PolicyVersionError``
+before it exports anything (the CLI prints one line); the processor's rule keeps a sink from getting there.
 
 Resume (``resume=True``): the newest complete checkpoint (``trainer.checkpoint``; an incomplete or
 damaged newer one is skipped with a WARNING) gives the step, the version and the learner's state.
@@ -89,6 +91,8 @@ DEFAULT_MAX_ITEMS = 256
 """Trajectories taken per ``get``."""
 DEFAULT_POLL_S = 0.1
 """Longest wait of one ``get``: how soon a stop request is noticed."""
+PUBLISH_ATTEMPTS = 5
+"""Versions one update tries before its policy goes unpublished (``TrainerLoop._publish``)."""
 CHECKPOINTS_DIR = "checkpoints"
 """Folder of the default checkpointer under ``results/<run-id>/<behavior>/``."""
 EPISODE_HISTORY = 10 * MEAN_REWARD_WINDOW
@@ -485,21 +489,34 @@ class TrainerLoop:
         self._period.add_learner_metrics(metrics)
 
     def _publish(self) -> None:
-        """Export and publish the next version; jump above the sink's highest if it refuses."""
-        version = self._checked(self._version + 1)
-        update = self.learner.export_policy(version, self.result.steps)
-        if not self._sink.publish(update, version):
+        """Export and publish the next version; where the sink refuses it, republish at the sink's highest + 1.
+
+        A sink refuses a version another publisher took first, and the processor any above its next one
+        (``processor.behaviors``). After ``PUBLISH_ATTEMPTS`` refusals in a row (a publisher racing this loop for
+        every version) the update's policy goes unpublished, with a WARNING, and training goes on: no other
+        publisher can stop the loop. A checkpoint's version at the very top of the range gives way to the
+        sink's count the same way.
+        """
+        version = self._version + 1
+        if version > MAX_POLICY_VERSION:
             version = self._checked(self._sink.highest_version + 1)
-            logger.warning(
-                "%s: policy version %d refused by the sink; publishing as %d", self.behavior_name, version - 1, version
-            )
+        for _ in range(PUBLISH_ATTEMPTS):
             update = self.learner.export_policy(version, self.result.steps)
-            if not self._sink.publish(update, version):
-                raise RuntimeError(f"{self.behavior_name}: policy sink refused version {version} twice")
-        self._version = self.result.policy_version = version
-        self._last_policy = update
-        if self.snapshots is not None:
-            self.snapshots.after_publish(update, self.result.steps, self.elo)
+            if self._sink.publish(update, version):
+                self._version = self.result.policy_version = version
+                self._last_policy = update
+                if self.snapshots is not None:
+                    self.snapshots.after_publish(update, self.result.steps, self.elo)
+                return
+            refused, version = version, self._checked(self._sink.highest_version + 1)
+            logger.warning("%s: policy version %d refused by the sink; publishing as %d", self.behavior_name, refused, version)
+        self._version = version - 1
+        logger.warning(
+            "%s: %d policy versions in a row refused by the sink (another publisher took each); this update's policy"
+            " is not published, training goes on",
+            self.behavior_name,
+            PUBLISH_ATTEMPTS,
+        )
 
     def _checked(self, version: int) -> int:
         """``version``, if it is at most ``MAX_POLICY_VERSION``; else ``PolicyVersionError``."""

@@ -15,19 +15,22 @@ import grpc
 import numpy as np
 import pytest
 
+from common.environment_stats import MAX_STATS_PER_MESSAGE, MAX_STATS_PER_TRAJECTORY
+from common.errors import ProtocolError
 from common.specs import ActionSpec, BrainParameters, ObservationSpec
 from common.topics.grpc_transport import GrpcPolicyPublisher, GrpcTrajectorySubscription
 from common.trajectory import Trajectory, TrajectoryId
-from envclient.session import EnvSession
+from envclient.session import EnvSession, brain_info_message
 from processor.behaviors import BehaviorRuntime, ProcessorSettings
 from processor.server import ProcessorServer, ServerOptions
 from processor.servicer import MAX_STATUS_DETAILS_BYTES
-from processor.wire import MAX_BEHAVIORS_PER_HELLO, MAX_CLIENT_ID_BYTES, TrajectorySize
+from processor.wire import MAX_BEHAVIORS_PER_HELLO, MAX_CLIENT_ID_BYTES, TrajectorySize, check_trajectory_fits
 from protos import PROTOCOL_VERSION, pb
 from protos import stepstream_pb2_grpc as pb_grpc
 from tests.assembly_cases import CONTINUOUS, R, brain_info_proto, step
 from tests.integration.conftest import StartProcessor
 from tests.integration.helpers import LIVENESS_S, policy_update, wait_until
+from tests.policies import build_mlp_policy_update
 
 F32 = np.dtype(np.float32)
 WIDE = BrainParameters("Wide", (ObservationSpec((1 << 16,), F32),), ActionSpec(2))
@@ -135,6 +138,62 @@ async def test_a_trajectory_too_large_to_send_is_dropped_and_the_next_one_delive
             assert queue().depth == 0 and queue().in_flight == 0
     finally:
         await server.stop(1.0)
+
+
+def widest_accepted(time_horizon: int, limit: int) -> BrainParameters:
+    """The widest float32 vector observation (2 continuous actions) a Hello may declare at ``time_horizon``."""
+    low, high = 1, 1 << 16
+    while low < high:
+        mid = (low + high + 1) // 2
+        params = BrainParameters("Stats", (ObservationSpec((mid,), F32),), ActionSpec(2))
+        try:
+            check_trajectory_fits(params, time_horizon, limit)
+            low = mid
+        except ProtocolError:
+            high = mid - 1
+    return BrainParameters("Stats", (ObservationSpec((low,), F32),), ActionSpec(2))
+
+
+async def test_environment_stats_never_push_an_honest_trajectory_over_the_message_limit(
+    start_processor: StartProcessor,
+) -> None:
+    """4096 held stats of 256-byte keys (1.1 MB) pushed a trajectory of the widest accepted observation to
+    17.9 MB, over the 16 MiB limit: dropped as undeliverable. Stats now ride only in the room a trajectory leaves."""
+    server, address = await start_processor(ProcessorSettings(behaviors={"Stats": BehaviorRuntime(time_horizon=64)}))
+    wide = widest_accepted(64, 16 * 1024 * 1024)
+    assert wide.observation_specs[0].shape[0] > 60_000
+    update = build_mlp_policy_update("Stats", [wide.observation_specs[0].shape], wide.action_spec.to_proto(), 1, 0, hidden=4)
+    assert server.topics.policies("Stats").publish(update, 1)
+    # The attack: one session, 16 BrainInfos of no agents, each with 256 stats of 256-byte keys.
+    stats = [pb.EnvironmentStat(key=f"{i:04d}" + "k" * 252, value=float(i)) for i in range(MAX_STATS_PER_MESSAGE)]
+    empty = brain_info_message("Stats", np.zeros(0, np.int64), [np.zeros((0, *wide.observation_specs[0].shape), F32)],
+                               np.zeros(0, np.float32), np.zeros(0, bool))  # fmt: skip
+    empty.environment_stats.extend(stats)
+    code, details, answers = await raw_step(address, hello(wide, client_id="stats"), *[pb.StepRequest(brain_info=empty)] * 16)
+    assert code == grpc.StatusCode.OK and len(answers) == 17, f"{code.name}: {details}"
+    behavior = server.behaviors["Stats"]
+    assert behavior.held_environment_stats == MAX_STATS_PER_TRAJECTORY
+    # An honest session at the widest accepted observation: one agent, 75 steps: a trajectory of 64, then one of 10
+    # flushed at its end.
+    obs = np.ones((1, *wide.observation_specs[0].shape), F32)
+    one = (np.zeros(1, np.int64), [obs], np.ones(1, np.float32), np.zeros(1, bool))
+    async with EnvSession(address, "honest", [wide]) as session:
+        for _ in range(75):
+            await session.send(brain_info_message("Stats", *one))
+    taken: list[Trajectory] = []
+    with GrpcTrajectorySubscription(address, "Stats", "trainer") as trainer:
+        while len(taken) < 2:
+            deliveries = await trainer.aget(timeout_s=LIVENESS_S)
+            trainer.ack(d.tag for d in deliveries)
+            taken += [d.item for d in deliveries]
+    assert [t.length for t in taken] == [64, 10], "the honest trajectories were delivered"
+    assert behavior.counters.undeliverable_trajectories == 0
+    for t in taken:
+        assert t.to_proto().ByteSize() <= 16 * 1024 * 1024 - 32
+    # The widest trajectory leaves no room for a 270-byte stat; the short one has room for them all, oldest first.
+    assert [len(t.environment_stats) for t in taken] == [0, MAX_STATS_PER_TRAJECTORY]
+    assert [s.key for s in taken[1].environment_stats[:256]] == [s.key for s in stats]
+    assert behavior.held_environment_stats == 0
 
 
 # -- 5. a policy for an unknown behavior, or of another spec, is never adopted -------------------------

@@ -367,8 +367,9 @@ async def test_a_policy_version_above_the_bound_is_refused_and_the_highest_stays
             assert not refused.value.precondition  # INVALID_ARGUMENT
             assert str(MAX_POLICY_VERSION) in str(refused.value)
             assert await asyncio.to_thread(lambda: publisher.highest_version) == 1
-        assert await asyncio.to_thread(publisher.publish, policy_update(1), MAX_POLICY_VERSION)  # the bound itself
-    assert server.topics.policies(BEHAVIOR).highest_version == MAX_POLICY_VERSION
+        # The bound itself is a valid version, but not the next one (processor.behaviors): not accepted.
+        assert not await asyncio.to_thread(publisher.publish, policy_update(1), MAX_POLICY_VERSION)
+    assert server.topics.policies(BEHAVIOR).highest_version == 1
     with pytest.raises(ValueError, match="version"):  # in process too
         server.topics.policies(BEHAVIOR).publish(policy_update(1), MAX_POLICY_VERSION + 1)
 

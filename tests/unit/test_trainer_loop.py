@@ -19,7 +19,16 @@ from common.errors import PolicyVersionError
 from common.topics import MAX_POLICY_VERSION, PolicyTopic, TrajectoryTopic
 from common.trajectory import Trajectory, TrajectoryId
 from protos import pb
-from trainer.loop import CONDITION, EPISODE_HISTORY, MAX_STEPS, STOPPED, TOPIC_CLOSED, TrainerLoop, TrainerResult
+from trainer.loop import (
+    CONDITION,
+    EPISODE_HISTORY,
+    MAX_STEPS,
+    PUBLISH_ATTEMPTS,
+    STOPPED,
+    TOPIC_CLOSED,
+    TrainerLoop,
+    TrainerResult,
+)
 
 BEHAVIOR = "Walker"
 SUBSCRIBER = "trainer"
@@ -216,6 +225,38 @@ def test_a_refused_version_jumps_above_the_sink() -> None:
     topics.publish(trajectory(1))
     result = topics.loop(learner, settings()).run(should_stop=lambda r: r.updates >= 1)
     assert result.policy_version == 41 == topics.policies.highest_version
+
+
+def test_a_publisher_that_takes_every_version_first_never_stops_the_loop() -> None:
+    """Each version the loop tries, another publisher took first: the loop trains on and publishes later."""
+    topics = Topics()
+    racing = {"left": 2 * PUBLISH_ATTEMPTS}
+
+    class Stealing:
+        def __init__(self, inner: PolicyTopic[pb.PolicyUpdate]) -> None:
+            self.inner = inner
+
+        @property
+        def highest_version(self) -> int:
+            return self.inner.highest_version
+
+        def publish(self, item: pb.PolicyUpdate, version: int) -> bool:
+            if racing["left"] > 0:
+                racing["left"] -= 1
+                self.inner.publish(pb.PolicyUpdate(version=version), version)  # the stranger's, first
+            return self.inner.publish(item, version)
+
+    learner = CountingLearner(update_every=4)
+    topics.publish(*[trajectory(i, version=2 * PUBLISH_ATTEMPTS) for i in range(4)])  # acted by the stranger's
+    subscription = topics.trajectories.subscribe(SUBSCRIBER, replace=True)
+    loop = TrainerLoop(
+        BEHAVIOR, learner, subscription, Stealing(topics.policies), settings(), results_dir=None,
+        run_started_at=time.time(), poll_s=0.01, max_items=1,
+    )  # fmt: skip
+    # Its first policy and its first update's are taken; the second update's is published.
+    result = loop.run(should_stop=lambda r: r.updates >= 2)
+    assert result.updates == 2 and racing["left"] == 0
+    assert result.policy_version == topics.policies.highest_version == 2 * PUBLISH_ATTEMPTS  # 0 to 9 were taken
 
 
 def test_a_version_past_the_bound_is_refused_before_anything_is_exported() -> None:

@@ -437,3 +437,17 @@ def test_environment_stats_round_trip_and_a_bad_one_is_refused() -> None:
     msg.environment_stats[1].aggregation = 9
     with pytest.raises(ProtocolError, match=r"environment_stats\[1\] \('Env/Dist'\) has aggregation 9"):
         Trajectory.from_proto(msg)
+
+
+@pytest.mark.parametrize("key_bytes", [1, 127, 128, 256])
+def test_a_stat_adds_at_most_its_encoded_bytes_to_a_trajectory(key_bytes: int) -> None:
+    """``encoded_bytes`` bounds what a stat costs a trajectory's message: the processor's room check relies on it."""
+    from common.environment_stats import MAX_KEY_BYTES, EnvironmentStat, encoded_bytes
+
+    assert key_bytes <= MAX_KEY_BYTES
+    stat = EnvironmentStat("k" * key_bytes, -1.5, "histogram")  # every field non-default: all encoded
+    bare = make_trajectory().to_proto().ByteSize()
+    added = replace(make_trajectory(), environment_stats=(stat,) * 3).to_proto().ByteSize() - bare
+    assert added <= 3 * encoded_bytes(stat)
+    if key_bytes == MAX_KEY_BYTES:
+        assert added == 3 * encoded_bytes(stat) == 3 * 270, "the bound is exact at the longest key"
