@@ -562,7 +562,10 @@ def test_ignored_keys_are_accepted_and_named_in_one_log_line(caplog: pytest.LogC
 @pytest.mark.parametrize(
     ("config", "key"),
     [
-        ({"behaviors": {"A": {"network_settings": {"memory": {"memory_size": 64}}}}}, "behaviors.A.network_settings.memory"),
+        (
+            {"behaviors": {"A": {"reward_signals": {"curiosity": {"network_settings": {"memory": {}}}}}}},
+            "behaviors.A.reward_signals.curiosity.network_settings.memory",
+        ),
         ({"behaviors": {"A": {"network_settings": {"deterministic": True}}}}, "behaviors.A.network_settings.deterministic"),
         ({"behaviors": {"A": {"self_play": {"window": 10}}}}, "behaviors.A.self_play"),
         ({"behaviors": {"A": {"init_path": "results/old"}}}, "behaviors.A.init_path"),
@@ -573,10 +576,13 @@ def test_ignored_keys_are_accepted_and_named_in_one_log_line(caplog: pytest.LogC
             "environment_parameters.gravity",
         ),
         ({"env_settings": {"env_path": "Builds/3DBall.x86_64"}}, "env_settings.env_path"),
-        ({"default_settings": {"network_settings": {"memory": {}}}}, "default_settings.network_settings.memory"),
+        (
+            {"default_settings": {"network_settings": {"deterministic": True}}},
+            "default_settings.network_settings.deterministic",
+        ),
     ],
     ids=[
-        "memory",
+        "signal-memory",
         "deterministic",
         "self_play",
         "init_path",
