@@ -24,6 +24,10 @@ The model's inputs and outputs, and the constants below, follow ``common.policy_
   acting with an agent's held standard-normal matrix ``E`` [L, C]): the noise is ``sum_j scale[j, c] * E[j, c]``
   (``latent(s) @ W``), so ``eps`` is that noise over ``exp(log_std)``, the state's std of it, and the log-prob is
   the same Gaussian's. Without held matrices such a policy acts with white ``eps``: the same distribution per step.
+* **Recurrent state** (an artifact with ``memory_size`` R > 0): the model also takes ``RECURRENT_IN`` [N, R], each
+  row's state as the processor holds it per agent (``processor.assembly``), and returns ``RECURRENT_OUT`` [N, R]; a
+  row that brings no state of width R (a first sighting, or states of another memory size) acts from zeros.
+  ``ActionOutput.memories`` is the state each row acted with, ``next_memories`` the one returned.
 * **Discrete**: per branch, masked options (mask 0) get their logits set to a large negative
   before a stable log-softmax, and are excluded outright (score -inf) from the Gumbel-max draw
   ``argmax(logits + Gumbel noise)``, which samples the softmax with no loop over rows (the
@@ -59,6 +63,8 @@ from common.policy_contract import (
     MEAN,
     NORMALIZATION_CLIP,
     NORMALIZATION_EPSILON,
+    RECURRENT_IN,
+    RECURRENT_OUT,
     SDE_NOISE_SCALE,
     TANH_LOG_EPSILON,
     TFLITE_FORMAT,
@@ -91,6 +97,10 @@ class ActionOutput(NamedTuple):
     discrete_log_probs: np.ndarray
     """float32 [N, B]: log-prob of the chosen option per branch, under the masked distribution."""
     policy_version: int
+    memories: np.ndarray | None = None
+    """float32 [N, R]: the recurrent state each row acted with; None for a policy without memory."""
+    next_memories: np.ndarray | None = None
+    """float32 [N, R]: the state the model returned for each row (``RECURRENT_OUT``); None without memory."""
 
 
 class _BranchLayout(NamedTuple):
@@ -195,7 +205,12 @@ class Policy:
         self.tanh_squash: bool = artifact.tanh_squash
         self.clip = np.float32(artifact.clip)
         _check_action_spec(self.action_spec, self.tanh_squash, float(artifact.clip))
+        self.memory_size: int = int(artifact.memory_size)
+        """R, the recurrent state's width (``InferenceArtifact.memory_size``); 0 for a feed-forward policy."""
+        if self.memory_size < 0 or self.memory_size % 2:
+            raise ProtocolError(f"artifact.memory_size: {self.memory_size} must be >= 0 and even (h and c)")
         self._interpreter = interpreter
+        self._memory_input = -1  # RECURRENT_IN's tensor index (_read_inputs)
         self._inputs, self.observation_shapes, self.observation_dtypes = self._read_inputs()
         self._outputs = self._read_outputs()
         self._normalizers = _load_normalizers(artifact, self.observation_shapes)
@@ -243,10 +258,25 @@ class Policy:
     def _read_inputs(self) -> tuple[list[int], list[tuple[int, ...]], list[np.dtype]]:
         """Tensor index, shape and dtype of each observation input (``input_name(i)``: ``obs_0``, ``obs_1``, ...):
         float32, or for an image ``[N, H, W, C]`` uint8 too."""
-        details = self._signature().get_input_details()
+        details = dict(self._signature().get_input_details())
+        main_indices = {d["index"] for d in self._interpreter.get_input_details()}
+        recurrent = details.pop(RECURRENT_IN, None)
+        if (recurrent is None) != (self.memory_size == 0):
+            have = "no" if recurrent is None else f"a {RECURRENT_IN!r}"
+            raise ProtocolError(f"artifact.model has {have} input for artifact.memory_size {self.memory_size}")
+        if recurrent is not None:
+            signature = [int(x) for x in recurrent["shape_signature"]]
+            if (
+                recurrent["dtype"] != np.float32
+                or signature != [-1, self.memory_size]
+                or recurrent["index"] not in main_indices
+            ):
+                raise ProtocolError(
+                    f"artifact.model input {RECURRENT_IN!r}: expected float32 [N, {self.memory_size}], got {signature}"
+                )
+            self._memory_input = int(recurrent["index"])
         if not details:
             raise ProtocolError("artifact.model has no inputs")
-        main_indices = {d["index"] for d in self._interpreter.get_input_details()}
         indices, shapes, dtypes = [], [], []
         for i in range(len(details)):
             d = details.get(input_name(i))
@@ -273,6 +303,8 @@ class Policy:
             needed[MEAN] = needed[LOG_STD] = int(self.action_spec.continuous_size)
         if self.action_spec.discrete_branches:
             needed[LOGITS] = int(sum(self.action_spec.discrete_branches))
+        if self.memory_size:
+            needed[RECURRENT_OUT] = self.memory_size
         outputs = {}
         self.sde_latent_size = 0
         """L of the artifact's gSDE output ``SDE_NOISE_SCALE`` [N, L, C]; 0 when it has none."""
@@ -320,12 +352,13 @@ class Policy:
                 raise ProtocolError(f"action_mask: row {row} allows no option in branch {branch}")
         return n
 
-    def forward(self, observations: list[np.ndarray]) -> dict[str, np.ndarray]:
+    def forward(self, observations: list[np.ndarray], memories: np.ndarray | None = None) -> dict[str, np.ndarray]:
         """One forward pass on (normalised) observations.
 
         Args:
             observations: one array ``[N, *shape_i]`` per observation (any real dtype; an image with
                 a uint8 input should be uint8 already, else it is cast), N >= 1.
+            memories: float32 [N, R], each row's recurrent state (required when R > 0, else ignored).
 
         Returns:
             The raw outputs the action spec needs: ``"mean"``, ``"log_std"`` float32 [N, C] (and gSDE's
@@ -355,6 +388,8 @@ class Policy:
             np.multiply(buf, norm.inv_std, out=buf)
             np.clip(buf, -NORMALIZATION_CLIP, NORMALIZATION_CLIP, out=buf)
             interp.set_tensor(index, buf)
+        if self.memory_size:
+            interp.set_tensor(self._memory_input, np.ascontiguousarray(memories, np.float32))
         interp.invoke()
         return {name: interp.get_tensor(index) for name, index in self._outputs.items()}
 
@@ -362,6 +397,8 @@ class Policy:
         """Sizes ``interp``'s input tensors for ``n`` rows."""
         for index, shape in zip(self._inputs, self.observation_shapes, strict=True):
             interp.resize_tensor_input(index, [n, *shape])
+        if self.memory_size:
+            interp.resize_tensor_input(self._memory_input, [n, self.memory_size])
         interp.allocate_tensors()
 
     def _wide_interpreter(self, n: int) -> Interpreter:
@@ -381,6 +418,7 @@ class Policy:
         *,
         check: bool = True,
         noise: np.ndarray | None = None,
+        memories: np.ndarray | None = None,
     ) -> ActionOutput:
         """Samples actions for N rows.
 
@@ -393,6 +431,8 @@ class Policy:
             noise: float32 [N, C], the standard-normal ``eps`` of the continuous actions (held per agent,
                 ``processor.exploration``), or [N, L, C], gSDE's held standard-normal exploration matrices (the
                 artifact must have ``SDE_NOISE_SCALE`` of that L), or None to draw ``eps`` from ``rng``.
+            memories: float32 [N, R], each row's recurrent state, for a policy with memory; None or another width
+                (states held for another memory size): every row acts from zeros.
 
         Returns:
             The actions and log-probs (see ``ActionOutput`` for shapes), with this version.
@@ -402,12 +442,18 @@ class Policy:
         """
         n = self.check_request(observations, action_mask) if check else observations[0].shape[0]
         c, b = int(self.action_spec.continuous_size), len(self._branches.slices)
+        r = self.memory_size
+        if r and (memories is None or memories.shape != (n, r)):
+            memories = np.zeros((n, r), np.float32)
+        elif not r:
+            memories = None
         if n == 0:
             empty_c = np.zeros((0, c), np.float32)
             return ActionOutput(
-                empty_c, empty_c, empty_c, np.zeros((0, b), np.int32), np.zeros((0, b), np.float32), self.version
-            )
-        outputs = self.forward(observations)
+                empty_c, empty_c, empty_c, np.zeros((0, b), np.int32), np.zeros((0, b), np.float32), self.version,
+                memories, memories,
+            )  # fmt: skip
+        outputs = self.forward(observations, memories)
         if c:
             if noise is not None and noise.ndim == 3:
                 noise = self._sde_eps(outputs, noise)
@@ -418,7 +464,10 @@ class Policy:
             discrete, discrete_log_probs = self._sample_discrete(outputs[LOGITS], action_mask, rng)
         else:
             discrete, discrete_log_probs = np.zeros((n, 0), np.int32), np.zeros((n, 0), np.float32)
-        return ActionOutput(env_actions, actions, log_probs, discrete, discrete_log_probs, self.version)
+        next_memories = outputs[RECURRENT_OUT] if r else None  # get_tensor's own copy
+        return ActionOutput(
+            env_actions, actions, log_probs, discrete, discrete_log_probs, self.version, memories, next_memories
+        )
 
     def _sde_eps(self, outputs: dict[str, np.ndarray], matrices: np.ndarray) -> np.ndarray:
         """gSDE's noise ``latent(s) @ (sigma * E)`` as a standard-normal ``eps`` [N, C] of the state's Gaussian:

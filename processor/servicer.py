@@ -228,11 +228,13 @@ class AgentProcessorServicer(pb_grpc.AgentProcessorServicer):
             behavior.add_environment_stats(info.environment_stats)
         held = session.noise.get(behavior.name)
         noise = None if held is None else held.draw(info.agent_ids, info.done)
-        out = await behavior.batcher.act(info.observations, info.action_mask, noise)
+        memories = assembler.memories(info.agent_ids)  # the agents' recurrent states (None without memory)
+        out = await behavior.batcher.act(info.observations, info.action_mask, noise, memories)
         self._check_live(session)  # replaced while waiting: its agents were flushed, this row is not theirs any more
         actions = StepActions(
-            out.continuous_actions, out.discrete_actions, out.continuous_log_probs, out.discrete_log_probs, out.policy_version
-        )
+            out.continuous_actions, out.discrete_actions, out.continuous_log_probs, out.discrete_log_probs, out.policy_version,
+            out.memories, out.next_memories,
+        )  # fmt: skip
         cut = assembler.add(info, actions)
         session.steps += 1
         if cut:
