@@ -66,7 +66,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterator
-from typing import NamedTuple, cast
+from typing import Any, NamedTuple, cast
 
 import numpy as np
 
@@ -198,7 +198,7 @@ class TrajectoryAssembler:
     def _build(self, memory_size: int) -> None:
         """A new, empty store for steps whose recurrent state is ``memory_size`` floats (0: none)."""
         self.memory_size = memory_size
-        state = {EPISODE_REWARD: ((), np.float64), EPISODE_LENGTH: ((), np.int64)}
+        state: dict[str, tuple[tuple[int, ...], Any]] = {EPISODE_REWARD: ((), np.float64), EPISODE_LENGTH: ((), np.int64)}
         if memory_size:
             state[RECURRENT_STATE] = ((memory_size,), np.float32)
         self.buffer = ProcessingBuffer(step_fields(self.params, memory_size), agent_state=state)
@@ -242,9 +242,10 @@ class TrajectoryAssembler:
         if None not in slot_list:
             return states.take(np.array(slot_list, dtype=np.intp), axis=0)
         out = np.zeros((len(slot_list), self.memory_size), np.float32)
-        held = [r for r, slot in enumerate(slot_list) if slot is not None]
+        held = [(r, slot) for r, slot in enumerate(slot_list) if slot is not None]
         if held:
-            out[held] = states[[slot_list[r] for r in held]]
+            rows, slots = zip(*held, strict=True)
+            out[list(rows)] = states[list(slots)]
         return out
 
     def add(self, info: DecodedBrainInfo, actions: StepActions) -> list[Trajectory]:

@@ -94,9 +94,10 @@ async def test_the_states_held_per_agent_are_the_artifact_run_agent_by_agent(sta
         for s in range(2):
             assembler = live[f"client-{s}"].assemblers[PARAMS.behavior_name]
             held = sorted(a for s_, a in state if s_ == s)
-            assert sorted(assembler.buffer.slot_of) == held
-            want = np.stack([state[(s, a)] for a in held])
-            np.testing.assert_allclose(assembler.memories(np.array(held)), want, atol=1e-5)
+            assert sorted(int(a) for a in assembler.buffer.slot_of) == held  # type: ignore[call-overload]
+            memories = assembler.memories(np.array(held))
+            assert memories is not None
+            np.testing.assert_allclose(memories, np.stack([state[(s, a)] for a in held]), atol=1e-5)
     finally:
         for client in clients:
             await client.__aexit__(None, None, None)
@@ -111,9 +112,9 @@ async def test_the_states_held_per_agent_are_the_artifact_run_agent_by_agent(sta
     session_of = {t.id.session_id: int(t.id.session_id.split("client-")[1].split("-")[0]) for t in trajectories}
     assert len(by_agent) == 8  # 4 agents in each of 2 sessions
     for (session_id, agent), published in by_agent.items():
-        rows = acted[(session_of[session_id], agent)]
+        states = acted[(session_of[session_id], agent)]
         # Each episode's last row (done, or the pending row at the flush) is no experience.
-        experiences = [m for m, is_last in zip(rows, _last_rows(agent), strict=True) if not is_last]
+        experiences = [m for m, is_last in zip(states, _last_rows(agent), strict=True) if not is_last]
         np.testing.assert_allclose(np.stack(published), np.stack(experiences), atol=1e-5, err_msg=f"{session_id} {agent}")
     assert any(np.any(m) for rows in by_agent.values() for m in rows)  # states really moved
 

@@ -126,12 +126,12 @@ def test_another_memory_size_flushes_and_restarts_from_zeros() -> None:
     acted, out = act(assembler, 2, step(R(1, 5.0), R(2, 6.0)), memory_size=4)
     np.testing.assert_array_equal(acted, np.zeros((2, 4)))
     assert sorted(t.id.agent_id for t in out) == [1, 2]
-    assert all(t.interrupted and t.length == 1 and t.memories.shape == (1, 2) for t in out)
+    assert all(t.interrupted and t.length == 1 and getattr(t.memories, "shape", None) == (1, 2) for t in out)
     assert assembler.counters.flushed_trajectories == 2
     acted, _ = act(assembler, 3, step(R(1, 1.0)), memory_size=4)
     np.testing.assert_array_equal(acted, [[5, 1, 0, 0]])
     # Back to a policy without memory: no states at all, and trajectories carry none.
-    assert act(assembler, 4, step(R(1, 1.0)), memory_size=0)[1][0].memories.shape == (1, 4)
+    assert getattr(act(assembler, 4, step(R(1, 1.0)), memory_size=0)[1][0].memories, "shape", None) == (1, 4)
     assert assembler.memories(np.array([1])) is None
     _, cut = act(assembler, 5, step(R(1, 1.0, done=True)), memory_size=0)
     assert cut[0].memories is None

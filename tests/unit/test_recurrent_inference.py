@@ -47,6 +47,7 @@ def test_the_artifact_steps_as_the_network_does() -> None:
         out = policy.act([obs], None, rng, memories=memories)
         want = network(obs, memories)  # type: ignore[operator]
         np.testing.assert_array_equal(out.memories, memories)
+        assert out.next_memories is not None
         np.testing.assert_allclose(out.next_memories, want[RECURRENT_OUT].numpy(), atol=1e-5)
         memories = out.next_memories
     assert np.abs(memories).max() > 0.01
