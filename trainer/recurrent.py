@@ -145,3 +145,54 @@ class RecurrentPolicyNetwork(tf.Module):
     @property
     def variables(self) -> tuple[tf.Variable, ...]:
         return self.trainable_variables
+
+
+class RecurrentValueNetwork(tf.Module):
+    """The critic's own memory (ML-Agents keeps one beside the actor's): encoder, MLP body, an LSTM of ``units``, then
+    one value head per reward signal.
+
+    Its state is not held by the processor, which runs the actor alone: the trainer recomputes it, from zeros at
+    each sequence's first step (``sequences``), for the value estimates and the value loss alike, so both see the
+    same function. A first version of ML-Agents' critic memory, which carries the critic's state from step to step
+    of an agent across trajectory cuts.
+    """
+
+    def __init__(
+        self,
+        observation_sizes: Sequence[int],
+        hidden_units: int,
+        num_layers: int,
+        units: int,
+        heads: int,
+        activation: Callable[[tf.Tensor], tf.Tensor] = swish,
+        init: WeightInit = WeightInit.GLOROT,
+        encoder: ObservationEncoder | None = None,
+    ) -> None:
+        super().__init__(name="recurrent_value")
+        self.encoder = encoder
+        self.units = units
+        self.body = mlp(hidden_units, num_layers, "value_body", activation, init)
+        total = encoder.output_size if encoder is not None else sum(observation_sizes)
+        self.body.build((None, total))
+        self.lstm = LSTMCell(hidden_units, units, name="value_lstm")
+        kernel = orthogonal(1.0) if init is WeightInit.ORTHOGONAL else "glorot_uniform"
+        self.head = output_layer(heads, init, kernel, "values")
+        self.head.build((None, units))
+
+    def sequences(self, normalized_obs: Sequence[tf.Tensor], length: int) -> tf.Tensor:
+        """V [B * L, heads] of ``B`` sequences of ``length`` steps laid out row after row, each from a zero state."""
+        features = self.body(encoded(self.encoder, normalized_obs))
+        x = tf.reshape(features, [-1, length, features.shape[-1]])
+        zeros = tf.zeros([tf.shape(x)[0], 2 * self.units])
+        h = self.lstm.unroll(x, zeros)
+        return self.head(tf.reshape(h, [-1, self.units]))
+
+    @property
+    def trainable_variables(self) -> tuple[tf.Variable, ...]:
+        visual = self.encoder.trainable_variables if self.encoder is not None else ()
+        keras = (*self.body.trainable_variables, *self.head.trainable_variables)
+        return visual + keras + self.lstm.trainable_variables
+
+    @property
+    def variables(self) -> tuple[tf.Variable, ...]:
+        return self.trainable_variables
