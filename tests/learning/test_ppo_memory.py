@@ -30,7 +30,7 @@ from tests.memory_env import MemoryEnv
 pytestmark = pytest.mark.learning
 logger = logging.getLogger(__name__)
 
-STEP_BUDGET = 9000
+STEP_BUDGET = 15000
 """Trainer steps of each run."""
 WINDOW = 200
 """Episodes the final score averages over (at chance its standard error is 0.035)."""
@@ -42,12 +42,12 @@ def settings(memory: bool) -> BehaviorSettings:
         hyperparameters=PPOHyperparameters(
             batch_size=64,
             buffer_size=256,
-            learning_rate=3e-3,
+            learning_rate=5e-3,
             learning_rate_schedule=ScheduleType.CONSTANT,
             beta=1e-3,
             epsilon=0.2,
             lambd=0.95,
-            num_epoch=5,
+            num_epoch=8,
         ),
         network_settings=NetworkSettings(
             hidden_units=32, num_layers=1, memory=MemorySettings(memory_size=16, sequence_length=4) if memory else None
