@@ -208,11 +208,14 @@ def policy_to_onnx(update: pb.PolicyUpdate) -> onnx.ModelProto:
         outputs of ``common.policy_contract.ONNX_OUTPUTS`` that the action spec has, in that order.
 
     Raises:
-        ValueError: another artifact format, or a model / normaliser state that does not match it.
+        ValueError: another artifact format, a recurrent policy (``memory_size`` > 0, not converted yet), or a
+            model / normaliser state that does not match it.
     """
     artifact = update.artifact
     if artifact.format != TFLITE_FORMAT:
         raise ValueError(f"artifact.format {artifact.format!r}: only {TFLITE_FORMAT!r} artifacts convert to ONNX")
+    if artifact.memory_size:
+        raise ValueError(f"artifact.memory_size {artifact.memory_size}: recurrent policies do not convert to ONNX yet")
     spec = artifact.action_spec
     c, branches = int(spec.continuous_size), [int(b) for b in spec.discrete_branches]
     in_names, shapes, out_tensors, dtypes = _signature_tensors(artifact.model)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -97,3 +98,18 @@ def test_the_batcher_joins_states_and_gives_zeros_to_requests_without_one() -> N
         fed = m if m is not None and m.shape[1] == R else np.zeros((len(o), R), np.float32)
         np.testing.assert_array_equal(out.memories, fed)
         np.testing.assert_allclose(out.next_memories, policy.forward([o], fed)[RECURRENT_OUT], atol=1e-6)
+
+
+def test_onnx_and_recording_refuse_a_recurrent_policy_rather_than_run_it_without_state(tmp_path: Path) -> None:
+    from cli.record import checkpoint_actor
+    from common.errors import ConfigError
+    from common.specs import BrainParameters, ObservationSpec
+    from trainer.onnx_export import policy_to_onnx
+
+    with pytest.raises(ValueError, match=r"memory_size 6: recurrent policies do not convert to ONNX yet"):
+        policy_to_onnx(update())
+    path = tmp_path / "ckpt-1.policy.pb"
+    path.write_bytes(update().SerializeToString())
+    params = BrainParameters("B", (ObservationSpec((2,), np.dtype(np.float32)),), SPEC)
+    with pytest.raises(ConfigError, match=r"a recurrent policy \(memory_size 6\) is not recorded yet"):
+        checkpoint_actor(path, params, seed=0, deterministic=False)

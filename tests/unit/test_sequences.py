@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -177,3 +179,23 @@ def test_recurrent_ppo_takes_trajectories_in_as_sequences_from_their_stored_stat
     assert np.isfinite(list(summary.values())).all() and not learner.ready_to_update()
     policy = Policy.from_update(learner.export_policy(1, 5))
     assert policy.memory_size == 4
+
+
+def test_recurrent_ppo_checkpoints_and_resumes_its_networks(tmp_path: Path) -> None:
+    from trainer.checkpoint import Checkpointer
+    from trainer.registry import make_learner
+
+    memory = MemorySettings(memory_size=4, sequence_length=2)
+    settings = BehaviorSettings(network_settings=NetworkSettings(hidden_units=8, num_layers=1, memory=memory))
+    first = make_learner(PARAMS, settings, seed=1)
+    first.set_step(123)  # type: ignore[attr-defined]
+    saved = first.export_policy(1, 123)
+    Checkpointer(tmp_path, first, keep_checkpoints=1).save(123, 1, saved)  # its ONNX export is refused and logged
+    second = make_learner(PARAMS, settings, seed=2)
+    assert Checkpointer(tmp_path, second, keep_checkpoints=1).restore_latest() == (123, 1)
+    assert second.trainer_step == 123  # type: ignore[attr-defined]
+    obs, memories = np.ones((1, 1), np.float32), np.full((1, 4), 0.5, np.float32)
+    want = first.policy(obs, memories)  # type: ignore[attr-defined]
+    got = second.policy(obs, memories)  # type: ignore[attr-defined]
+    for key, value in want.items():
+        np.testing.assert_array_equal(got[key].numpy(), value.numpy())
