@@ -100,14 +100,41 @@ def test_the_batcher_joins_states_and_gives_zeros_to_requests_without_one() -> N
         np.testing.assert_allclose(out.next_memories, policy.forward([o], fed)[RECURRENT_OUT], atol=1e-6)
 
 
-def test_onnx_and_recording_refuse_a_recurrent_policy_rather_than_run_it_without_state(tmp_path: Path) -> None:
+def test_the_onnx_model_steps_as_the_artifact_over_an_episode() -> None:
+    """ML-Agents' contract: ``recurrent_in`` [batch, 1, R] in, ``recurrent_out`` of that shape out (last), and
+    ``memory_size`` R; fed its own states step by step, the ONNX model's equal the artifact's."""
+    import onnxruntime as ort
+
+    from common.policy_contract import LOGITS, MEAN
+    from trainer.onnx_export import policy_to_onnx
+
+    model = policy_to_onnx(update())
+    assert [i.name for i in model.graph.input] == ["obs_0", "action_masks", "recurrent_in"]
+    assert model.graph.output[-1].name == "recurrent_out"
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    policy = Policy.from_update(update())
+    rng = np.random.default_rng(3)
+    ours = np.zeros((3, R), np.float32)
+    theirs = np.zeros((3, 1, R), np.float32)
+    names = [o.name for o in session.get_outputs()]
+    for _ in range(8):
+        obs = rng.standard_normal((3, 2)).astype(np.float32)
+        feed = {"obs_0": obs, "action_masks": np.ones((3, 3), np.float32), "recurrent_in": theirs}
+        got = dict(zip(names, session.run(None, feed), strict=True))
+        want = policy.forward([obs], ours)
+        assert float(got["memory_size"][0]) == R
+        np.testing.assert_allclose(got["recurrent_out"][:, 0], want[RECURRENT_OUT], atol=1e-5)
+        np.testing.assert_allclose(got["deterministic_continuous_actions"], want[MEAN], atol=1e-5)
+        np.testing.assert_array_equal(got["deterministic_discrete_actions"][:, 0], want[LOGITS].argmax(axis=1))
+        ours, theirs = want[RECURRENT_OUT], got["recurrent_out"]
+    assert np.abs(ours).max() > 0.01
+
+
+def test_recording_refuses_a_recurrent_policy_rather_than_run_it_without_state(tmp_path: Path) -> None:
     from cli.record import checkpoint_actor
     from common.errors import ConfigError
     from common.specs import BrainParameters, ObservationSpec
-    from trainer.onnx_export import policy_to_onnx
 
-    with pytest.raises(ValueError, match=r"memory_size 6: recurrent policies do not convert to ONNX yet"):
-        policy_to_onnx(update())
     path = tmp_path / "ckpt-1.policy.pb"
     path.write_bytes(update().SerializeToString())
     params = BrainParameters("B", (ObservationSpec((2,), np.dtype(np.float32)),), SPEC)

@@ -190,7 +190,8 @@ def test_recurrent_ppo_checkpoints_and_resumes_its_networks(tmp_path: Path) -> N
     first = make_learner(PARAMS, settings, seed=1)
     first.set_step(123)  # type: ignore[attr-defined]
     saved = first.export_policy(1, 123)
-    Checkpointer(tmp_path, first, keep_checkpoints=1).save(123, 1, saved)  # its ONNX export is refused and logged
+    Checkpointer(tmp_path, first, keep_checkpoints=1).save(123, 1, saved)
+    assert (tmp_path / "ckpt-123.onnx").is_file()  # with recurrent_in and recurrent_out
     second = make_learner(PARAMS, settings, seed=2)
     assert Checkpointer(tmp_path, second, keep_checkpoints=1).restore_latest() == (123, 1)
     assert second.trainer_step == 123  # type: ignore[attr-defined]
