@@ -254,11 +254,9 @@ class Trajectory:
         lengths.update({f"observations[{i}]": (o.shape[0] if o.ndim else -1) for i, o in enumerate(obs)})
         if mask is not None:
             lengths["action_mask"] = mask.shape[0] if mask.ndim else -1
-        memories = from_tensor(msg.memories, "memories") if msg.HasField("memories") else None
+        memories = _memories_of(msg, name)
         if memories is not None:
             lengths["memories"] = memories.shape[0] if memories.ndim == 2 else -1
-            if memories.dtype != np.float32:
-                raise ProtocolError(f"{name}: memories are {memories.dtype.name}, not float32")
         if len(set(lengths.values())) != 1 or -1 in lengths.values():
             raise ProtocolError(f"{name}: per-step tensors disagree on the number of steps (-1: a scalar): {lengths}")
         if len(next_obs) != len(obs):
@@ -285,6 +283,16 @@ class Trajectory:
             environment_stats=from_protos(msg.environment_stats, name, MAX_STATS_PER_TRAJECTORY),
             **per_step,
         )
+
+
+def _memories_of(msg: pb.Trajectory, name: str) -> np.ndarray | None:
+    """The message's ``memories`` (float32), or None when it has none."""
+    if not msg.HasField("memories"):
+        return None
+    memories = from_tensor(msg.memories, "memories")
+    if memories.dtype != np.float32:
+        raise ProtocolError(f"{name}: memories are {memories.dtype.name}, not float32")
+    return memories
 
 
 def frames_block(obs: np.ndarray, next_obs: np.ndarray) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray]]:

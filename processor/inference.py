@@ -260,21 +260,7 @@ class Policy:
         float32, or for an image ``[N, H, W, C]`` uint8 too."""
         details = dict(self._signature().get_input_details())
         main_indices = {d["index"] for d in self._interpreter.get_input_details()}
-        recurrent = details.pop(RECURRENT_IN, None)
-        if (recurrent is None) != (self.memory_size == 0):
-            have = "no" if recurrent is None else f"a {RECURRENT_IN!r}"
-            raise ProtocolError(f"artifact.model has {have} input for artifact.memory_size {self.memory_size}")
-        if recurrent is not None:
-            signature = [int(x) for x in recurrent["shape_signature"]]
-            if (
-                recurrent["dtype"] != np.float32
-                or signature != [-1, self.memory_size]
-                or recurrent["index"] not in main_indices
-            ):
-                raise ProtocolError(
-                    f"artifact.model input {RECURRENT_IN!r}: expected float32 [N, {self.memory_size}], got {signature}"
-                )
-            self._memory_input = int(recurrent["index"])
+        self._read_memory_input(details.pop(RECURRENT_IN, None), main_indices)
         if not details:
             raise ProtocolError("artifact.model has no inputs")
         indices, shapes, dtypes = [], [], []
@@ -295,9 +281,22 @@ class Policy:
             dtypes.append(np.dtype(d["dtype"]))
         return indices, shapes, dtypes
 
-    def _read_outputs(self) -> dict[str, int]:
-        """Tensor index of each output the action spec needs, checked against its width."""
-        details = self._signature().get_output_details()
+    def _read_memory_input(self, recurrent: dict[str, Any] | None, main_indices: set[int]) -> None:
+        """Checks the ``RECURRENT_IN`` input's details (None: the model has none) against ``memory_size``."""
+        if (recurrent is None) != (self.memory_size == 0):
+            have = "no" if recurrent is None else f"a {RECURRENT_IN!r}"
+            raise ProtocolError(f"artifact.model has {have} input for artifact.memory_size {self.memory_size}")
+        if recurrent is None:
+            return
+        signature = [int(x) for x in recurrent["shape_signature"]]
+        if recurrent["dtype"] != np.float32 or signature != [-1, self.memory_size] or recurrent["index"] not in main_indices:
+            raise ProtocolError(
+                f"artifact.model input {RECURRENT_IN!r}: expected float32 [N, {self.memory_size}], got {signature}"
+            )
+        self._memory_input = int(recurrent["index"])
+
+    def _needed_outputs(self) -> dict[str, int]:
+        """Output name -> its width, for every output the action spec (and the memory) needs."""
         needed = {}
         if self.action_spec.continuous_size:
             needed[MEAN] = needed[LOG_STD] = int(self.action_spec.continuous_size)
@@ -305,6 +304,12 @@ class Policy:
             needed[LOGITS] = int(sum(self.action_spec.discrete_branches))
         if self.memory_size:
             needed[RECURRENT_OUT] = self.memory_size
+        return needed
+
+    def _read_outputs(self) -> dict[str, int]:
+        """Tensor index of each output the action spec needs, checked against its width."""
+        details = self._signature().get_output_details()
+        needed = self._needed_outputs()
         outputs = {}
         self.sde_latent_size = 0
         """L of the artifact's gSDE output ``SDE_NOISE_SCALE`` [N, L, C]; 0 when it has none."""

@@ -226,12 +226,8 @@ def policy_to_onnx(update: pb.PolicyUpdate) -> onnx.ModelProto:
     spec = artifact.action_spec
     c, branches = int(spec.continuous_size), [int(b) for b in spec.discrete_branches]
     in_names, shapes, out_tensors, dtypes, recurrent = _signature_tensors(artifact.model)
-    memory_size = int(artifact.memory_size)
-    if (recurrent is None) != (memory_size == 0):
-        raise ValueError(
-            f"artifact.memory_size {memory_size} with {'no' if recurrent is None else 'an'} {RECURRENT_IN!r} input"
-        )
-    needed = ([MEAN, LOG_STD] if c else []) + ([LOGITS] if branches else []) + ([RECURRENT_OUT] if memory_size else [])
+    memory_size = _memory_size(artifact, recurrent)
+    needed = _needed_outputs(c, branches, memory_size)
     missing = [key for key in needed if key not in out_tensors]
     if missing:
         raise ValueError(f"the TFLite model has outputs {sorted(out_tensors)}; {missing} missing")
@@ -279,11 +275,8 @@ def policy_to_onnx(update: pb.PolicyUpdate) -> onnx.ModelProto:
         g.output(DETERMINISTIC_CONTINUOUS_ACTIONS, TensorProto.FLOAT, [ONNX_BATCH_AXIS, c])
     if branches:
         _discrete_outputs(g, pre, out_tensors[LOGITS], branches)
-    if recurrent is not None:  # after action_masks, as ML-Agents orders them; [batch, 1, R] at the boundary
-        pre.inputs.append(helper.make_tensor_value_info(RECURRENT_IN, TensorProto.FLOAT, [ONNX_BATCH_AXIS, 1, memory_size]))
-        pre.node("Squeeze", [RECURRENT_IN], recurrent, axes=[1])
-        g.node("Unsqueeze", [out_tensors[RECURRENT_OUT]], RECURRENT_OUT, axes=[1])
-        g.output(RECURRENT_OUT, TensorProto.FLOAT, [ONNX_BATCH_AXIS, 1, memory_size])
+    if recurrent is not None:  # after action_masks, as ML-Agents orders them
+        _recurrent_io(g, pre, recurrent, out_tensors[RECURRENT_OUT], memory_size)
 
     graph = helper.make_graph(
         [*pre.nodes, *core.graph.node, *g.nodes],
@@ -312,6 +305,32 @@ def policy_to_onnx(update: pb.PolicyUpdate) -> onnx.ModelProto:
     onnx.checker.check_model(model, full_check=True)
     _check_runs(model, shapes, branches, memory_size)
     return model
+
+
+def _needed_outputs(continuous_size: int, branches: list[int], memory_size: int) -> list[str]:
+    """The network outputs the wrapper reads: the action spec's, and the next state of a recurrent policy."""
+    return (
+        ([MEAN, LOG_STD] if continuous_size else [])
+        + ([LOGITS] if branches else [])
+        + ([RECURRENT_OUT] if memory_size else [])
+    )
+
+
+def _memory_size(artifact: pb.InferenceArtifact, recurrent: str | None) -> int:
+    """``artifact.memory_size``, checked against the model's ``RECURRENT_IN`` input (None: it has none)."""
+    memory_size = int(artifact.memory_size)
+    if (recurrent is None) != (memory_size == 0):
+        have = "no" if recurrent is None else "an"
+        raise ValueError(f"artifact.memory_size {memory_size} with {have} {RECURRENT_IN!r} input")
+    return memory_size
+
+
+def _recurrent_io(g: _Graph, pre: _Graph, core_in: str, core_out: str, memory_size: int) -> None:
+    """``recurrent_in`` and ``recurrent_out`` ``[batch, 1, R]`` at the model's boundary, the network's ``[batch, R]``."""
+    pre.inputs.append(helper.make_tensor_value_info(RECURRENT_IN, TensorProto.FLOAT, [ONNX_BATCH_AXIS, 1, memory_size]))
+    pre.node("Squeeze", [RECURRENT_IN], core_in, axes=[1])
+    g.node("Unsqueeze", [core_out], RECURRENT_OUT, axes=[1])
+    g.output(RECURRENT_OUT, TensorProto.FLOAT, [ONNX_BATCH_AXIS, 1, memory_size])
 
 
 def _image_input(pre: _Graph, obs: str, core_input: str, dtype: np.dtype) -> None:

@@ -45,14 +45,8 @@ from trainer.optimizer import adam, apply_adam
 from trainer.ppo import (
     ACTION_CLIP,
     ADAM_EPSILON,
-    BETA,
-    ENTROPY,
-    EPSILON,
-    LEARNING_RATE,
     MIN_BETA,
     MIN_EPSILON,
-    POLICY_LOSS,
-    VALUE_LOSS,
     VALUE_LOSS_COEFFICIENT,
     action_log_probs_and_entropy,
     gae,
@@ -62,6 +56,7 @@ from trainer.reward_signals import SignalBatch, make_reward_signals
 from trainer.schedules import MIN_LEARNING_RATE, decayed_value
 from trainer.seeding import seeded_initializers
 from trainer.sequences import SEQUENCE_MASK, cut_sequences, masked_mean, masked_normalized, sequence_start_memories
+from trainer.summaries import BETA, ENTROPY, EPSILON, LEARNING_RATE, POLICY_LOSS, VALUE_LOSS
 
 logger = logging.getLogger(__name__)
 
