@@ -65,6 +65,7 @@ Shapes: ``N`` rows in a BrainInfo, ``C``/``B``/``M`` as in ``common.trajectory``
 from __future__ import annotations
 
 import functools
+import itertools
 from collections.abc import Iterator
 from typing import Any, NamedTuple, cast
 
@@ -236,17 +237,12 @@ class TrajectoryAssembler:
         sighting, or back after done); None while the store holds no states (R = 0)."""
         if not self.memory_size:
             return None
-        slot_of = self.buffer.slot_of
-        slot_list = list(map(slot_of.get, agent_ids.tolist()))
-        states = self.buffer.state[RECURRENT_STATE]
-        if None not in slot_list:
-            return states.take(np.array(slot_list, dtype=np.intp), axis=0)
-        out = np.zeros((len(slot_list), self.memory_size), np.float32)
-        held = [(r, slot) for r, slot in enumerate(slot_list) if slot is not None]
-        if held:
-            rows, slots = zip(*held, strict=True)
-            out[list(rows)] = states[list(slots)]
-        return out
+        ids = agent_ids.tolist()
+        # dict.get with a default, mapped in C: -1 for an agent not held.
+        slots = np.fromiter(map(self.buffer.slot_of.get, ids, itertools.repeat(-1, len(ids))), np.intp, len(ids))
+        held = self.buffer.state[RECURRENT_STATE].take(np.maximum(slots, 0), axis=0)
+        held[slots < 0] = 0.0
+        return held
 
     def add(self, info: DecodedBrainInfo, actions: StepActions) -> list[Trajectory]:
         """Take one step's rows and the actions returned for them; return the trajectories cut.
