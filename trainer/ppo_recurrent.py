@@ -5,10 +5,12 @@ every experience carries the state its action was chosen with (``common.trajecto
 
 * each trajectory is cut, from its first step, into sequences of ``sequence_length`` ``L``, the last padded at its end
   (``trainer.sequences.cut_sequences``); a sequence starts from its first step's stored state;
-* the critic (``RecurrentValueNetwork``) has a memory of its own, recomputed from zeros at each sequence's start for
-  the value estimates (over the trajectory's ``T + 1`` observations, ``next_obs`` last, so the bootstrap value comes
-  from the same unroll) and for the value loss alike. This is a first version of ML-Agents' critic memory, which
-  carries the critic's state across an agent's trajectory cuts;
+* the critic (``RecurrentValueNetwork``) has a memory of its own, held here as ML-Agents holds it: per agent
+  (session id, agent id), the state after the last step of its previous trajectory, so it carries across time_horizon
+  cuts; it starts at zeros, and is dropped at done (a new episode) and when ``MAX_CRITIC_STATES`` agents are held (the
+  least recently used goes: an agent whose session ended never comes back). Each trajectory is unrolled from it over
+  its ``T + 1`` observations (``next_obs`` last, so the bootstrap value comes from the same unroll), sequence after
+  sequence; the state each sequence started with is kept for the value loss, which recomputes the values from it;
 * GAE per trajectory and reward signal (``trainer.ppo.gae``), bootstrapping as ``trainer.ppo`` does.
 
 An update: ``num_epoch`` passes over the sequences in a fresh random order, ``max(1, batch_size // L)`` whole sequences
@@ -27,6 +29,7 @@ Shapes: ``T`` experiences of a trajectory, ``L`` sequence_length, ``S`` sequence
 from __future__ import annotations
 
 import logging
+from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -64,6 +67,10 @@ OLD_LOG_PROBS = "old_log_probs"
 ADVANTAGES = "advantages"
 RETURNS = "returns"
 OLD_VALUES = "old_values"
+CRITIC_MEMORY = "critic_memory"
+"""Sequence key: float32 [S, R], the critic's state at each sequence's first step."""
+MAX_CRITIC_STATES = 65_536
+"""Agents whose critic state the learner holds between trajectories, at most (``4 * R`` bytes each)."""
 
 
 def _rows(sequences: np.ndarray) -> np.ndarray:
@@ -71,10 +78,25 @@ def _rows(sequences: np.ndarray) -> np.ndarray:
     return sequences.reshape(sequences.shape[0] * sequences.shape[1], *sequences.shape[2:])
 
 
+def agent_waves(trajectories: Sequence[tr.Trajectory]) -> list[list[int]]:
+    """The trajectories' indices in waves: wave k holds each agent's k-th trajectory (agent: session and agent id),
+    so an agent's trajectories are taken in order, one per wave."""
+    seen: dict[tuple[str, int], int] = {}
+    waves: list[list[int]] = []
+    for i, t in enumerate(trajectories):
+        key = (t.id.session_id, t.id.agent_id)
+        k = seen[key] = seen.get(key, -1) + 1
+        if k == len(waves):
+            waves.append([])
+        waves[k].append(i)
+    return waves
+
+
 class SequenceBatch(NamedTuple):
     """``B`` sequences of ``L`` steps, their rows laid out sequence after sequence (``[B * L, ...]``).
 
     ``obs`` one [B * L, *shape_i] per observation, raw; ``memories`` float32 [B, R], each sequence's starting state;
+    ``critic_memories`` float32 [B, R], the critic's;
     ``continuous_actions`` float32 [B * L, C]; ``discrete_actions`` int32 [B * L, nB]; ``action_mask`` float32
     [B * L, M]; ``old_log_probs`` and ``advantages`` float32 [B * L]; ``returns`` and ``old_values`` float32
     [B * L, K]; ``mask`` float32 [B * L], 1 on real steps, 0 on padding.
@@ -82,6 +104,7 @@ class SequenceBatch(NamedTuple):
 
     obs: tuple[tf.Tensor, ...]
     memories: tf.Tensor
+    critic_memories: tf.Tensor
     continuous_actions: tf.Tensor
     discrete_actions: tf.Tensor
     action_mask: tf.Tensor
@@ -196,12 +219,16 @@ class RecurrentPPOLearner:
         """Per trajectory taken in since the last update: its fields as ``[S_i, L, ...]``, memories ``[S_i, R]``."""
         self._held_steps = 0
         obs_specs = tuple(tf.TensorSpec([None, *spec.shape], dtype) for spec, dtype in zip(specs, dtypes, strict=True))
-        self._value_graph = tf.function(self._values, input_signature=[obs_specs], autograph=False)
+        states = tf.TensorSpec([None, self.memory_size])
+        self._value_graph = tf.function(self._values, input_signature=[obs_specs, states], autograph=False)
+        self._critic_states: OrderedDict[tuple[str, int], np.ndarray] = OrderedDict()
+        """Per agent: the critic's state after its previous trajectory's last step (module docstring)."""
         action_spec = brain_parameters.action_spec
         rows, heads = tf.TensorSpec([None]), tf.TensorSpec([None, len(self.signals)])
         batch_spec = SequenceBatch(
             obs_specs,
-            tf.TensorSpec([None, self.memory_size]),
+            states,
+            states,
             tf.TensorSpec([None, action_spec.continuous_size]),
             tf.TensorSpec([None, action_spec.num_branches], tf.int32),
             tf.TensorSpec([None, action_spec.mask_width]),
@@ -220,9 +247,10 @@ class RecurrentPPOLearner:
     def _normalized(self, obs: Sequence[tf.Tensor]) -> list[tf.Tensor]:
         return normalized_observations(self.normalizers, obs) if self.normalize else list(obs)
 
-    def _values(self, obs: tuple[tf.Tensor, ...]) -> tf.Tensor:
-        """V [S * L, K] of sequences laid out row after row (raw observations), the critic from zeros in each."""
-        return self.value.sequences(self._normalized(obs), self.sequence_length)
+    def _values(self, obs: tuple[tf.Tensor, ...], memories: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        """V [S * L, K] of sequences laid out row after row (raw observations), each from its critic state in
+        ``memories`` [S, R]; and the critic's state after each step, [S, L, R]."""
+        return self.value.sequences_with_states(self._normalized(obs), memories, self.sequence_length)
 
     # -- steps and schedules ------------------------------------------------------------------------
 
@@ -253,33 +281,85 @@ class RecurrentPPOLearner:
         trajectories = [t for t in trajectories if t.length]
         if not trajectories:
             return 0
-        length, n_obs = self.sequence_length, len(self.normalizers)
+        n_obs = len(self.normalizers)
         if self.normalize:
             for i, normalizer in enumerate(self.normalizers):
                 if normalizer is not None:
                     normalizer.update(np.concatenate([t.obs[i] for t in trajectories]).astype(np.float32))
-        # The critic over each trajectory's T + 1 observations (next_obs last), in sequences from its first step.
-        frames = [cut_sequences({tr.obs_key(i): t.frames(i) for i in range(n_obs)}, length) for t in trajectories]
-        flat = tuple(
-            np.concatenate([f[tr.obs_key(i)].reshape(-1, *f[tr.obs_key(i)].shape[2:]) for f in frames]) for i in range(n_obs)
-        )
-        all_values = self._value_graph(flat).numpy()
         batch = SignalBatch.from_trajectories(trajectories, n_obs, transitions=False)
         rewards = np.stack([signal.rewards(batch) for signal in self.signals], axis=1)
-        start_value, start_reward = 0, 0
-        for t, f in zip(trajectories, frames, strict=True):
-            values = all_values[start_value : start_value + t.length + 1]
-            start_value += len(f[SEQUENCE_MASK]) * length
-            reward = rewards[start_reward : start_reward + t.length]
-            start_reward += t.length
-            self._sequences.append(self._trajectory_sequences(t, values, reward))
+        values, critic_starts = self._critic(trajectories)
+        start = 0
+        for t, v, c in zip(trajectories, values, critic_starts, strict=True):
+            self._sequences.append(self._trajectory_sequences(t, v, rewards[start : start + t.length], c))
+            start += t.length
         n = sum(t.length for t in trajectories)
         self._held_steps += n
         self.step.assign_add(n)
         return n
 
-    def _trajectory_sequences(self, t: tr.Trajectory, values: np.ndarray, rewards: np.ndarray) -> dict[str, np.ndarray]:
-        """One trajectory's sequences: ``values`` [T + 1, K] (the last is V(next_obs)), ``rewards`` [T, K]."""
+    def _critic(self, trajectories: Sequence[tr.Trajectory]) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """Each trajectory's values [T + 1, K] (the last V(next_obs)) and the critic's state at each of its sequences'
+        first steps [ceil((T + 1) / L), R], unrolled from the agent's held state (module docstring); holds each
+        agent's state after its last step for its next trajectory.
+
+        One agent's trajectories are unrolled in their order, each from where the previous one ended
+        (``agent_waves``)."""
+        values: list[np.ndarray] = [np.empty(0)] * len(trajectories)
+        starts: list[np.ndarray] = [np.empty(0)] * len(trajectories)
+        for wave in agent_waves(trajectories):
+            members = [trajectories[i] for i in wave]
+            for i, v, c in zip(wave, *self._unroll_wave(members), strict=True):
+                values[i], starts[i] = v, c
+        return values, starts
+
+    def _unroll_wave(self, trajectories: Sequence[tr.Trajectory]) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """``_critic`` for trajectories of distinct agents: sequence j of every one of them in one call."""
+        length, n_obs = self.sequence_length, len(self.normalizers)
+        frames = [cut_sequences({tr.obs_key(k): t.frames(k) for k in range(n_obs)}, length) for t in trajectories]
+        keys = [(t.id.session_id, t.id.agent_id) for t in trajectories]
+        zeros = np.zeros(self.memory_size, np.float32)
+        state = np.stack([self._critic_states.pop(key, zeros) for key in keys])
+        values, starts, carry = self._unroll_frames(frames, state, [t.length for t in trajectories])
+        for a, t in enumerate(trajectories):
+            values[a] = values[a][: t.length + 1]
+            if not t.done_reached:
+                self._hold_critic_state(keys[a], carry[a])
+        return values, starts
+
+    def _unroll_frames(
+        self, frames: list[dict[str, np.ndarray]], state: np.ndarray, lengths: list[int]
+    ) -> tuple[list[np.ndarray], list[np.ndarray], np.ndarray]:
+        """The critic over each trajectory's frame sequences (``[S_a, L, ...]`` per observation) from ``state``
+        [A, R]: per trajectory its values [S_a * L, K] and sequence start states [S_a, R], and the state after each
+        one's last experience (its ``lengths[a] - 1``-th row) [A, R]."""
+        length, n_obs = self.sequence_length, len(self.normalizers)
+        counts = [len(f[SEQUENCE_MASK]) for f in frames]
+        values = [np.empty((c * length, len(self.signals)), np.float32) for c in counts]
+        starts = [np.empty((c, self.memory_size), np.float32) for c in counts]
+        carry = state.copy()
+        for j in range(max(counts)):
+            active = [a for a, c in enumerate(counts) if c > j]
+            obs = tuple(np.concatenate([frames[a][tr.obs_key(k)][j] for a in active]) for k in range(n_obs))
+            v, after = (x.numpy() for x in self._value_graph(obs, state[active]))
+            for row, a in enumerate(active):
+                starts[a][j] = state[a]
+                values[a][j * length : (j + 1) * length] = v[row * length : (row + 1) * length]
+                if (lengths[a] - 1) // length == j:
+                    carry[a] = after[row, (lengths[a] - 1) % length]
+            state[active] = after[:, -1]
+        return values, starts, carry
+
+    def _hold_critic_state(self, key: tuple[str, int], state: np.ndarray) -> None:
+        self._critic_states[key] = state
+        if len(self._critic_states) > MAX_CRITIC_STATES:
+            self._critic_states.popitem(last=False)  # the least recently used: its session most likely ended
+
+    def _trajectory_sequences(
+        self, t: tr.Trajectory, values: np.ndarray, rewards: np.ndarray, critic_starts: np.ndarray
+    ) -> dict[str, np.ndarray]:
+        """One trajectory's sequences: ``values`` [T + 1, K] (the last is V(next_obs)), ``rewards`` [T, K],
+        ``critic_starts`` [>= S, R] the critic's state at each sequence's first step."""
         advantages = np.empty((t.length, len(self.signals)), np.float32)
         for k, signal in enumerate(self.signals):
             terminal = t.done_reached and not t.interrupted and not signal.ignore_done
@@ -298,6 +378,7 @@ class RecurrentPPOLearner:
         sequences = cut_sequences(rows, self.sequence_length, {tr.ACTION_MASK: 1.0})
         memories = t.memories if t.memories is not None else np.zeros((t.length, self.memory_size), np.float32)
         sequences[tr.MEMORY] = sequence_start_memories(memories, self.sequence_length)
+        sequences[CRITIC_MEMORY] = critic_starts[: len(sequences[SEQUENCE_MASK])]
         return sequences
 
     # -- the update ----------------------------------------------------------------------------------
@@ -311,7 +392,7 @@ class RecurrentPPOLearner:
         with tf.GradientTape() as tape:
             obs = self._normalized(batch.obs)
             outputs = self.policy.sequences(obs, batch.memories, self.sequence_length)
-            values = self.value.sequences(obs, self.sequence_length)
+            values = self.value.sequences(obs, batch.critic_memories, self.sequence_length)
             log_probs, entropy = action_log_probs_and_entropy(outputs, batch, self.branches)  # type: ignore[arg-type]
             total, policy, value, mean_entropy = masked_ppo_losses(
                 log_probs, entropy, values, batch, epsilon, beta, hp.clip_value_loss
@@ -334,6 +415,7 @@ class RecurrentPPOLearner:
         return SequenceBatch(
             tuple(rows(tr.obs_key(i)) for i in range(n_obs)),
             held[tr.MEMORY][index],
+            held[CRITIC_MEMORY][index],
             rows(tr.CONTINUOUS_ACTIONS),
             rows(tr.DISCRETE_ACTIONS),
             mask,

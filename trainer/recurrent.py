@@ -52,12 +52,17 @@ class LSTMCell(tf.Module):
 
     def unroll(self, x: tf.Tensor, memory: tf.Tensor) -> tf.Tensor:
         """Outputs ``[B, L, H]`` of sequences ``x`` [B, L, input_size] started from states ``memory`` [B, 2H]."""
+        return self.unroll_with_states(x, memory)[0]
+
+    def unroll_with_states(self, x: tf.Tensor, memory: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        """``unroll``'s outputs ``[B, L, H]`` and the state after each step ``[B, L, 2H]``."""
         length = x.shape[1]
-        outputs = []
+        outputs, states = [], []
         for t in range(length):  # L is static (sequence_length): an unrolled graph, no while loop to trace
             h, memory = self.step(x[:, t], memory)
             outputs.append(h)
-        return tf.stack(outputs, axis=1)
+            states.append(memory)
+        return tf.stack(outputs, axis=1), tf.stack(states, axis=1)
 
     @property
     def trainable_variables(self) -> tuple[tf.Variable, ...]:
@@ -151,10 +156,9 @@ class RecurrentValueNetwork(tf.Module):
     """The critic's own memory (ML-Agents keeps one beside the actor's): encoder, MLP body, an LSTM of ``units``, then
     one value head per reward signal.
 
-    Its state is not held by the processor, which runs the actor alone: the trainer recomputes it, from zeros at
-    each sequence's first step (``sequences``), for the value estimates and the value loss alike, so both see the
-    same function. A first version of ML-Agents' critic memory, which carries the critic's state from step to step
-    of an agent across trajectory cuts.
+    Its state is not held by the processor, which runs the actor alone: the trainer unrolls it over each trajectory
+    from the state the agent's previous trajectory ended with (``trainer.ppo_recurrent``), and trains each sequence
+    from the state its first step had then (``sequences``).
     """
 
     def __init__(
@@ -179,13 +183,19 @@ class RecurrentValueNetwork(tf.Module):
         self.head = output_layer(heads, init, kernel, "values")
         self.head.build((None, units))
 
-    def sequences(self, normalized_obs: Sequence[tf.Tensor], length: int) -> tf.Tensor:
-        """V [B * L, heads] of ``B`` sequences of ``length`` steps laid out row after row, each from a zero state."""
+    def sequences(self, normalized_obs: Sequence[tf.Tensor], memories: tf.Tensor, length: int) -> tf.Tensor:
+        """V [B * L, heads] of ``B`` sequences of ``length`` steps laid out row after row, each started from its
+        state in ``memories`` [B, 2 * units]."""
+        return self.sequences_with_states(normalized_obs, memories, length)[0]
+
+    def sequences_with_states(
+        self, normalized_obs: Sequence[tf.Tensor], memories: tf.Tensor, length: int
+    ) -> tuple[tf.Tensor, tf.Tensor]:
+        """``sequences``' values and the state after each step, ``[B, L, 2 * units]``."""
         features = self.body(encoded(self.encoder, normalized_obs))
         x = tf.reshape(features, [-1, length, features.shape[-1]])
-        zeros = tf.zeros([tf.shape(x)[0], 2 * self.units])
-        h = self.lstm.unroll(x, zeros)
-        return self.head(tf.reshape(h, [-1, self.units]))
+        h, states = self.lstm.unroll_with_states(x, memories)
+        return self.head(tf.reshape(h, [-1, self.units])), states
 
     @property
     def trainable_variables(self) -> tuple[tf.Variable, ...]:

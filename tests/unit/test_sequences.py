@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -80,6 +81,7 @@ def test_padded_steps_change_no_loss_and_get_no_gradient() -> None:
         return SequenceBatch(
             (),
             tf.zeros([1, 2]),
+            tf.zeros([1, 2]),
             tf.zeros([n, 0]),
             tf.zeros([n, 0], tf.int32),
             tf.zeros([n, 0]),
@@ -136,8 +138,33 @@ def test_recurrent_ppo_refuses_what_it_does_not_support_yet() -> None:
     assert info.value.key == "hyperparameters.use_sde"
 
 
+def _trajectory(t: int, memories: np.ndarray, done: bool, agent_id: int = 1, sequence: int = 0, start: int = 0) -> Any:
+    """A trajectory of ``t`` steps of the 1-obs, 2-option behavior; obs ``start, start + 1, ...``; reward 1 at the end."""
+    from common.trajectory import Trajectory, TrajectoryId
+
+    return Trajectory(
+        id=TrajectoryId("s", agent_id, sequence),
+        behavior_name="B",
+        obs=[np.arange(start, start + t, dtype=np.float32).reshape(t, 1)],
+        next_obs=[np.array([start + t], np.float32)],
+        continuous_actions=np.zeros((t, 0), np.float32),
+        discrete_actions=(np.arange(t) % 2).reshape(t, 1).astype(np.int32),
+        continuous_log_probs=np.zeros((t, 0), np.float32),
+        discrete_log_probs=np.full((t, 1), np.log(0.5), np.float32),
+        prev_continuous_actions=np.zeros((t, 0), np.float32),
+        prev_discrete_actions=np.zeros((t, 1), np.int32),
+        action_mask=np.ones((t, 2), bool),
+        rewards=np.eye(1, t, t - 1, dtype=np.float32)[0],
+        done=np.eye(1, t, t - 1, dtype=bool)[0] & done,
+        policy_versions=np.zeros(t, np.int64),
+        done_reached=done,
+        interrupted=False,
+        memories=memories,
+    )
+
+
 def test_recurrent_ppo_takes_trajectories_in_as_sequences_from_their_stored_states() -> None:
-    from common.trajectory import MEMORY, Trajectory, TrajectoryId
+    from common.trajectory import MEMORY
     from processor.inference import Policy
     from trainer.registry import make_learner
 
@@ -148,27 +175,8 @@ def test_recurrent_ppo_takes_trajectories_in_as_sequences_from_their_stored_stat
         ),
     )
     learner = make_learner(PARAMS, settings)
-    t = 5
-    memories = np.arange(t * 4, dtype=np.float32).reshape(t, 4)
-    trajectory = Trajectory(
-        id=TrajectoryId("s", 1, 0),
-        behavior_name="B",
-        obs=[np.arange(t, dtype=np.float32).reshape(t, 1)],
-        next_obs=[np.array([9.0], np.float32)],
-        continuous_actions=np.zeros((t, 0), np.float32),
-        discrete_actions=np.array([[0], [1], [1], [0], [1]], np.int32),
-        continuous_log_probs=np.zeros((t, 0), np.float32),
-        discrete_log_probs=np.full((t, 1), np.log(0.5), np.float32),
-        prev_continuous_actions=np.zeros((t, 0), np.float32),
-        prev_discrete_actions=np.zeros((t, 1), np.int32),
-        action_mask=np.ones((t, 2), bool),
-        rewards=np.array([0, 0, 0, 0, 1], np.float32),
-        done=np.array([0, 0, 0, 0, 1], bool),
-        policy_versions=np.zeros(t, np.int64),
-        done_reached=True,
-        interrupted=False,
-        memories=memories,
-    )
+    memories = np.arange(5 * 4, dtype=np.float32).reshape(5, 4)
+    trajectory = _trajectory(5, memories, done=True)
     assert learner.add_trajectories([trajectory]) == 5 and learner.ready_to_update()
     (held,) = learner._sequences  # type: ignore[attr-defined]
     np.testing.assert_array_equal(held[MEMORY], memories[[0, 2, 4]])
@@ -200,3 +208,41 @@ def test_recurrent_ppo_checkpoints_and_resumes_its_networks(tmp_path: Path) -> N
     got = second.policy(obs, memories)  # type: ignore[attr-defined]
     for key, value in want.items():
         np.testing.assert_array_equal(got[key].numpy(), value.numpy())
+
+
+def test_agent_waves_take_each_agent_s_trajectories_in_order() -> None:
+    from trainer.ppo_recurrent import agent_waves
+
+    memories = np.zeros((2, 4), np.float32)
+    batch = [_trajectory(2, memories, False, agent_id=a, sequence=q) for a, q in [(1, 0), (2, 1), (1, 2), (1, 3), (3, 4)]]
+    assert agent_waves(batch) == [[0, 1, 4], [2], [3]]
+
+
+def test_the_critic_s_state_carries_across_cuts_and_resets_at_done() -> None:
+    from trainer.ppo_recurrent import CRITIC_MEMORY
+    from trainer.registry import make_learner
+
+    memory = MemorySettings(memory_size=4, sequence_length=2)
+    settings = BehaviorSettings(network_settings=NetworkSettings(hidden_units=8, num_layers=1, memory=memory))
+    zeros = np.zeros((3, 4), np.float32)
+    first, second = _trajectory(3, zeros, False, sequence=0), _trajectory(3, zeros, True, sequence=1, start=3)
+    together = make_learner(PARAMS, settings, seed=1)
+    together.add_trajectories([first, second])
+    apart = make_learner(PARAMS, settings, seed=1)
+    apart.add_trajectories([first])
+    held = apart._critic_states  # type: ignore[attr-defined]
+    assert list(held) == [("s", 1)] and np.abs(held[("s", 1)]).max() > 0
+    carried = held[("s", 1)].copy()
+    value = apart.value  # type: ignore[attr-defined]
+    state = tf.zeros([1, 4])
+    for x in first.obs[0]:  # the critic stepped over the first trajectory's three experiences, from zeros
+        _, state = value.lstm.step(value.body(x[None]), state)
+    np.testing.assert_allclose(carried, state.numpy()[0], atol=1e-6)
+    apart.add_trajectories([second])
+    assert not held  # done: the next episode starts from zeros
+    for a, b in zip(together._sequences, apart._sequences, strict=True):  # type: ignore[attr-defined]
+        np.testing.assert_allclose(a[CRITIC_MEMORY], b[CRITIC_MEMORY], atol=1e-6)
+    starts = apart._sequences[1][CRITIC_MEMORY]  # type: ignore[attr-defined]
+    np.testing.assert_array_equal(apart._sequences[0][CRITIC_MEMORY][0], 0.0)  # type: ignore[attr-defined]
+    np.testing.assert_allclose(starts[0], carried, atol=1e-6)  # the second trajectory goes on from the first
+    assert np.abs(starts[1] - starts[0]).max() > 0  # its second sequence starts where its first ended
