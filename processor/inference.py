@@ -72,6 +72,7 @@ from common.policy_contract import (
     is_image_shape,
 )
 from common.tensors import from_tensor
+from processor.wire import MAX_ROW_WIDTH
 from protos import pb
 
 logger = logging.getLogger(__name__)
@@ -172,6 +173,9 @@ def _check_action_spec(spec: pb.ActionSpec, tanh_squash: bool, clip: float) -> N
         raise ProtocolError(f"artifact.clip: {clip} must be > 0 (or inf) for clipped continuous actions")
 
 
+MAX_MEMORY_SIZE = MAX_ROW_WIDTH
+"""The widest recurrent state a policy may have (floats; the processor holds ``4 * R`` bytes per agent and step)."""
+
 WIDE_THREADS = 2
 """LiteRT threads of a pass over a batch of at least ``WIDE_BATCH_VALUES`` values (the machine's 2 cores)."""
 WIDE_BATCH_VALUES = 200_000
@@ -207,8 +211,8 @@ class Policy:
         _check_action_spec(self.action_spec, self.tanh_squash, float(artifact.clip))
         self.memory_size: int = int(artifact.memory_size)
         """R, the recurrent state's width (``InferenceArtifact.memory_size``); 0 for a feed-forward policy."""
-        if self.memory_size < 0 or self.memory_size % 2:
-            raise ProtocolError(f"artifact.memory_size: {self.memory_size} must be >= 0 and even (h and c)")
+        if not 0 <= self.memory_size <= MAX_MEMORY_SIZE or self.memory_size % 2:
+            raise ProtocolError(f"artifact.memory_size: {self.memory_size} must be even (h and c), in [0, {MAX_MEMORY_SIZE}]")
         self._interpreter = interpreter
         self._memory_input = -1  # RECURRENT_IN's tensor index (_read_inputs)
         self._inputs, self.observation_shapes, self.observation_dtypes = self._read_inputs()

@@ -66,7 +66,7 @@ def test_rows_without_a_fitting_state_act_from_zeros(given: np.ndarray | None) -
 
 @pytest.mark.parametrize(("memory_size", "match"), [(0, "has a 'recurrent_in' input for artifact.memory_size 0"),
                                                      (4, "expected float32 \\[N, 4\\]"),
-                                                     (3, "must be >= 0 and even")])  # fmt: skip
+                                                     (3, "must be even"), (1 << 17, "in \\[0, 65536\\]")])  # fmt: skip
 def test_an_artifact_whose_memory_size_disagrees_with_its_model_is_refused(memory_size: int, match: str) -> None:
     with pytest.raises(ProtocolError, match=match):
         Policy.from_update(update(memory_size))
