@@ -7,10 +7,12 @@ every experience carries the state its action was chosen with (``common.trajecto
   (``trainer.sequences.cut_sequences``); a sequence starts from its first step's stored state;
 * the critic (``RecurrentValueNetwork``) has a memory of its own, held here as ML-Agents holds it: per agent
   (session id, agent id), the state after the last step of its previous trajectory, so it carries across time_horizon
-  cuts; it starts at zeros, and is dropped at done (a new episode) and when ``MAX_CRITIC_STATES`` agents are held (the
-  least recently used goes: an agent whose session ended never comes back). Each trajectory is unrolled from it over
-  its ``T + 1`` observations (``next_obs`` last, so the bootstrap value comes from the same unroll), sequence after
-  sequence; the state each sequence started with is kept for the value loss, which recomputes the values from it;
+  cuts; it starts at zeros, and is dropped at done (a new episode), at the session's end (a trajectory interrupted
+  without done is a flush: the processor's session ended, or the agents' states restarted from zeros for a policy of
+  another memory size), and when ``MAX_CRITIC_STATES`` agents are held (the least recently used goes). Each
+  trajectory is unrolled from it over its ``T + 1`` observations (``next_obs`` last, so the bootstrap value comes from
+  the same unroll), sequence after sequence; the state each sequence started with is kept for the value loss, which
+  recomputes the values from it;
 * GAE per trajectory and reward signal (``trainer.ppo.gae``), bootstrapping as ``trainer.ppo`` does.
 
 An update: ``num_epoch`` passes over the sequences in a fresh random order, ``max(1, batch_size // L)`` whole sequences
@@ -323,7 +325,7 @@ class RecurrentPPOLearner:
         values, starts, carry = self._unroll_frames(frames, state, [t.length for t in trajectories])
         for a, t in enumerate(trajectories):
             values[a] = values[a][: t.length + 1]
-            if not t.done_reached:
+            if not (t.done_reached or t.interrupted):  # a new episode, or the session ended (a flush)
                 self._hold_critic_state(keys[a], carry[a])
         return values, starts
 

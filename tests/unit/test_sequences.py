@@ -246,3 +246,20 @@ def test_the_critic_s_state_carries_across_cuts_and_resets_at_done() -> None:
     np.testing.assert_array_equal(apart._sequences[0][CRITIC_MEMORY][0], 0.0)  # type: ignore[attr-defined]
     np.testing.assert_allclose(starts[0], carried, atol=1e-6)  # the second trajectory goes on from the first
     assert np.abs(starts[1] - starts[0]).max() > 0  # its second sequence starts where its first ended
+
+
+def test_a_flushed_trajectory_frees_its_agent_s_critic_state() -> None:
+    """Interrupted without done is the processor's flush at a session end: that agent never continues."""
+    import dataclasses
+
+    from trainer.registry import make_learner
+
+    memory = MemorySettings(memory_size=4, sequence_length=2)
+    settings = BehaviorSettings(network_settings=NetworkSettings(hidden_units=8, num_layers=1, memory=memory))
+    learner = make_learner(PARAMS, settings)
+    zeros = np.zeros((3, 4), np.float32)
+    learner.add_trajectories([_trajectory(3, zeros, False, agent_id=1), _trajectory(3, zeros, False, agent_id=2)])
+    assert sorted(learner._critic_states) == [("s", 1), ("s", 2)]  # type: ignore[attr-defined]
+    flushed = dataclasses.replace(_trajectory(3, zeros, False, agent_id=1, sequence=2), interrupted=True)
+    learner.add_trajectories([flushed])
+    assert sorted(learner._critic_states) == [("s", 2)]  # type: ignore[attr-defined]
