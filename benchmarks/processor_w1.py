@@ -13,7 +13,10 @@ Figures, agent-steps/s = A * S / seconds (best of ``--repeats``):
     pipeline: assembly plus every trajectory into a trainer's update AgentBuffer, drained once per
         step as a trainer draining its queue would (``trajectories_to_rows`` + ``extend_rows``).
 
-usage: processor_w1.py [--agents 256] [--steps 400] [--repeats 3]
+``--memory-size R`` (issue 37's cost of memory): the actions carry a recurrent state in and out of R floats per
+row, and each step first reads the rows' held states (``TrajectoryAssembler.memories``), as the servicer does.
+
+usage: processor_w1.py [--agents 256] [--steps 400] [--repeats 3] [--memory-size 0]
 """
 
 from __future__ import annotations
@@ -37,8 +40,9 @@ log = logging.getLogger("benchmarks.processor_w1")
 OBS_SIZE, ACTION_SIZE, TIME_HORIZON = 32, 4, 64
 
 
-def make_stream(agents: int, steps: int, seed: int = 0) -> list[tuple[DecodedBrainInfo, StepActions]]:
-    """The W1 stream: per step, the done rows (old ids) followed by the A decision rows."""
+def make_stream(agents: int, steps: int, seed: int = 0, memory_size: int = 0) -> list[tuple[DecodedBrainInfo, StepActions]]:
+    """The W1 stream: per step, the done rows (old ids) followed by the A decision rows; with ``memory_size`` R > 0
+    each row's actions come with a state in and out of R floats."""
     rng = np.random.default_rng(seed)
     ids = np.arange(agents, dtype=np.int64)
     next_id = agents
@@ -73,6 +77,9 @@ def make_stream(agents: int, steps: int, seed: int = 0) -> list[tuple[DecodedBra
             discrete_log_probs=np.zeros((n, 0), np.float32),
             policy_version=0,
         )
+        if memory_size:
+            states = rng.standard_normal((2, n, memory_size), dtype=np.float32)
+            actions = actions._replace(memories=states[0], next_memories=states[1])
         stream.append((info, actions))
     return stream
 
@@ -96,6 +103,7 @@ def run(stream: list[tuple[DecodedBrainInfo, StepActions]], params: BrainParamet
     start = time.perf_counter()
     for t, (info, actions) in enumerate(stream):
         step_info = decode_brain_info(messages[t], params) if mode == "decode" else info
+        assembler.memories(step_info.agent_ids)  # the held states the inference pass would take (None without)
         cut = assembler.add(step_info, actions)
         trajectories += len(cut)
         if mode == "pipeline" and cut:
@@ -110,10 +118,11 @@ def main() -> None:
     parser.add_argument("--agents", type=int, default=256)
     parser.add_argument("--steps", type=int, default=400)
     parser.add_argument("--repeats", type=int, default=3, help="timed passes per figure; the best is reported")
+    parser.add_argument("--memory-size", type=int, default=0, help="floats of recurrent state per row (0: none)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     params = BrainParameters("W1", (ObservationSpec((OBS_SIZE,), np.dtype(np.float32)),), ActionSpec(ACTION_SIZE))
-    stream = make_stream(args.agents, args.steps)
+    stream = make_stream(args.agents, args.steps, memory_size=args.memory_size)
     agent_steps = args.agents * args.steps
     figures: dict[str, float] = {}
     counts: dict[str, tuple[int, int]] = {}
@@ -136,6 +145,7 @@ def main() -> None:
                 "workload": "W1",
                 "agents": args.agents,
                 "steps": args.steps,
+                "memory_size": args.memory_size,
                 "processor_agent_steps_per_s": round(figures["processor"]),
                 "processor_with_decode_agent_steps_per_s": round(figures["decode"]),
                 "pipeline_agent_steps_per_s": round(figures["pipeline"]),

@@ -200,6 +200,8 @@ def checkpoint_actor(path: Path, params: BrainParameters, seed: int | None, dete
         ConfigError: the file is not a loadable policy, or its specs differ from the env's.
     """
     _, policy = load_saved_policy(path, params, f"--checkpoint {path}")
+    if policy.memory_size:  # the actor sees no episode ends, so it could not hold each agent's state
+        raise ConfigError(f"--checkpoint {path}: a recurrent policy (memory_size {policy.memory_size}) is not recorded yet")
     actions = ActionSpec.from_proto(policy.action_spec)
     rng = np.random.default_rng(seed)
     branches = list(actions.discrete_branches)

@@ -110,6 +110,15 @@ class BehaviorSettings:
             at_least(self.max_policy_lag, 0, "max_policy_lag")
         if self.max_queued_trajectories is not None:
             at_least(self.max_queued_trajectories, 1, "max_queued_trajectories")
+        memory = self.network_settings.memory
+        if memory is not None:
+            batch_size = self.hyperparameters.batch_size
+            require(
+                memory.sequence_length <= batch_size,
+                "network_settings.memory.sequence_length",
+                f"must be <= hyperparameters.batch_size ({batch_size}): a minibatch holds whole sequences,"
+                f" got {memory.sequence_length}",
+            )
         if self.self_play is not None:
             self._check_self_play(self.self_play)
 

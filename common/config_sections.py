@@ -292,7 +292,12 @@ Hyperparameters = PPOHyperparameters | SACHyperparameters | BCHyperparameters
 
 @dataclass(frozen=True, kw_only=True)
 class MemorySettings:
-    """``network_settings.memory`` (an LSTM); parsed, but not supported until the next wave."""
+    """``network_settings.memory``: an LSTM whose state the processor holds per agent (ML-Agents' ``MemorySettings``).
+
+    The state is ``memory_size`` floats, the LSTM's h and c concatenated (ML-Agents' layout), so it is even.
+    Trainers learn on sequences of ``sequence_length`` steps, which must fit one minibatch (checked by
+    ``BehaviorSettings``, which knows the batch size).
+    """
 
     sequence_length: int = 64
     """Steps per training sequence (agent steps); >= 1."""
@@ -319,7 +324,8 @@ class NetworkSettings:
     """Encoder for image observations (``trainer.encoders``); each has a minimum image side, checked against the
     behavior's observation specs when its trainer is built (a smaller image is a ConfigKeyError on this key)."""
     memory: MemorySettings | None = None
-    """Recurrent memory; must be None until memory arrives."""
+    """Recurrent memory (an LSTM after the MLP body); None: a feed-forward policy. Refused in a reward signal's
+    ``network_settings``."""
     deterministic: bool = False
     """Act with the distribution's mode (the Gaussian's mean, each branch's arg-max) instead of sampling, in training
     runs and with ``--inference`` (ML-Agents' key; ``--deterministic`` sets it for every behavior)."""
@@ -327,8 +333,6 @@ class NetworkSettings:
     def __post_init__(self) -> None:
         at_least(self.hidden_units, 1, "hidden_units")
         at_least(self.num_layers, 1, "num_layers")
-        if self.memory is not None:
-            raise NotSupportedKeyError("memory", "not supported yet (recurrent networks arrive in the next wave)")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -344,6 +348,8 @@ class RewardSignalSettings:
 
     def __post_init__(self) -> None:
         require(0 <= self.gamma < 1, "gamma", f"must be in [0, 1), got {self.gamma!r}")
+        if self.network_settings.memory is not None:
+            raise NotSupportedKeyError("network_settings.memory", "not supported yet in a reward signal's network")
         require(abs(self.strength) < float("inf"), "strength", f"must be finite, got {self.strength!r}")
 
 

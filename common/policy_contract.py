@@ -49,9 +49,14 @@ env actions, and ``CONTINUOUS_ACTION_OUTPUT_SHAPE`` float32 ``[1]`` = ``[C]``; d
 ``DISCRETE_ACTIONS`` (sampled) and ``DETERMINISTIC_DISCRETE_ACTIONS`` int64 ``[batch, B]``, and
 ``DISCRETE_ACTION_OUTPUT_SHAPE`` float32 ``[1, B]`` = the branch sizes.
 
-Extending the contract: a new artifact format adds its format name beside
-``TFLITE_FORMAT``, and recurrent policies add their memory input and output names beside
-``input_name`` and ``POLICY_OUTPUTS``, here, so that exporter and runtime again share one copy.
+A recurrent policy (``InferenceArtifact.memory_size`` ``R`` > 0, ML-Agents' ``memory_size``: an LSTM's h and c
+concatenated, ``[h | c]``, ``R / 2`` units each) also takes ``RECURRENT_IN`` float32 ``[N, R]``, each row's state
+(zeros at an agent's first step of an episode), and returns ``RECURRENT_OUT`` float32 ``[N, R]``, its next state,
+which the processor holds per agent and feeds back at that agent's next step. The names are ML-Agents'
+(``TensorNames.cs``); the ONNX model's are ``[batch, 1, R]``.
+
+Extending the contract: a new artifact format adds its format name beside ``TFLITE_FORMAT``, here,
+so that exporter and runtime again share one copy.
 This module imports nothing, so either side, and any tool between them, may import it.
 """
 
@@ -95,8 +100,11 @@ LOG_STD = "log_std"
 LOGITS = "logits"
 #: gSDE's per-state noise scale ``[N, L, C]`` (module docstring), beside ``MEAN`` and ``LOG_STD``.
 SDE_NOISE_SCALE = "sde_noise_scale"
+#: A recurrent policy's state in and out, float32 ``[N, R]`` (module docstring).
+RECURRENT_IN = "recurrent_in"
+RECURRENT_OUT = "recurrent_out"
 #: Every output name a model may carry.
-POLICY_OUTPUTS = (MEAN, LOG_STD, LOGITS, SDE_NOISE_SCALE)
+POLICY_OUTPUTS = (MEAN, LOG_STD, LOGITS, SDE_NOISE_SCALE, RECURRENT_OUT)
 #: Added to gSDE's variance before its square root (SB3's ``StateDependentNoiseDistribution.epsilon``), so a
 #: state whose latent features are all 0 still has a finite log-prob.
 SDE_EPSILON = 1e-6

@@ -30,6 +30,8 @@ key                         dtype [per row]    meaning
 ``done``                    bool []            the episode ended after this action
 ``interrupted``             bool []            ... by a time limit or a flush (last row only)
 ``policy_version``          int64 []           the policy version that chose the action
+``memory``                  float32 [R]        the recurrent state the action was chosen with;
+                                               only for a recurrent policy (R = memory_size)
 =========================== ================== ==============================================
 """
 
@@ -57,6 +59,7 @@ REWARDS = "rewards"
 DONE = "done"
 INTERRUPTED = "interrupted"
 POLICY_VERSION = "policy_version"
+MEMORY = "memory"
 
 
 def obs_key(index: int) -> str:
@@ -122,6 +125,9 @@ class Trajectory:
     environment_stats: tuple[EnvironmentStat, ...] = ()
     """The env's own statistics the processor received for this behavior since its previous published
     trajectory (``common.environment_stats``); the trainer adds them to its summaries."""
+    memories: np.ndarray | None = None
+    """float32 ``[T, R]``: the recurrent state each action was chosen with (``R`` = memory_size); None without
+    memory."""
     extras: dict[str, np.ndarray] = field(default_factory=dict)
     """Not on the wire; free for a trainer's own per-step arrays (values, advantages)."""
     obs_frames: dict[int, np.ndarray] = field(default_factory=dict, repr=False)
@@ -184,6 +190,8 @@ class Trajectory:
             interrupted[-1] = self.interrupted
         rows[INTERRUPTED] = interrupted
         rows[POLICY_VERSION] = self.policy_versions
+        if self.memories is not None:
+            rows[MEMORY] = self.memories
         rows.update(self.extras)
         return rows
 
@@ -215,6 +223,8 @@ class Trajectory:
             msg.episode_length = self.episode_length
         if self.environment_stats:
             msg.environment_stats.extend(to_protos(self.environment_stats))
+        if self.memories is not None:
+            to_tensor(self.memories, msg.memories)
         return msg
 
     @classmethod
@@ -244,6 +254,9 @@ class Trajectory:
         lengths.update({f"observations[{i}]": (o.shape[0] if o.ndim else -1) for i, o in enumerate(obs)})
         if mask is not None:
             lengths["action_mask"] = mask.shape[0] if mask.ndim else -1
+        memories = _memories_of(msg, name)
+        if memories is not None:
+            lengths["memories"] = memories.shape[0] if memories.ndim == 2 else -1
         if len(set(lengths.values())) != 1 or -1 in lengths.values():
             raise ProtocolError(f"{name}: per-step tensors disagree on the number of steps (-1: a scalar): {lengths}")
         if len(next_obs) != len(obs):
@@ -266,9 +279,20 @@ class Trajectory:
             episode_reward=msg.episode_reward if msg.episode_ended else None,
             episode_length=msg.episode_length if msg.episode_ended else None,
             obs_frames=obs_frames,
+            memories=memories,
             environment_stats=from_protos(msg.environment_stats, name, MAX_STATS_PER_TRAJECTORY),
             **per_step,
         )
+
+
+def _memories_of(msg: pb.Trajectory, name: str) -> np.ndarray | None:
+    """The message's ``memories`` (float32), or None when it has none."""
+    if not msg.HasField("memories"):
+        return None
+    memories = from_tensor(msg.memories, "memories")
+    if memories.dtype != np.float32:
+        raise ProtocolError(f"{name}: memories are {memories.dtype.name}, not float32")
+    return memories
 
 
 def frames_block(obs: np.ndarray, next_obs: np.ndarray) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray]]:

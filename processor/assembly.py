@@ -17,6 +17,17 @@ One ``TrajectoryAssembler`` serves one (session, behavior). Rules, as ML-Agents 
 * ``flush()`` (session end) publishes every partial trajectory as interrupted, with ``next_obs``
   the last obs seen; the pending last row, which has no reward yet, is not an experience.
 
+Recurrent state (a policy with ``memory_size`` R > 0, ``common.policy_contract``): each agent's state lives in
+its slot (``RECURRENT_STATE``, the buffer's ``agent_state``), so it follows the agent's identity rules above:
+``memories()`` gives zeros for an agent not held (a first sighting, or back after done), the state returned for a
+row becomes the agent's next one unless the row is done, an absent agent keeps it, and it is freed with the slot
+(done, flush, the session's end). Every experience records the state its action was chosen with (the ``MEMORY``
+field of the pending row, like the action), so a trainer can start a sequence anywhere from the stored state. A
+policy whose R differs from the one the states hold (a first recurrent policy, or a swap to another size) resets
+them: the session's partial trajectories of the behavior are flushed as interrupted, as at a session end, and
+every agent starts afresh with zeros; steps acted with one memory size never share a trajectory with another's.
+A swap that keeps R keeps every state (the new version goes on from the old version's states, as ML-Agents' does).
+
 The store is a ``processor.processing_buffer.ProcessingBuffer`` (ML-Agents' noun for it), vectorised: its fields
 are the Trajectory's per-step arrays under their update-buffer keys (``common.trajectory``); each
 agent's *pending* row is its previous row plus what the processor returned for it, laid out as a
@@ -37,7 +48,10 @@ per float32 value, 1 per uint8 pixel: an 84x84x3 camera is 21,168), ``C`` contin
 ``B`` branches and ``M`` mask columns, one step is ``W = O + 4 * (3C + B + 1) + 8B + 8 + M``
 bytes: obs, action, log-probs, previous action and reward (float32), the discrete choices and
 previous choices (int32), the policy version (int64) and the mask (bool); ``done`` is not stored,
-only a trajectory's last step can be done. So storage grows with the steps an agent really holds
+only a trajectory's last step can be done. A recurrent policy adds ``4 * R`` bytes to ``W`` (the state each
+step acted with) and ``4 * R`` of held state per agent: with ML-Agents' default R = 128 and ``time_horizon``
+64, at most ``512 * (64 + 2)`` = 33,792 bytes of memories per live agent, on top of the rest.
+So storage grows with the steps an agent really holds
 (an image agent seen once costs one pending frame, not ``time_horizon`` frames). A cut
 Trajectory's per-step arrays are views of one fresh block per dtype holding exactly its steps
 (rounded up to whole chunks), so a queued trajectory of ``T`` steps holds about ``T * W`` bytes
@@ -51,8 +65,9 @@ Shapes: ``N`` rows in a BrainInfo, ``C``/``B``/``M`` as in ``common.trajectory``
 from __future__ import annotations
 
 import functools
+import itertools
 from collections.abc import Iterator
-from typing import NamedTuple, cast
+from typing import Any, NamedTuple, cast
 
 import numpy as np
 
@@ -64,6 +79,7 @@ from common.trajectory import (
     CONTINUOUS_LOG_PROBS,
     DISCRETE_ACTIONS,
     DISCRETE_LOG_PROBS,
+    MEMORY,
     POLICY_VERSION,
     PREV_CONTINUOUS_ACTIONS,
     PREV_DISCRETE_ACTIONS,
@@ -80,6 +96,8 @@ FLUSH_BATCH_AGENTS = 256
 """Agents per batch of ``flush_batches``: a few ms of work, so a caller can yield between batches."""
 EPISODE_REWARD = "episode_reward"
 EPISODE_LENGTH = "episode_length"
+RECURRENT_STATE = "recurrent_state"
+"""Agent state of a recurrent policy: float32 [R], the state the agent's next step acts with."""
 
 
 _TRAJECTORY_KEYS = (
@@ -92,6 +110,7 @@ _TRAJECTORY_KEYS = (
     ACTION_MASK,
     REWARDS,
     POLICY_VERSION,
+    MEMORY,
 )
 """The Trajectory's per-step arrays besides obs and done, as _cut builds them."""
 
@@ -108,6 +127,11 @@ class StepActions(NamedTuple):
     discrete_log_probs: np.ndarray
     """float32 [N, B]."""
     policy_version: int
+    memories: np.ndarray | None = None
+    """float32 [N, R]: the recurrent state each row acted with (``TrajectoryAssembler.memories`` or zeros); None
+    for a policy without memory."""
+    next_memories: np.ndarray | None = None
+    """float32 [N, R]: the state the policy returned for each row, the agent's next one; None without memory."""
 
 
 class AssemblyCounters:
@@ -134,8 +158,9 @@ class AgentBudget:
         self.live = 0
 
 
-def step_fields(params: BrainParameters) -> dict[str, ProcessingField]:
-    """The ProcessingBuffer fields of one step of ``params``' trajectories (keys of ``common.trajectory``)."""
+def step_fields(params: BrainParameters, memory_size: int = 0) -> dict[str, ProcessingField]:
+    """The ProcessingBuffer fields of one step of ``params``' trajectories (keys of ``common.trajectory``);
+    ``memory_size`` R: the width of the ``MEMORY`` field (0: none, it takes no storage)."""
     spec = params.action_spec
     c, b = (spec.continuous_size,), (spec.num_branches,)
     fields = {obs_key(i): ProcessingField(tuple(s.shape), s.dtype) for i, s in enumerate(params.observation_specs)}
@@ -149,6 +174,7 @@ def step_fields(params: BrainParameters) -> dict[str, ProcessingField]:
         PREV_DISCRETE_ACTIONS: ProcessingField(b, np.int32),
         POLICY_VERSION: ProcessingField((), np.int64),
         ACTION_MASK: ProcessingField((spec.mask_width,), np.bool_, padding_value=1.0),
+        MEMORY: ProcessingField((memory_size,), np.float32),
     }
     return fields
 
@@ -168,16 +194,23 @@ class TrajectoryAssembler:
         self.budget = budget
         self.counters = AssemblyCounters()
         self._sequence = 0
-        self.buffer = ProcessingBuffer(
-            step_fields(params), agent_state={EPISODE_REWARD: ((), np.float64), EPISODE_LENGTH: ((), np.int64)}
-        )
+        self._build(0)
+
+    def _build(self, memory_size: int) -> None:
+        """A new, empty store for steps whose recurrent state is ``memory_size`` floats (0: none)."""
+        self.memory_size = memory_size
+        state: dict[str, tuple[tuple[int, ...], Any]] = {EPISODE_REWARD: ((), np.float64), EPISODE_LENGTH: ((), np.int64)}
+        if memory_size:
+            state[RECURRENT_STATE] = ((memory_size,), np.float32)
+        self.buffer = ProcessingBuffer(step_fields(self.params, memory_size), agent_state=state)
+        params = self.params
         cols = self.buffer.columns
         self._obs = [(cols[obs_key(i)], tuple(s.shape)) for i, s in enumerate(params.observation_specs)]
         self._images = frozenset(i for i, s in enumerate(params.observation_specs) if s.is_image)
         self._reward = cols[REWARDS]
         self._has_discrete = params.action_spec.num_branches > 0
         remembered = (CONTINUOUS_ACTIONS, CONTINUOUS_LOG_PROBS, DISCRETE_LOG_PROBS, DISCRETE_ACTIONS)
-        self._remembered = [cols[key] for key in (*remembered, POLICY_VERSION, ACTION_MASK)]
+        self._remembered = [cols[key] for key in (*remembered, POLICY_VERSION, ACTION_MASK, MEMORY)]
         # (plane, prev-action columns, action columns): a field and its previous value share a dtype, so a plane.
         self._prev_actions = [
             (cols[prev][0], cols[prev][1], cols[key][1])
@@ -199,13 +232,36 @@ class TrajectoryAssembler:
 
     # -- the rules -------------------------------------------------------------------------------
 
+    def memories(self, agent_ids: np.ndarray) -> np.ndarray | None:
+        """The recurrent state each row's agent acts with next: float32 [N, R], zeros for an agent not held (a first
+        sighting, or back after done); None while the store holds no states (R = 0)."""
+        if not self.memory_size:
+            return None
+        ids = agent_ids.tolist()
+        # dict.get with a default, mapped in C: -1 for an agent not held.
+        slots = np.fromiter(map(self.buffer.slot_of.get, ids, itertools.repeat(-1, len(ids))), np.intp, len(ids))
+        held = self.buffer.state[RECURRENT_STATE].take(np.maximum(slots, 0), axis=0)
+        held[slots < 0] = 0.0
+        return held
+
     def add(self, info: DecodedBrainInfo, actions: StepActions) -> list[Trajectory]:
         """Take one step's rows and the actions returned for them; return the trajectories cut.
+
+        A policy of another memory size than the states held first ends every partial trajectory (module
+        docstring, "Recurrent state"): those come back too, counted as flushed.
 
         Raises:
             ResourceLimitError: the BrainInfo's new agents would take the session past its budget;
                 nothing changed.
         """
+        memory_size = 0 if actions.memories is None else actions.memories.shape[1]
+        if memory_size != self.memory_size:
+            flushed = self.flush()
+            self._build(memory_size)
+            return flushed + self._add(info, actions)
+        return self._add(info, actions)
+
+    def _add(self, info: DecodedBrainInfo, actions: StepActions) -> list[Trajectory]:
         buffer = self.buffer
         id_list = info.agent_ids.tolist()
         slot_list: list[int | None] = list(map(buffer.slot_of.get, id_list))
@@ -291,6 +347,7 @@ class TrajectoryAssembler:
         obs, mask = info.observations, info.action_mask
         cont, disc = actions.continuous_actions, actions.discrete_actions
         clp, dlp = actions.continuous_log_probs, actions.discrete_log_probs
+        memories, next_memories = actions.memories, actions.next_memories
         s, rows = slots, previous
         if live is not None:
             kept = live.nonzero()[0]
@@ -300,6 +357,8 @@ class TrajectoryAssembler:
             obs = [o[kept] for o in obs]
             mask = None if mask is None else mask[kept]
             cont, disc, clp, dlp = cont[kept], disc[kept], clp[kept], dlp[kept]
+            if memories is not None and next_memories is not None:
+                memories, next_memories = memories[kept], next_memories[kept]
         n = len(s)
         if not n:
             return
@@ -311,11 +370,13 @@ class TrajectoryAssembler:
             rows[p][:, columns] = o.reshape(n, -1)
         # The reward column is left as it is: the row's reward is the next row's, set when the row
         # becomes an experience (ProcessingBuffer.append_pending).
-        values = (cont, clp, dlp, disc, actions.policy_version, True if mask is None else mask)
+        values = (cont, clp, dlp, disc, actions.policy_version, True if mask is None else mask, memories)
         for (p, columns), value in zip(self._remembered, values, strict=True):
             if p >= 0:
                 rows[p][:, columns] = value
         self.buffer.set_pending(s, rows)
+        if self.memory_size:  # the state the agent's next step acts with
+            self.buffer.state[RECURRENT_STATE][s] = next_memories
 
     def _cut(self, slot: int, agent_id: int, info: DecodedBrainInfo | None, row: int) -> Trajectory:
         """Take slot ``slot``'s steps as a Trajectory; the agent goes on with none.
@@ -375,6 +436,7 @@ class TrajectoryAssembler:
             episode_reward=episode_reward if done_reached else None,
             episode_length=episode_length if done_reached else None,
             obs_frames=frames,
+            memories=views[9] if self.memory_size else None,
         )
         self._sequence += 1
         self.counters.trajectories += 1

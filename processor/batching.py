@@ -72,9 +72,11 @@ class _Request:
     rows: int
     future: asyncio.Future[ActionOutput]
     noise: np.ndarray | None = None
+    memories: np.ndarray | None = None
 
 
 def _slice(output: ActionOutput, start: int, stop: int) -> ActionOutput:
+    memories, next_memories = output.memories, output.next_memories
     return ActionOutput(
         output.env_continuous_actions[start:stop],
         output.continuous_actions[start:stop],
@@ -82,6 +84,8 @@ def _slice(output: ActionOutput, start: int, stop: int) -> ActionOutput:
         output.discrete_actions[start:stop],
         output.discrete_log_probs[start:stop],
         output.policy_version,
+        None if memories is None else memories[start:stop],
+        None if next_memories is None else next_memories[start:stop],
     )
 
 
@@ -209,7 +213,11 @@ class InferenceBatcher:
         return self._policy
 
     async def act(
-        self, observations: list[np.ndarray], action_mask: np.ndarray | None, noise: np.ndarray | None = None
+        self,
+        observations: list[np.ndarray],
+        action_mask: np.ndarray | None,
+        noise: np.ndarray | None = None,
+        memories: np.ndarray | None = None,
     ) -> ActionOutput:
         """Actions for one request's N rows, computed in a pass shared with concurrent requests.
 
@@ -218,6 +226,8 @@ class InferenceBatcher:
             action_mask: bool/uint8 [N, M], 1 = allowed, or None.
             noise: float32 [N, C], the continuous actions' held standard-normal noise, or [N, L, C], gSDE's held
                 standard-normal exploration matrices (``processor.exploration``), or None: drawn fresh.
+            memories: float32 [N, R], the rows' recurrent states (``TrajectoryAssembler.memories``), or None; rows
+                whose states do not fit the acting policy's memory size act from zeros (``Policy.act``).
 
         Returns:
             This request's rows of the pass, in order, with the version of the policy that acted.
@@ -230,11 +240,19 @@ class InferenceBatcher:
         rows = policy.check_request(observations, action_mask)
         if rows == 0:
             self.counters.requests += 1
-            return policy.act(observations, action_mask, self.rng, check=False, noise=noise, deterministic=self.deterministic)
+            return policy.act(
+                observations,
+                action_mask,
+                self.rng,
+                check=False,
+                noise=noise,
+                memories=memories,
+                deterministic=self.deterministic,
+            )
         if self._pending and self._pending_rows + rows > self.max_batch_rows:
             self._flush()
         future: asyncio.Future[ActionOutput] = asyncio.get_running_loop().create_future()
-        self._pending.append(_Request(observations, action_mask, rows, future, noise))
+        self._pending.append(_Request(observations, action_mask, rows, future, noise, memories))
         self._pending_rows += rows
         if self._pending_rows >= self.max_batch_rows or 0 < self._active_sessions <= len(self._pending):
             self._flush()
@@ -255,8 +273,14 @@ class InferenceBatcher:
         assert policy is not None  # requests are only queued once a policy exists
         started = time.perf_counter()
         try:
+            memories = self._memories(batch, policy.memory_size)
             output = policy.act(
-                *self._concatenate(batch), self.rng, check=False, noise=self._noise(batch), deterministic=self.deterministic
+                *self._concatenate(batch),
+                self.rng,
+                check=False,
+                noise=self._noise(batch),
+                memories=memories,
+                deterministic=self.deterministic,
             )
         except Exception as err:  # the pass failed: every request in it gets the error
             self.counters.forward_passes += 1
@@ -288,6 +312,22 @@ class InferenceBatcher:
         shape = next(r.noise for r in batch if r.noise is not None).shape[1:]
         parts = [self.rng.standard_normal((r.rows, *shape), dtype=np.float32) if r.noise is None else r.noise for r in batch]
         return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+    @staticmethod
+    def _memories(batch: list[_Request], memory_size: int) -> np.ndarray | None:
+        """The pass's recurrent states ``[sum N, R]``: zeros for a request whose states are not of width R (none
+        held yet, or held for another memory size); None for a policy without memory."""
+        if not memory_size:
+            return None
+        if len(batch) == 1:
+            return batch[0].memories
+        parts = [
+            r.memories
+            if r.memories is not None and r.memories.shape[1] == memory_size
+            else np.zeros((r.rows, memory_size), np.float32)
+            for r in batch
+        ]
+        return np.concatenate(parts)
 
     @staticmethod
     def _concatenate(batch: list[_Request]) -> tuple[list[np.ndarray], np.ndarray | None]:

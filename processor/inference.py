@@ -24,6 +24,10 @@ The model's inputs and outputs, and the constants below, follow ``common.policy_
   acting with an agent's held standard-normal matrix ``E`` [L, C]): the noise is ``sum_j scale[j, c] * E[j, c]``
   (``latent(s) @ W``), so ``eps`` is that noise over ``exp(log_std)``, the state's std of it, and the log-prob is
   the same Gaussian's. Without held matrices such a policy acts with white ``eps``: the same distribution per step.
+* **Recurrent state** (an artifact with ``memory_size`` R > 0): the model also takes ``RECURRENT_IN`` [N, R], each
+  row's state as the processor holds it per agent (``processor.assembly``), and returns ``RECURRENT_OUT`` [N, R]; a
+  row that brings no state of width R (a first sighting, or states of another memory size) acts from zeros.
+  ``ActionOutput.memories`` is the state each row acted with, ``next_memories`` the one returned.
 * **Discrete**: per branch, masked options (mask 0) get their logits set to a large negative
   before a stable log-softmax, and are excluded outright (score -inf) from the Gumbel-max draw
   ``argmax(logits + Gumbel noise)``, which samples the softmax with no loop over rows (the
@@ -59,6 +63,8 @@ from common.policy_contract import (
     MEAN,
     NORMALIZATION_CLIP,
     NORMALIZATION_EPSILON,
+    RECURRENT_IN,
+    RECURRENT_OUT,
     SDE_NOISE_SCALE,
     TANH_LOG_EPSILON,
     TFLITE_FORMAT,
@@ -66,6 +72,7 @@ from common.policy_contract import (
     is_image_shape,
 )
 from common.tensors import from_tensor
+from processor.wire import MAX_ROW_WIDTH
 from protos import pb
 
 logger = logging.getLogger(__name__)
@@ -91,6 +98,10 @@ class ActionOutput(NamedTuple):
     discrete_log_probs: np.ndarray
     """float32 [N, B]: log-prob of the chosen option per branch, under the masked distribution."""
     policy_version: int
+    memories: np.ndarray | None = None
+    """float32 [N, R]: the recurrent state each row acted with; None for a policy without memory."""
+    next_memories: np.ndarray | None = None
+    """float32 [N, R]: the state the model returned for each row (``RECURRENT_OUT``); None without memory."""
 
 
 class _BranchLayout(NamedTuple):
@@ -162,6 +173,9 @@ def _check_action_spec(spec: pb.ActionSpec, tanh_squash: bool, clip: float) -> N
         raise ProtocolError(f"artifact.clip: {clip} must be > 0 (or inf) for clipped continuous actions")
 
 
+MAX_MEMORY_SIZE = MAX_ROW_WIDTH
+"""The widest recurrent state a policy may have (floats; the processor holds ``4 * R`` bytes per agent and step)."""
+
 WIDE_THREADS = 2
 """LiteRT threads of a pass over a batch of at least ``WIDE_BATCH_VALUES`` values (the machine's 2 cores)."""
 WIDE_BATCH_VALUES = 200_000
@@ -195,7 +209,12 @@ class Policy:
         self.tanh_squash: bool = artifact.tanh_squash
         self.clip = np.float32(artifact.clip)
         _check_action_spec(self.action_spec, self.tanh_squash, float(artifact.clip))
+        self.memory_size: int = int(artifact.memory_size)
+        """R, the recurrent state's width (``InferenceArtifact.memory_size``); 0 for a feed-forward policy."""
+        if not 0 <= self.memory_size <= MAX_MEMORY_SIZE or self.memory_size % 2:
+            raise ProtocolError(f"artifact.memory_size: {self.memory_size} must be even (h and c), in [0, {MAX_MEMORY_SIZE}]")
         self._interpreter = interpreter
+        self._memory_input = -1  # RECURRENT_IN's tensor index (_read_inputs)
         self._inputs, self.observation_shapes, self.observation_dtypes = self._read_inputs()
         self._outputs = self._read_outputs()
         self._normalizers = _load_normalizers(artifact, self.observation_shapes)
@@ -243,10 +262,11 @@ class Policy:
     def _read_inputs(self) -> tuple[list[int], list[tuple[int, ...]], list[np.dtype]]:
         """Tensor index, shape and dtype of each observation input (``input_name(i)``: ``obs_0``, ``obs_1``, ...):
         float32, or for an image ``[N, H, W, C]`` uint8 too."""
-        details = self._signature().get_input_details()
+        details = dict(self._signature().get_input_details())
+        main_indices = {d["index"] for d in self._interpreter.get_input_details()}
+        self._read_memory_input(details.pop(RECURRENT_IN, None), main_indices)
         if not details:
             raise ProtocolError("artifact.model has no inputs")
-        main_indices = {d["index"] for d in self._interpreter.get_input_details()}
         indices, shapes, dtypes = [], [], []
         for i in range(len(details)):
             d = details.get(input_name(i))
@@ -265,14 +285,35 @@ class Policy:
             dtypes.append(np.dtype(d["dtype"]))
         return indices, shapes, dtypes
 
-    def _read_outputs(self) -> dict[str, int]:
-        """Tensor index of each output the action spec needs, checked against its width."""
-        details = self._signature().get_output_details()
+    def _read_memory_input(self, recurrent: dict[str, Any] | None, main_indices: set[int]) -> None:
+        """Checks the ``RECURRENT_IN`` input's details (None: the model has none) against ``memory_size``."""
+        if (recurrent is None) != (self.memory_size == 0):
+            have = "no" if recurrent is None else f"a {RECURRENT_IN!r}"
+            raise ProtocolError(f"artifact.model has {have} input for artifact.memory_size {self.memory_size}")
+        if recurrent is None:
+            return
+        signature = [int(x) for x in recurrent["shape_signature"]]
+        if recurrent["dtype"] != np.float32 or signature != [-1, self.memory_size] or recurrent["index"] not in main_indices:
+            raise ProtocolError(
+                f"artifact.model input {RECURRENT_IN!r}: expected float32 [N, {self.memory_size}], got {signature}"
+            )
+        self._memory_input = int(recurrent["index"])
+
+    def _needed_outputs(self) -> dict[str, int]:
+        """Output name -> its width, for every output the action spec (and the memory) needs."""
         needed = {}
         if self.action_spec.continuous_size:
             needed[MEAN] = needed[LOG_STD] = int(self.action_spec.continuous_size)
         if self.action_spec.discrete_branches:
             needed[LOGITS] = int(sum(self.action_spec.discrete_branches))
+        if self.memory_size:
+            needed[RECURRENT_OUT] = self.memory_size
+        return needed
+
+    def _read_outputs(self) -> dict[str, int]:
+        """Tensor index of each output the action spec needs, checked against its width."""
+        details = self._signature().get_output_details()
+        needed = self._needed_outputs()
         outputs = {}
         self.sde_latent_size = 0
         """L of the artifact's gSDE output ``SDE_NOISE_SCALE`` [N, L, C]; 0 when it has none."""
@@ -320,12 +361,13 @@ class Policy:
                 raise ProtocolError(f"action_mask: row {row} allows no option in branch {branch}")
         return n
 
-    def forward(self, observations: list[np.ndarray]) -> dict[str, np.ndarray]:
+    def forward(self, observations: list[np.ndarray], memories: np.ndarray | None = None) -> dict[str, np.ndarray]:
         """One forward pass on (normalised) observations.
 
         Args:
             observations: one array ``[N, *shape_i]`` per observation (any real dtype; an image with
                 a uint8 input should be uint8 already, else it is cast), N >= 1.
+            memories: float32 [N, R], each row's recurrent state (required when R > 0, else ignored).
 
         Returns:
             The raw outputs the action spec needs: ``"mean"``, ``"log_std"`` float32 [N, C] (and gSDE's
@@ -355,6 +397,8 @@ class Policy:
             np.multiply(buf, norm.inv_std, out=buf)
             np.clip(buf, -NORMALIZATION_CLIP, NORMALIZATION_CLIP, out=buf)
             interp.set_tensor(index, buf)
+        if self.memory_size:
+            interp.set_tensor(self._memory_input, np.ascontiguousarray(memories, np.float32))
         interp.invoke()
         return {name: interp.get_tensor(index) for name, index in self._outputs.items()}
 
@@ -362,6 +406,8 @@ class Policy:
         """Sizes ``interp``'s input tensors for ``n`` rows."""
         for index, shape in zip(self._inputs, self.observation_shapes, strict=True):
             interp.resize_tensor_input(index, [n, *shape])
+        if self.memory_size:
+            interp.resize_tensor_input(self._memory_input, [n, self.memory_size])
         interp.allocate_tensors()
 
     def _wide_interpreter(self, n: int) -> Interpreter:
@@ -382,6 +428,7 @@ class Policy:
         check: bool = True,
         noise: np.ndarray | None = None,
         deterministic: bool = False,
+        memories: np.ndarray | None = None,
     ) -> ActionOutput:
         """Samples actions for N rows (or, ``deterministic``, takes the distribution's mode).
 
@@ -397,6 +444,8 @@ class Policy:
             deterministic: act with the Gaussian's mean and each branch's arg-max over the allowed options
                 (ML-Agents' ``deterministic``); ``noise`` and ``rng`` are unused, and the log-probs are those of
                 the actions taken.
+            memories: float32 [N, R], each row's recurrent state, for a policy with memory; None or another width
+                (states held for another memory size): every row acts from zeros.
 
         Returns:
             The actions and log-probs (see ``ActionOutput`` for shapes), with this version.
@@ -406,12 +455,18 @@ class Policy:
         """
         n = self.check_request(observations, action_mask) if check else observations[0].shape[0]
         c, b = int(self.action_spec.continuous_size), len(self._branches.slices)
+        r = self.memory_size
+        if r and (memories is None or memories.shape != (n, r)):
+            memories = np.zeros((n, r), np.float32)
+        elif not r:
+            memories = None
         if n == 0:
             empty_c = np.zeros((0, c), np.float32)
             return ActionOutput(
-                empty_c, empty_c, empty_c, np.zeros((0, b), np.int32), np.zeros((0, b), np.float32), self.version
-            )
-        outputs = self.forward(observations)
+                empty_c, empty_c, empty_c, np.zeros((0, b), np.int32), np.zeros((0, b), np.float32), self.version,
+                memories, memories,
+            )  # fmt: skip
+        outputs = self.forward(observations, memories)
         if c:
             if deterministic:
                 noise = np.zeros_like(outputs[MEAN])  # eps = 0: u is the mean
@@ -424,7 +479,10 @@ class Policy:
             discrete, discrete_log_probs = self._sample_discrete(outputs[LOGITS], action_mask, rng, greedy=deterministic)
         else:
             discrete, discrete_log_probs = np.zeros((n, 0), np.int32), np.zeros((n, 0), np.float32)
-        return ActionOutput(env_actions, actions, log_probs, discrete, discrete_log_probs, self.version)
+        next_memories = outputs[RECURRENT_OUT] if r else None  # get_tensor's own copy
+        return ActionOutput(
+            env_actions, actions, log_probs, discrete, discrete_log_probs, self.version, memories, next_memories
+        )
 
     def _sde_eps(self, outputs: dict[str, np.ndarray], matrices: np.ndarray) -> np.ndarray:
         """gSDE's noise ``latent(s) @ (sigma * E)`` as a standard-normal ``eps`` [N, C] of the state's Gaussian:

@@ -278,15 +278,18 @@ class AgentProcessorServicer(pb_grpc.AgentProcessorServicer):
             return encode_action_info(behavior.name, out.env_continuous_actions, out.discrete_actions, out.policy_version)
         held = session.noise.get(behavior.name)
         noise = None if held is None else held.draw(info.agent_ids, info.done)
-        out = await behavior.batcher.act(info.observations, info.action_mask, noise)
+        assembler = session.assemblers.get(behavior.name)  # made at the first agent: none held yet means zeros
+        memories = None if assembler is None else assembler.memories(info.agent_ids)  # None without memory
+        out = await behavior.batcher.act(info.observations, info.action_mask, noise, memories)
         self._check_live(session)  # replaced while waiting: its agents were flushed, this row is not theirs any more
         session.steps += 1
         if self.self_play.behaviors and self.self_play.opponents_of(session, behavior.name) is not None:
             # the team stopped learning while this step waited: its trajectories were cut at the change
             return encode_action_info(behavior.name, out.env_continuous_actions, out.discrete_actions, out.policy_version)
         actions = StepActions(
-            out.continuous_actions, out.discrete_actions, out.continuous_log_probs, out.discrete_log_probs, out.policy_version
-        )
+            out.continuous_actions, out.discrete_actions, out.continuous_log_probs, out.discrete_log_probs, out.policy_version,
+            out.memories, out.next_memories,
+        )  # fmt: skip
         cut = session.assembler(behavior).add(info, actions) if len(info.agent_ids) else None
         if self.environment_parameters is not None:
             self._observe_parameters(behavior, cut or [])

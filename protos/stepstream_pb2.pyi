@@ -222,7 +222,7 @@ class TrajectoryId(_message.Message):
     def __init__(self, session_id: _Optional[str] = ..., agent_id: _Optional[int] = ..., sequence: _Optional[int] = ...) -> None: ...
 
 class Trajectory(_message.Message):
-    __slots__ = ("id", "behavior_name", "observations", "next_observations", "continuous_actions", "discrete_actions", "continuous_log_probs", "discrete_log_probs", "prev_continuous_actions", "prev_discrete_actions", "action_mask", "rewards", "done", "policy_versions", "done_reached", "interrupted", "episode_ended", "episode_reward", "episode_length", "environment_stats")
+    __slots__ = ("id", "behavior_name", "observations", "next_observations", "continuous_actions", "discrete_actions", "continuous_log_probs", "discrete_log_probs", "prev_continuous_actions", "prev_discrete_actions", "action_mask", "rewards", "done", "policy_versions", "done_reached", "interrupted", "episode_ended", "episode_reward", "episode_length", "environment_stats", "memories")
     ID_FIELD_NUMBER: _ClassVar[int]
     BEHAVIOR_NAME_FIELD_NUMBER: _ClassVar[int]
     OBSERVATIONS_FIELD_NUMBER: _ClassVar[int]
@@ -243,6 +243,7 @@ class Trajectory(_message.Message):
     EPISODE_REWARD_FIELD_NUMBER: _ClassVar[int]
     EPISODE_LENGTH_FIELD_NUMBER: _ClassVar[int]
     ENVIRONMENT_STATS_FIELD_NUMBER: _ClassVar[int]
+    MEMORIES_FIELD_NUMBER: _ClassVar[int]
     id: TrajectoryId
     behavior_name: str
     observations: _containers.RepeatedCompositeFieldContainer[Tensor]
@@ -263,7 +264,8 @@ class Trajectory(_message.Message):
     episode_reward: float
     episode_length: int
     environment_stats: _containers.RepeatedCompositeFieldContainer[EnvironmentStat]
-    def __init__(self, id: _Optional[_Union[TrajectoryId, _Mapping]] = ..., behavior_name: _Optional[str] = ..., observations: _Optional[_Iterable[_Union[Tensor, _Mapping]]] = ..., next_observations: _Optional[_Iterable[_Union[Tensor, _Mapping]]] = ..., continuous_actions: _Optional[_Union[Tensor, _Mapping]] = ..., discrete_actions: _Optional[_Union[Tensor, _Mapping]] = ..., continuous_log_probs: _Optional[_Union[Tensor, _Mapping]] = ..., discrete_log_probs: _Optional[_Union[Tensor, _Mapping]] = ..., prev_continuous_actions: _Optional[_Union[Tensor, _Mapping]] = ..., prev_discrete_actions: _Optional[_Union[Tensor, _Mapping]] = ..., action_mask: _Optional[_Union[Tensor, _Mapping]] = ..., rewards: _Optional[_Union[Tensor, _Mapping]] = ..., done: _Optional[_Union[Tensor, _Mapping]] = ..., policy_versions: _Optional[_Union[Tensor, _Mapping]] = ..., done_reached: _Optional[bool] = ..., interrupted: _Optional[bool] = ..., episode_ended: _Optional[bool] = ..., episode_reward: _Optional[float] = ..., episode_length: _Optional[int] = ..., environment_stats: _Optional[_Iterable[_Union[EnvironmentStat, _Mapping]]] = ...) -> None: ...
+    memories: Tensor
+    def __init__(self, id: _Optional[_Union[TrajectoryId, _Mapping]] = ..., behavior_name: _Optional[str] = ..., observations: _Optional[_Iterable[_Union[Tensor, _Mapping]]] = ..., next_observations: _Optional[_Iterable[_Union[Tensor, _Mapping]]] = ..., continuous_actions: _Optional[_Union[Tensor, _Mapping]] = ..., discrete_actions: _Optional[_Union[Tensor, _Mapping]] = ..., continuous_log_probs: _Optional[_Union[Tensor, _Mapping]] = ..., discrete_log_probs: _Optional[_Union[Tensor, _Mapping]] = ..., prev_continuous_actions: _Optional[_Union[Tensor, _Mapping]] = ..., prev_discrete_actions: _Optional[_Union[Tensor, _Mapping]] = ..., action_mask: _Optional[_Union[Tensor, _Mapping]] = ..., rewards: _Optional[_Union[Tensor, _Mapping]] = ..., done: _Optional[_Union[Tensor, _Mapping]] = ..., policy_versions: _Optional[_Union[Tensor, _Mapping]] = ..., done_reached: _Optional[bool] = ..., interrupted: _Optional[bool] = ..., episode_ended: _Optional[bool] = ..., episode_reward: _Optional[float] = ..., episode_length: _Optional[int] = ..., environment_stats: _Optional[_Iterable[_Union[EnvironmentStat, _Mapping]]] = ..., memories: _Optional[_Union[Tensor, _Mapping]] = ...) -> None: ...
 
 class NormalizerState(_message.Message):
     __slots__ = ("mean", "variance", "count")
@@ -276,20 +278,22 @@ class NormalizerState(_message.Message):
     def __init__(self, mean: _Optional[_Union[Tensor, _Mapping]] = ..., variance: _Optional[_Union[Tensor, _Mapping]] = ..., count: _Optional[int] = ...) -> None: ...
 
 class InferenceArtifact(_message.Message):
-    __slots__ = ("format", "model", "normalizers", "tanh_squash", "clip", "action_spec")
+    __slots__ = ("format", "model", "normalizers", "tanh_squash", "clip", "action_spec", "memory_size")
     FORMAT_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     NORMALIZERS_FIELD_NUMBER: _ClassVar[int]
     TANH_SQUASH_FIELD_NUMBER: _ClassVar[int]
     CLIP_FIELD_NUMBER: _ClassVar[int]
     ACTION_SPEC_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_SIZE_FIELD_NUMBER: _ClassVar[int]
     format: str
     model: bytes
     normalizers: _containers.RepeatedCompositeFieldContainer[NormalizerState]
     tanh_squash: bool
     clip: float
     action_spec: ActionSpec
-    def __init__(self, format: _Optional[str] = ..., model: _Optional[bytes] = ..., normalizers: _Optional[_Iterable[_Union[NormalizerState, _Mapping]]] = ..., tanh_squash: _Optional[bool] = ..., clip: _Optional[float] = ..., action_spec: _Optional[_Union[ActionSpec, _Mapping]] = ...) -> None: ...
+    memory_size: int
+    def __init__(self, format: _Optional[str] = ..., model: _Optional[bytes] = ..., normalizers: _Optional[_Iterable[_Union[NormalizerState, _Mapping]]] = ..., tanh_squash: _Optional[bool] = ..., clip: _Optional[float] = ..., action_spec: _Optional[_Union[ActionSpec, _Mapping]] = ..., memory_size: _Optional[int] = ...) -> None: ...
 
 class PolicyUpdate(_message.Message):
     __slots__ = ("behavior_name", "version", "trainer_step", "artifact", "snapshot", "elo")

@@ -9,7 +9,8 @@ The flatbuffer follows ``common.policy_contract``, which ``processor.inference``
 signature, inputs ``input_name(i)`` (``obs_0``, ...) ``[N, *shape_i]`` with a dynamic ``N`` (float32; an image
 uint8 or float32, as its observation, scaled inside the network),
 outputs ``MEAN`` and ``LOG_STD`` float32 ``[N, C]`` and/or ``LOGITS`` float32 ``[N, sum(branches)]`` (gSDE adds
-``SDE_NOISE_SCALE`` float32 ``[N, L, C]``).
+``SDE_NOISE_SCALE`` float32 ``[N, L, C]``). A recurrent policy (``memory_size`` R > 0) adds the input ``RECURRENT_IN``
+and the output ``RECURRENT_OUT``, float32 ``[N, R]``: the forward is called as ``forward(obs_0, ..., memories)``.
 
 Export speed: the graph never changes between exports, only the weights, so the exporter converts
 with probe weights once and then writes each export's weights straight into the flatbuffer's constant
@@ -39,7 +40,16 @@ import tensorflow as tf
 # what the converter itself uses on its slower SavedModel path.
 from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
 
-from common.policy_contract import LOG_STD, MEAN, POLICY_OUTPUTS, SDE_NOISE_SCALE, TFLITE_FORMAT, input_name
+from common.policy_contract import (
+    LOG_STD,
+    MEAN,
+    POLICY_OUTPUTS,
+    RECURRENT_IN,
+    RECURRENT_OUT,
+    SDE_NOISE_SCALE,
+    TFLITE_FORMAT,
+    input_name,
+)
 from common.tensors import to_tensor
 from protos import pb
 from trainer.probe_cache import load_probes, probe_cache_dir, probe_cache_key, store_probes
@@ -71,6 +81,8 @@ def _policy_outputs(outputs: Any, forward: Callable[..., Any]) -> dict[str, tf.T
         named[LOG_STD] = tf.broadcast_to(named[LOG_STD], tf.shape(named[MEAN]))
     if SDE_NOISE_SCALE in named and (MEAN not in named or named[SDE_NOISE_SCALE].shape.rank != 3):
         raise ValueError(f"output {SDE_NOISE_SCALE!r} must be [N, L, C] beside {MEAN!r}, got {sorted(named)}")
+    if RECURRENT_OUT in named and len(named) == 1:
+        raise ValueError(f"output {RECURRENT_OUT!r} needs the action outputs beside it, got {sorted(named)}")
     for key, value in named.items():
         if value.shape.rank != 2 and key != SDE_NOISE_SCALE:
             raise ValueError(f"output {key!r} must be [N, width], got shape {value.shape}")
@@ -118,6 +130,7 @@ class TFLiteExporter:
         patch_weights: bool = True,
         verify_every: int = VERIFY_EVERY,
         observation_dtypes: Sequence[Any] | None = None,
+        memory_size: int = 0,
     ) -> None:
         """Prepares the export of ``forward``.
 
@@ -135,6 +148,8 @@ class TFLiteExporter:
                 always; 0 for the first only).
             observation_dtypes: each input's dtype (``common.policy_contract``: float32, or uint8 for a uint8
                 image); default float32 for all.
+            memory_size: R > 0 for a recurrent policy: ``forward`` takes the states ``[N, R]`` after the
+                observations and returns ``RECURRENT_OUT`` ``[N, R]`` beside the action outputs.
         """
         if not observation_shapes:
             raise ValueError("a policy needs at least one observation")
@@ -147,6 +162,9 @@ class TFLiteExporter:
             tf.TensorSpec([None, *shape], tf.as_dtype(dtype), name=input_name(i))
             for i, (shape, dtype) in enumerate(zip(self.observation_shapes, self.observation_dtypes, strict=True))
         ]
+        self.memory_size = int(memory_size)
+        if self.memory_size:
+            specs.append(tf.TensorSpec([None, self.memory_size], tf.float32, name=RECURRENT_IN))
         self._forward = forward
 
         @tf.function(input_signature=specs, autograph=False)
@@ -282,11 +300,15 @@ class TFLiteExporter:
             else rng.standard_normal((_CHECK_ROWS, *shape)).astype(np.float32)
             for shape, dtype in zip(self.observation_shapes, self.observation_dtypes, strict=True)
         ]
+        feeds = {input_name(i): x for i, x in enumerate(inputs)}
+        if self.memory_size:
+            inputs.append(rng.standard_normal((_CHECK_ROWS, self.memory_size)).astype(np.float32))
+            feeds[RECURRENT_IN] = inputs[-1]
         with tf.device("/CPU:0"):  # on a GPU, TF32 matmuls would differ from LiteRT by ~1e-3
             expected = {k: np.asarray(v) for k, v in self._serve(*inputs).items()}
         try:
             runner = Interpreter(model_content=model, num_threads=1).get_signature_runner()
-            got = runner(**{input_name(i): x for i, x in enumerate(inputs)})
+            got = runner(**feeds)
         except Exception as err:  # the runtime rejects the patched bytes
             return f"LiteRT cannot run the patched model: {err}"
         for name, want in expected.items():
@@ -299,7 +321,10 @@ class TFLiteExporter:
 
 
 def export_tflite(
-    forward: Callable[..., Any], observation_shapes: Sequence[Sequence[int]], observation_dtypes: Sequence[Any] | None = None
+    forward: Callable[..., Any],
+    observation_shapes: Sequence[Sequence[int]],
+    observation_dtypes: Sequence[Any] | None = None,
+    memory_size: int = 0,
 ) -> bytes:
     """One-off export of a policy network to a TFLite flatbuffer: one full conversion, no template.
 
@@ -307,12 +332,16 @@ def export_tflite(
         forward: the policy network (see ``TFLiteExporter.__init__``).
         observation_shapes: the shape of each observation without the agent axis.
         observation_dtypes: each input's dtype (default float32; uint8 for a uint8 image).
+        memory_size: R > 0 for a recurrent policy (``TFLiteExporter``).
 
     Returns:
         The flatbuffer: inputs ``obs_i`` ``[N, *shape_i]`` of those dtypes; outputs ``"mean"``,
         ``"log_std"`` float32 ``[N, C]`` and/or ``"logits"`` float32 ``[N, sum(branches)]``.
     """
-    return TFLiteExporter(forward, observation_shapes, patch_weights=False, observation_dtypes=observation_dtypes).export()
+    exporter = TFLiteExporter(
+        forward, observation_shapes, patch_weights=False, observation_dtypes=observation_dtypes, memory_size=memory_size
+    )
+    return exporter.export()
 
 
 def normalizer_state(mean: np.ndarray, variance: np.ndarray, count: int) -> pb.NormalizerState:
@@ -338,6 +367,7 @@ def make_policy_update(
     normalizers: Sequence[pb.NormalizerState] = (),
     tanh_squash: bool = False,
     clip: float = 3.0,
+    memory_size: int = 0,
 ) -> pb.PolicyUpdate:
     """Wraps an exported model into the ``PolicyUpdate`` the processor swaps in.
 
@@ -351,6 +381,7 @@ def make_policy_update(
         tanh_squash: continuous actions are ``tanh`` of the Gaussian sample (SAC); otherwise the
             sample is clipped to ``[-clip, clip]`` for the env (PPO).
         clip: the clip bound in clip mode (> 0; ``inf`` for none).
+        memory_size: R, the recurrent state's width of a model exported with it (0: feed-forward).
 
     Returns:
         The update message.
@@ -364,7 +395,9 @@ def make_policy_update(
         raise ValueError(f"version {version} is negative")
     if action_spec.continuous_size > 0 and not tanh_squash and not clip > 0:
         raise ValueError(f"clip must be > 0 in clip mode, got {clip}")
-    artifact = pb.InferenceArtifact(format=TFLITE_FORMAT, model=model_bytes, tanh_squash=tanh_squash, clip=clip)
+    artifact = pb.InferenceArtifact(
+        format=TFLITE_FORMAT, model=model_bytes, tanh_squash=tanh_squash, clip=clip, memory_size=memory_size
+    )
     artifact.action_spec.CopyFrom(action_spec)
     artifact.normalizers.extend(normalizers)
     return pb.PolicyUpdate(behavior_name=behavior_name, version=version, trainer_step=trainer_step, artifact=artifact)

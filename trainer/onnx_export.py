@@ -42,9 +42,13 @@ ML-Agents' names:
   processor's ``-1e9`` for masked options gives the same argmax and, both underflowing to
   probability 0, the same distribution); per branch ``Multinomial`` (one sample) for
   ``discrete_actions`` and ``ArgMax`` for ``deterministic_discrete_actions``, int64 ``[batch, B]``.
-* **constants**: ``version_number`` [3], ``memory_size`` [0] (no recurrent policies yet),
+* **constants**: ``version_number`` [3], ``memory_size`` [R] (0 for a feed-forward policy),
   ``continuous_action_output_shape`` [C] (float32 ``[1]``), ``discrete_action_output_shape`` the
   branch sizes (float32 ``[1, B]``).
+* **memory** (a recurrent policy, ``InferenceArtifact.memory_size`` R > 0): the input ``recurrent_in`` float32
+  ``[batch, 1, R]`` after ``action_masks``, and the output ``recurrent_out`` of the same shape, last, as ML-Agents'
+  ``ModelSerializer`` names and orders them; the network's own state is ``[batch, R]`` (``common.policy_contract``),
+  so the graph squeezes and unsqueezes the middle axis. Unity holds each agent's state between decisions.
 
 ``tf2onnx`` 1.17 installs beside this project's protobuf 7 and TensorFlow 2.21 (it asks for
 ``protobuf>=3.20`` with no upper bound) and converts the LiteRT flatbuffer directly.
@@ -86,6 +90,8 @@ from common.policy_contract import (
     ONNX_MASKED_LOGIT_OFFSET,
     ONNX_OPSET,
     ONNX_OUTPUTS,
+    RECURRENT_IN,
+    RECURRENT_OUT,
     TFLITE_FORMAT,
     VERSION_NUMBER,
     input_name,
@@ -114,13 +120,16 @@ def continuous_transform(tanh_squash: bool, clip: float) -> str:
     return f"clip(u, -{clip:g}, {clip:g}) / {clip:g}"
 
 
-def _signature_tensors(model: bytes) -> tuple[list[str], list[tuple[int, ...]], dict[str, str], list[np.dtype]]:
+def _signature_tensors(
+    model: bytes,
+) -> tuple[list[str], list[tuple[int, ...]], dict[str, str], list[np.dtype], str | None]:
     """The TFLite tensor names behind the signature: (input names per ``obs_i``, their shapes, output name per key,
-    the inputs' dtypes)."""
+    the inputs' dtypes, the name of the ``RECURRENT_IN`` input or None)."""
     interpreter = Interpreter(model_content=model, num_threads=1)
     runner = interpreter.get_signature_runner()
     names = {d["index"]: d["name"] for d in interpreter.get_tensor_details()}
-    inputs = runner.get_input_details()
+    inputs = dict(runner.get_input_details())
+    recurrent = inputs.pop(RECURRENT_IN, None)
     outputs = runner.get_output_details()
     in_names, shapes, dtypes = [], [], []
     for i in range(len(inputs)):
@@ -132,7 +141,8 @@ def _signature_tensors(model: bytes) -> tuple[list[str], list[tuple[int, ...]], 
         in_names.append(names[detail["index"]])
         shapes.append(tuple(int(d) for d in detail["shape_signature"][1:]))
         dtypes.append(np.dtype(detail["dtype"]))
-    return in_names, shapes, {key: names[d["index"]] for key, d in outputs.items()}, dtypes
+    recurrent_name = None if recurrent is None else names[recurrent["index"]]
+    return in_names, shapes, {key: names[d["index"]] for key, d in outputs.items()}, dtypes, recurrent_name
 
 
 def _convert_core(model: bytes, in_names: list[str], out_names: list[str]) -> onnx.ModelProto:
@@ -208,25 +218,27 @@ def policy_to_onnx(update: pb.PolicyUpdate) -> onnx.ModelProto:
         outputs of ``common.policy_contract.ONNX_OUTPUTS`` that the action spec has, in that order.
 
     Raises:
-        ValueError: another artifact format, or a model / normaliser state that does not match it.
+        ValueError: another artifact format, or a model / normaliser state / memory size that does not match it.
     """
     artifact = update.artifact
     if artifact.format != TFLITE_FORMAT:
         raise ValueError(f"artifact.format {artifact.format!r}: only {TFLITE_FORMAT!r} artifacts convert to ONNX")
     spec = artifact.action_spec
     c, branches = int(spec.continuous_size), [int(b) for b in spec.discrete_branches]
-    in_names, shapes, out_tensors, dtypes = _signature_tensors(artifact.model)
-    needed = ([MEAN, LOG_STD] if c else []) + ([LOGITS] if branches else [])
+    in_names, shapes, out_tensors, dtypes, recurrent = _signature_tensors(artifact.model)
+    memory_size = _memory_size(artifact, recurrent)
+    needed = _needed_outputs(c, branches, memory_size)
     missing = [key for key in needed if key not in out_tensors]
     if missing:
         raise ValueError(f"the TFLite model has outputs {sorted(out_tensors)}; {missing} missing")
     vectors = [i for i, shape in enumerate(shapes) if not is_image_shape(shape)]  # the normalised observations
     if artifact.normalizers and len(artifact.normalizers) != len(vectors):
         raise ValueError(f"artifact.normalizers: {len(artifact.normalizers)} given for {len(vectors)} vector observations")
-    core = _convert_core(artifact.model, in_names, [out_tensors[key] for key in needed])
+    core_names = in_names + ([recurrent] if recurrent is not None else [])
+    core = _convert_core(artifact.model, core_names, [out_tensors[key] for key in needed])
     core_inputs = {i.name for i in core.graph.input}
-    if core_inputs != set(in_names):
-        raise ValueError(f"tf2onnx kept inputs {sorted(core_inputs)} of {in_names}")
+    if core_inputs != set(core_names):
+        raise ValueError(f"tf2onnx kept inputs {sorted(core_inputs)} of {core_names}")
 
     # The wrapper's own names start with "stepstream/", apart from tf2onnx's.
     g = _Graph("stepstream/")
@@ -249,7 +261,7 @@ def policy_to_onnx(update: pb.PolicyUpdate) -> onnx.ModelProto:
 
     g.node("Identity", [g.constant("version", np.asarray([MODEL_API_VERSION], np.float32))], VERSION_NUMBER)
     g.output(VERSION_NUMBER, TensorProto.FLOAT, [1])
-    g.node("Identity", [g.constant("memory", np.asarray([0], np.float32))], MEMORY_SIZE)
+    g.node("Identity", [g.constant("memory", np.asarray([memory_size], np.float32))], MEMORY_SIZE)
     g.output(MEMORY_SIZE, TensorProto.FLOAT, [1])
     if c:
         mean_t, log_std_t = out_tensors[MEAN], out_tensors[LOG_STD]
@@ -263,12 +275,14 @@ def policy_to_onnx(update: pb.PolicyUpdate) -> onnx.ModelProto:
         g.output(DETERMINISTIC_CONTINUOUS_ACTIONS, TensorProto.FLOAT, [ONNX_BATCH_AXIS, c])
     if branches:
         _discrete_outputs(g, pre, out_tensors[LOGITS], branches)
+    if recurrent is not None:  # after action_masks, as ML-Agents orders them
+        _recurrent_io(g, pre, recurrent, out_tensors[RECURRENT_OUT], memory_size)
 
     graph = helper.make_graph(
         [*pre.nodes, *core.graph.node, *g.nodes],
         "stepstream_policy",
         pre.inputs,
-        [g.outputs[name] for name in ONNX_OUTPUTS if name in g.outputs],
+        [g.outputs[name] for name in (*ONNX_OUTPUTS, RECURRENT_OUT) if name in g.outputs],
         initializer=[*pre.initializers, *core.graph.initializer, *g.initializers],
     )
     model = helper.make_model(
@@ -289,8 +303,34 @@ def policy_to_onnx(update: pb.PolicyUpdate) -> onnx.ModelProto:
         },
     )
     onnx.checker.check_model(model, full_check=True)
-    _check_runs(model, shapes, branches)
+    _check_runs(model, shapes, branches, memory_size)
     return model
+
+
+def _needed_outputs(continuous_size: int, branches: list[int], memory_size: int) -> list[str]:
+    """The network outputs the wrapper reads: the action spec's, and the next state of a recurrent policy."""
+    return (
+        ([MEAN, LOG_STD] if continuous_size else [])
+        + ([LOGITS] if branches else [])
+        + ([RECURRENT_OUT] if memory_size else [])
+    )
+
+
+def _memory_size(artifact: pb.InferenceArtifact, recurrent: str | None) -> int:
+    """``artifact.memory_size``, checked against the model's ``RECURRENT_IN`` input (None: it has none)."""
+    memory_size = int(artifact.memory_size)
+    if (recurrent is None) != (memory_size == 0):
+        have = "no" if recurrent is None else "an"
+        raise ValueError(f"artifact.memory_size {memory_size} with {have} {RECURRENT_IN!r} input")
+    return memory_size
+
+
+def _recurrent_io(g: _Graph, pre: _Graph, core_in: str, core_out: str, memory_size: int) -> None:
+    """``recurrent_in`` and ``recurrent_out`` ``[batch, 1, R]`` at the model's boundary, the network's ``[batch, R]``."""
+    pre.inputs.append(helper.make_tensor_value_info(RECURRENT_IN, TensorProto.FLOAT, [ONNX_BATCH_AXIS, 1, memory_size]))
+    pre.node("Squeeze", [RECURRENT_IN], core_in, axes=[1])
+    g.node("Unsqueeze", [core_out], RECURRENT_OUT, axes=[1])
+    g.output(RECURRENT_OUT, TensorProto.FLOAT, [ONNX_BATCH_AXIS, 1, memory_size])
 
 
 def _image_input(pre: _Graph, obs: str, core_input: str, dtype: np.dtype) -> None:
@@ -306,7 +346,7 @@ def _image_input(pre: _Graph, obs: str, core_input: str, dtype: np.dtype) -> Non
     pre.node("Cast", [rounded], core_input, to=TensorProto.UINT8)
 
 
-def _check_runs(model: onnx.ModelProto, shapes: list[tuple[int, ...]], branches: list[int]) -> None:
+def _check_runs(model: onnx.ModelProto, shapes: list[tuple[int, ...]], branches: list[int], memory_size: int) -> None:
     """Loads the model in onnxruntime and runs it on two rows: the checker passes graphs that no runtime loads
     (two nodes of one name), and Unity's only message would be a failed import."""
     try:
@@ -314,6 +354,8 @@ def _check_runs(model: onnx.ModelProto, shapes: list[tuple[int, ...]], branches:
         feed = {input_name(i): np.zeros((2, *onnx_input_shape(shape)), np.float32) for i, shape in enumerate(shapes)}
         if branches:
             feed[ACTION_MASKS] = np.ones((2, sum(branches)), np.float32)
+        if memory_size:
+            feed[RECURRENT_IN] = np.zeros((2, 1, memory_size), np.float32)
         outputs = session.run(None, feed)
     except Exception as err:  # onnxruntime raises its own exception types
         raise ValueError(f"onnxruntime cannot run the exported model: {err}") from err

@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from common.config import BehaviorSettings, ConfigKeyError, TrainerType
+from common.config import BehaviorSettings, ConfigKeyError, NotSupportedKeyError, TrainerType
 from common.specs import BrainParameters
 from trainer.learner import Learner
 
@@ -15,6 +15,10 @@ LEARNERS: dict[TrainerType, str] = {
     TrainerType.BC: "trainer.bc:BCLearner",
 }
 """Where each trainer type's Learner lives, as ``module:Class``."""
+RECURRENT_LEARNERS: dict[TrainerType, str] = {
+    TrainerType.PPO: "trainer.ppo_recurrent:RecurrentPPOLearner",
+}
+"""Where each trainer type's Learner with ``network_settings.memory`` lives; a type not here refuses memory."""
 
 
 def learner_class(trainer_type: TrainerType) -> Any:
@@ -34,6 +38,19 @@ def learner_class(trainer_type: TrainerType) -> Any:
 
 
 def make_learner(brain_parameters: BrainParameters, settings: BehaviorSettings, seed: int = 0) -> Learner:
-    """A new learner for one behavior, of the class its ``settings.trainer_type`` names."""
-    learner: Learner = learner_class(settings.trainer_type)(brain_parameters, settings, seed)
-    return learner
+    """A new learner for one behavior, of the class its ``settings.trainer_type`` names (``RECURRENT_LEARNERS``'
+    with ``network_settings.memory``).
+
+    Raises:
+        NotSupportedKeyError: ``network_settings.memory`` for a trainer type that does not learn sequences yet.
+    """
+    if settings.network_settings.memory is None:
+        learner: Learner = learner_class(settings.trainer_type)(brain_parameters, settings, seed)
+        return learner
+    target = RECURRENT_LEARNERS.get(settings.trainer_type)
+    if target is None:
+        detail = f"not supported yet by trainer_type {settings.trainer_type.value!r} (ppo learns sequences)"
+        raise NotSupportedKeyError("network_settings.memory", detail)
+    module_name, class_name = target.split(":")
+    recurrent: Learner = getattr(importlib.import_module(module_name), class_name)(brain_parameters, settings, seed)
+    return recurrent
