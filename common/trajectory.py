@@ -43,6 +43,7 @@ import numpy as np
 
 from common.environment_stats import MAX_STATS_PER_TRAJECTORY, EnvironmentStat, from_protos, to_protos
 from common.errors import ProtocolError
+from common.groups import GroupData
 from common.tensors import from_tensor, to_tensor
 from protos import pb
 
@@ -122,6 +123,9 @@ class Trajectory:
     environment_stats: tuple[EnvironmentStat, ...] = ()
     """The env's own statistics the processor received for this behavior since its previous published
     trajectory (``common.environment_stats``); the trainer adds them to its summaries."""
+    group: GroupData | None = None
+    """The agent's groupmates at each step and its group reward (``common.groups``); None when its session sent no
+    groups for the behavior. Not in ``to_rows``: a group-aware trainer reads it itself."""
     extras: dict[str, np.ndarray] = field(default_factory=dict)
     """Not on the wire; free for a trainer's own per-step arrays (values, advantages)."""
     obs_frames: dict[int, np.ndarray] = field(default_factory=dict, repr=False)
@@ -215,6 +219,8 @@ class Trajectory:
             msg.episode_length = self.episode_length
         if self.environment_stats:
             msg.environment_stats.extend(to_protos(self.environment_stats))
+        if self.group is not None:
+            self.group.to_proto(msg)
         return msg
 
     @classmethod
@@ -267,6 +273,7 @@ class Trajectory:
             episode_length=msg.episode_length if msg.episode_ended else None,
             obs_frames=obs_frames,
             environment_stats=from_protos(msg.environment_stats, name, MAX_STATS_PER_TRAJECTORY),
+            group=GroupData.from_proto(msg, obs, len(per_step["rewards"]), name),
             **per_step,
         )
 

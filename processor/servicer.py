@@ -45,6 +45,7 @@ from common.topics.grpc_transport import MAX_MESSAGE_BYTES
 from common.trajectory import Trajectory
 from processor.assembly import StepActions
 from processor.behaviors import Behavior, BehaviorTable
+from processor.groups import SessionGroups
 from processor.inference import Policy
 from processor.sessions import Session, SessionTable
 from processor.wire import (
@@ -223,6 +224,12 @@ class AgentProcessorServicer(pb_grpc.AgentProcessorServicer):
         brain_info = request.brain_info
         behavior, assembler = session.behavior(brain_info.behavior_name)
         info = decode_brain_info(brain_info, behavior.params, session.session_id, self._max_agents_per_brain_info)
+        groups = None
+        if brain_info.HasField("group_ids") or brain_info.HasField("group_rewards"):  # processor.groups
+            session.groups = session.groups or SessionGroups(session.session_id)
+            groups = session.groups.decode(
+                brain_info, info, behavior.params, behavior.runtime.time_horizon, self.max_trajectory_bytes
+            )
         if info.environment_stats:  # for the behavior's trainer summaries (common.environment_stats)
             behavior.add_environment_stats(info.environment_stats)
         held = session.noise.get(behavior.name)
@@ -233,6 +240,8 @@ class AgentProcessorServicer(pb_grpc.AgentProcessorServicer):
             out.continuous_actions, out.discrete_actions, out.continuous_log_probs, out.discrete_log_probs, out.policy_version
         )
         cut = assembler.add(info, actions)
+        if session.groups is not None and session.groups.active(behavior.name):
+            session.groups.add(behavior.name, info, groups, actions, cut)
         session.steps += 1
         if cut:
             await behavior.publish(cut)
@@ -243,6 +252,8 @@ class AgentProcessorServicer(pb_grpc.AgentProcessorServicer):
         self.sessions.close(session)
         try:
             async for name, trajectories in session.flush():  # in batches, yielding to other sessions
+                if session.groups is not None:
+                    session.groups.flushed(name, trajectories)
                 try:
                     await session.behaviors[name].publish(trajectories, flushed=True)
                 except StepstreamError as err:
