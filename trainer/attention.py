@@ -56,6 +56,11 @@ class EntityEmbedding(tf.Module):
     def __call__(self, entities: tf.Tensor) -> tf.Tensor:
         return swish(self.dense(entities))
 
+    @property
+    def trainable_variables(self) -> tuple[tf.Variable, ...]:
+        """Every weight: ``tf.Module``'s own walk does not see Keras 3 weights (``trainer.networks.PolicyNetwork``)."""
+        return tuple(self.dense.trainable_variables)
+
 
 def multi_head_attention(query: tf.Tensor, key: tf.Tensor, value: tf.Tensor, absent: tf.Tensor, num_heads: int) -> tf.Tensor:
     """Scaled dot-product attention in ``num_heads`` heads; an absent key gets no weight.
@@ -106,6 +111,11 @@ class ResidualSelfAttention(tf.Module):
             )
             for layer in (self.query, self.key, self.value, self.output):
                 layer.build((None, embedding_size))
+
+    @property
+    def trainable_variables(self) -> tuple[tf.Variable, ...]:
+        """Every weight (Keras 3 weights are invisible to ``tf.Module``'s walk)."""
+        return tuple(w for layer in (self.query, self.key, self.value, self.output) for w in layer.trainable_variables)
 
     def __call__(self, entities: tf.Tensor, absent: tf.Tensor) -> tf.Tensor:
         """``entities`` float32 ``[B, E, H]``, ``absent`` float32 ``[B, E]`` (1 = absent) -> ``[B, H]``."""

@@ -72,3 +72,8 @@ def test_masked_mean_of_no_entity_is_zero() -> None:
 def test_heads_must_divide_the_embedding() -> None:
     with pytest.raises(ValueError, match="not divisible"):
         ResidualSelfAttention(10, num_heads=4)
+
+
+def test_every_weight_is_trainable_and_visible() -> None:
+    embed, attention, _ = _setup()
+    assert len(embed.trainable_variables) == 2 and len(attention.trainable_variables) == 8

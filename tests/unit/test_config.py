@@ -566,7 +566,6 @@ def test_ignored_keys_are_accepted_and_named_in_one_log_line(caplog: pytest.LogC
         ({"behaviors": {"A": {"network_settings": {"deterministic": True}}}}, "behaviors.A.network_settings.deterministic"),
         ({"behaviors": {"A": {"self_play": {"window": 10}}}}, "behaviors.A.self_play"),
         ({"behaviors": {"A": {"init_path": "results/old"}}}, "behaviors.A.init_path"),
-        ({"behaviors": {"A": {"trainer_type": "poca"}}}, "behaviors.A.trainer_type"),
         ({"behaviors": {"A": {"reward_signals": {"rnd": {}}}}}, "behaviors.A.reward_signals.rnd"),
         (
             {"environment_parameters": {"gravity": {"sampler_type": "uniform", "sampler_parameters": {"min_value": 9}}}},
@@ -580,7 +579,6 @@ def test_ignored_keys_are_accepted_and_named_in_one_log_line(caplog: pytest.LogC
         "deterministic",
         "self_play",
         "init_path",
-        "poca",
         "rnd",
         "env-params",
         "unity-build",
