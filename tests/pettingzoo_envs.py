@@ -66,38 +66,42 @@ def two_teams() -> TwoTeams:
 
 
 class GoalLine(ParallelEnv):
-    """``num_agents`` agents on a line, each starting at 0 with its goal at ``goal``; actions left, stay, right.
+    """``num_agents`` agents on a line of integers, each starting at a random point of ``[-spread, 0]``, its goal at
+    ``goal``; actions left, stay, right. An agent observes its own position only.
 
     An agent that reaches its goal leaves (terminated) with reward 0. The only reward is the group's: 1, given
-    to the agents that reach their goal at the step the last one does, when every agent has reached its own.
-    After ``max_steps`` steps the agents still out are truncated. Credit assignment matters: an agent that
-    finishes early leaves before the group reward comes, so it learns to finish only if its last step is
-    bootstrapped from the group's value (POCA's absorbing-state rule); a trainer that treats its leaving as
-    terminal (independent PPO) sees reaching the goal early as worth nothing.
+    to the agents that reach their goal at the step the last one does, once every agent has reached its own.
+    After ``max_steps`` steps the agents still out are truncated. Credit assignment matters: agents start at
+    different distances, so one usually finishes first and leaves before the group reward comes; it learns to
+    finish only if its last step is bootstrapped from the group's value (POCA's rule for early leavers). A
+    trainer that treats its leaving as terminal (independent PPO, which adds the group reward to the reward of
+    the agents still there) sees finishing first as worth nothing and lingering as the way to be paid.
     """
 
     metadata = {"name": "goal_line_v0"}  # noqa: RUF012 - PettingZoo's class attribute
 
-    def __init__(self, num_agents: int = 2, goal: int = 3, max_steps: int = 12) -> None:
+    def __init__(self, num_agents: int = 2, goal: int = 3, spread: int = 2, max_steps: int = 12) -> None:
         self.possible_agents = [f"walker_{i}" for i in range(num_agents)]
-        self.goal = goal
-        self.max_steps = max_steps
+        self.goal, self.spread, self.max_steps = goal, spread, max_steps
         self.agents: list[str] = []
         self.position: dict[str, int] = {}
         self.t = 0
+        self._rng = np.random.default_rng()
 
     def observation_space(self, agent: str) -> spaces.Box:
-        return spaces.Box(-1.0, 1.0, (2,), np.float32)
+        return spaces.Box(-2.0, 2.0, (1,), np.float32)
 
     def action_space(self, agent: str) -> spaces.Discrete:
         return spaces.Discrete(3)
 
     def _obs(self, agents: list[str]) -> dict[str, np.ndarray]:
-        return {a: np.array([self.position[a] / self.goal, self.t / self.max_steps], np.float32) for a in agents}
+        return {a: np.array([self.position[a] / self.goal], np.float32) for a in agents}
 
     def reset(self, seed: int | None = None, options: dict | None = None) -> tuple[dict, dict]:
+        if seed is not None:
+            self._rng = np.random.default_rng(seed)
         self.agents = list(self.possible_agents)
-        self.position = dict.fromkeys(self.agents, 0)
+        self.position = {a: int(self._rng.integers(-self.spread, 1)) for a in self.agents}
         self.t = 0
         return self._obs(self.agents), {a: {} for a in self.agents}
 
@@ -111,10 +115,9 @@ class GoalLine(ParallelEnv):
         obs = self._obs(self.agents)
         rewards = dict.fromkeys(self.agents, 0.0)
         infos = {a: {"group_reward": 1.0 if everyone else 0.0} for a in self.agents}
-        terminated = reached
         truncated = {a: last and not reached[a] for a in self.agents}
-        self.agents = [a for a in self.agents if not (terminated[a] or truncated[a])]
-        return obs, rewards, terminated, truncated, infos
+        self.agents = [a for a in self.agents if not (reached[a] or truncated[a])]
+        return obs, rewards, reached, truncated, infos
 
 
 def goal_line() -> GoalLine:

@@ -139,14 +139,14 @@ class GroupCritic(tf.Module):
     def value(self, obs: tf.Tensor, mates_obs: tf.Tensor, mates_absent: tf.Tensor) -> tf.Tensor:
         """``V`` ``[B, K]`` of ``obs`` ``[B, D]``, ``mates_obs`` ``[B, G, D]`` and ``mates_absent`` ``[B, G]`` (1 = empty)."""
         entities = self.obs_embedding(tf.concat([obs[:, tf.newaxis], mates_obs], axis=1))
-        absent = tf.concat([tf.zeros_like(mates_absent[:, :1]), mates_absent], axis=1)
+        absent = tf.concat([tf.zeros([tf.shape(obs)[0], 1]), tf.cast(mates_absent, tf.float32)], axis=1)
         return self._output(entities, absent)
 
     def baseline(self, obs: tf.Tensor, mates_obs: tf.Tensor, mates_actions: tf.Tensor, mates_absent: tf.Tensor) -> tf.Tensor:
         """``b`` ``[B, K]``: the agent's obs alone, its groupmates' obs with their actions ``[B, G, A]``."""
         own = self.obs_embedding(obs[:, tf.newaxis])
         mates = self.obs_action_embedding(tf.concat([mates_obs, mates_actions], axis=2))
-        absent = tf.concat([tf.zeros_like(mates_absent[:, :1]), mates_absent], axis=1)
+        absent = tf.concat([tf.zeros([tf.shape(obs)[0], 1]), tf.cast(mates_absent, tf.float32)], axis=1)
         return self._output(tf.concat([own, mates], axis=1), absent)
 
     @property
@@ -203,6 +203,12 @@ class POCALearner:
         self.optimizer = adam(hp.learning_rate, self._variables, epsilon=ADAM_EPSILON)
         self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")
         self._rows: list[dict[str, np.ndarray]] = []
+        """Update rows of the trajectories turned into rows so far (``_rows_of_pending``)."""
+        self._pending: list[tr.Trajectory] = []
+        """Trajectories taken in, not yet turned into rows."""
+        self._steps_to_add = 0
+        self._values = tf.function(self.critic.value, reduce_retracing=True)
+        self._baselines = tf.function(self.critic.baseline, reduce_retracing=True)
         self._group_returns: list[float] = []
         self._collected_group_rewards: dict[tuple[str, int], float] = {}
         self._exporter = TFLiteExporter(self.policy, [s.shape for s in brain_parameters.observation_specs])
@@ -221,14 +227,15 @@ class POCALearner:
     # -- taking trajectories in ------------------------------------------------------------------------
 
     def add_trajectories(self, trajectories: Sequence[tr.Trajectory]) -> int:
-        """Values, baselines and lambda-returns of each trajectory, as update rows; returns the experiences."""
-        n = 0
+        """Take trajectories in for the next update; returns their experiences. They wait as they are and become
+        rows all at once before the update (``_rows_of_pending``): one critic pass for all of them, not three per
+        trajectory, which cost more than the updates with short episodes."""
+        kept = [t for t in trajectories if t.length]
         for trajectory in trajectories:
-            if trajectory.length:
-                self._rows.append(self._trajectory_rows(trajectory))
-                n += trajectory.length
             self._record_group_episode(trajectory)
-        self.step.assign_add(n)
+        self._pending.extend(kept)
+        n = sum(t.length for t in kept)
+        self._steps_to_add += n
         return n
 
     def _inputs(self, trajectory: tr.Trajectory) -> dict[str, np.ndarray]:
@@ -237,22 +244,18 @@ class POCALearner:
         obs = np.concatenate([o.reshape(t, -1) for o in trajectory.obs], axis=1).astype(np.float32)
         next_obs = np.concatenate([o.reshape(1, -1) for o in trajectory.next_obs], axis=1).astype(np.float32)
         group = trajectory.group
-        if group is None or group.groupmates == 0:
-            g = 0
-            mates = np.zeros((t, 0, self.obs_size), np.float32)
-            actions = np.zeros((t, 0, self.action_size), np.float32)
-            absent = np.zeros((t, 0), np.float32)
-        else:
-            g = group.groupmates
+        g = 0 if group is None else group.groupmates
+        mates = np.zeros((t, 0, self.obs_size), np.float32)
+        actions = np.zeros((t, 0, self.action_size), np.float32)
+        absent = np.zeros((t, 0), np.float32)
+        next_mates = np.zeros((0, self.obs_size), np.float32)
+        if group is not None and g:
             mates = np.concatenate([o.reshape(t, g, -1) for o in group.groupmate_obs], axis=2).astype(np.float32)
             actions = flat_actions(group.groupmate_continuous_actions, group.groupmate_discrete_actions, self.branches)
             absent = (group.groupmate_status == EMPTY).astype(np.float32)
         if group is not None and len(group.next_groupmate_obs[0]):
             k = len(group.next_groupmate_obs[0])
             next_mates = np.concatenate([o.reshape(k, -1) for o in group.next_groupmate_obs], axis=1).astype(np.float32)
-        else:
-            next_mates = np.zeros((0, self.obs_size), np.float32)
-        self.critic.note_agents(1 + max(g, len(next_mates)))
         return {
             "obs": obs,
             "next_obs": next_obs,
@@ -262,38 +265,51 @@ class POCALearner:
             "next_mates": next_mates,
         }
 
-    def _trajectory_rows(self, trajectory: tr.Trajectory) -> dict[str, np.ndarray]:
-        x = self._inputs(trajectory)
-        values = self.critic.value(x["obs"], x["mates"], x["absent"]).numpy()[:, 0]
-        baselines = self.critic.baseline(x["obs"], x["mates"], x["actions"], x["absent"]).numpy()[:, 0]
-        next_mates = x["next_mates"][np.newaxis]
-        value_next = float(self.critic.value(x["next_obs"], next_mates, np.zeros(next_mates.shape[:2], np.float32))[0, 0])
-        group = trajectory.group
-        all_done = group is None or group.all_groupmates_done
-        # Terminal only when the agent's done was reached, it was not a time limit, and its whole group was done:
-        # an agent that leaves early bootstraps from the group's value after it (module docstring).
-        if trajectory.done_reached and not trajectory.interrupted and all_done:
-            value_next = 0.0
-        rewards = extrinsic_rewards(trajectory, self.strength)
-        returns = lambda_return(rewards, values, value_next, self.gamma, self.hyperparameters.lambd)
-        log_probs = trajectory.continuous_log_probs.sum(axis=1) + trajectory.discrete_log_probs.sum(axis=1)
-        mask = (
-            trajectory.action_mask.astype(np.float32)
-            if trajectory.action_mask is not None
-            else np.zeros((trajectory.length, 0), np.float32)
-        )
-        return {
-            **{k: x[k] for k in ("obs", "mates", "actions", "absent")},
-            "continuous_actions": trajectory.continuous_actions.astype(np.float32),
-            "discrete_actions": trajectory.discrete_actions.astype(np.int32),
-            "action_mask": mask,
-            "old_log_probs": log_probs.astype(np.float32),
-            "returns": returns,
-            "advantages": (returns - baselines).astype(np.float32),
-            "old_values": values.astype(np.float32),
-            "old_baselines": baselines.astype(np.float32),
-            "rewards": rewards,
-        }
+    def _rows_of_pending(self) -> None:
+        """The waiting trajectories as update rows: values, baselines and the next values in one pass each, then each
+        trajectory's lambda-returns and advantages (module docstring)."""
+        if not self._pending:
+            return
+        trajectories, self._pending = self._pending, []
+        xs = [self._inputs(t) for t in trajectories]
+        g = max(x["mates"].shape[1] for x in xs)
+        k = max(len(x["next_mates"]) for x in xs)
+        self.critic.note_agents(1 + max(g, k))
+        batch = _padded(xs, g)
+        values = self._values(batch["obs"], batch["mates"], batch["absent"]).numpy()[:, 0]
+        baselines = self._baselines(batch["obs"], batch["mates"], batch["actions"], batch["absent"]).numpy()[:, 0]
+        next_mates = np.zeros((len(xs), k, self.obs_size), np.float32)
+        next_absent = np.ones((len(xs), k), np.float32)
+        for j, x in enumerate(xs):
+            next_mates[j, : len(x["next_mates"])] = x["next_mates"]
+            next_absent[j, : len(x["next_mates"])] = 0.0
+        next_obs = np.concatenate([x["next_obs"] for x in xs])
+        next_values = self._values(next_obs, next_mates, next_absent).numpy()[:, 0]
+        start = 0
+        returns, rewards = [], []
+        for j, trajectory in enumerate(trajectories):
+            end = start + trajectory.length
+            group = trajectory.group
+            all_done = group is None or group.all_groupmates_done
+            # Terminal only when the agent's done was reached, it was not a time limit, and its whole group was
+            # done: an agent that leaves early bootstraps from the group's value after it (module docstring).
+            terminal = trajectory.done_reached and not trajectory.interrupted and all_done
+            value_next = 0.0 if terminal else float(next_values[j])
+            rewards.append(extrinsic_rewards(trajectory, self.strength))
+            returns.append(lambda_return(rewards[-1], values[start:end], value_next, self.gamma, self.hyperparameters.lambd))
+            start = end
+        batch["returns"] = np.concatenate(returns)
+        batch["rewards"] = np.concatenate(rewards)
+        batch["advantages"] = (batch["returns"] - baselines).astype(np.float32)
+        batch["old_values"] = values.astype(np.float32)
+        batch["old_baselines"] = baselines.astype(np.float32)
+        batch["continuous_actions"] = np.concatenate([t.continuous_actions for t in trajectories]).astype(np.float32)
+        batch["discrete_actions"] = np.concatenate([t.discrete_actions for t in trajectories]).astype(np.int32)
+        log_probs = [t.continuous_log_probs.sum(axis=1) + t.discrete_log_probs.sum(axis=1) for t in trajectories]
+        batch["old_log_probs"] = np.concatenate(log_probs).astype(np.float32)
+        masks = [t.action_mask if t.action_mask is not None else np.zeros((t.length, 0), bool) for t in trajectories]
+        batch["action_mask"] = np.concatenate(masks).astype(np.float32)
+        self._rows.append(batch)
 
     def _record_group_episode(self, trajectory: tr.Trajectory) -> None:
         """ML-Agents' ``Environment/Group Cumulative Reward``: an agent's group rewards over its episode, reported
@@ -313,7 +329,8 @@ class POCALearner:
     # -- the update ------------------------------------------------------------------------------------
 
     def ready_to_update(self) -> bool:
-        return sum(len(r["obs"]) for r in self._rows) >= self.hyperparameters.buffer_size
+        waiting = sum(t.length for t in self._pending)
+        return waiting + sum(len(r["obs"]) for r in self._rows) >= self.hyperparameters.buffer_size
 
     def _buffer(self) -> dict[str, np.ndarray]:
         """Every row taken in, groupmate slots padded to the most in the buffer (empty slots absent)."""
@@ -333,7 +350,7 @@ class POCALearner:
         return {key: np.concatenate([r[key] for r in rows]) for key in rows[0]}
 
     def schedules(self) -> tuple[float, float, float]:
-        hp, max_steps, step = self.hyperparameters, self.settings.max_steps, int(self.step.numpy())
+        hp, max_steps, step = self.hyperparameters, self.settings.max_steps, self.trainer_step
         return (
             decayed_value(hp.learning_rate_schedule, hp.learning_rate, MIN_LEARNING_RATE, max_steps, step),
             decayed_value(hp.effective_epsilon_schedule, hp.epsilon, MIN_EPSILON, max_steps, step),
@@ -371,6 +388,8 @@ class POCALearner:
             ML-Agents' tags: the losses averaged over minibatches (the policy loss's absolute value), the scheduled
             values, and the group cumulative reward of the episodes that ended since the last update.
         """
+        self._rows_of_pending()
+        self._sync_step()
         if not self._rows:
             return {}
         buffer = self._buffer()
@@ -420,16 +439,47 @@ class POCALearner:
 
     def save_extra(self, directory: Path) -> None:
         del directory  # the rows waiting for an update are not checkpointed (as PPO's update buffer)
+        self._sync_step()
 
     def load_extra(self, directory: Path) -> None:
         del directory
 
+    def _sync_step(self) -> None:
+        """Adds the experiences counted since the last sync to ``step``: one TensorFlow op per update, not per take-in."""
+        if self._steps_to_add:
+            self.step.assign_add(self._steps_to_add)
+            self._steps_to_add = 0
+
     @property
     def trainer_step(self) -> int:
+        self._sync_step()
         return int(self.step.numpy())
 
     def set_step(self, step: int) -> None:
+        self._steps_to_add = 0
         self.step.assign(step)
+
+
+def _padded(xs: list[dict[str, np.ndarray]], g: int) -> dict[str, np.ndarray]:
+    """The per-step inputs of many trajectories concatenated, groupmate slots padded to ``g`` (padding absent)."""
+
+    def pad(x: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        extra = g - x["mates"].shape[1]
+        if not extra:
+            return x["mates"], x["actions"], x["absent"]
+        return (
+            np.pad(x["mates"], ((0, 0), (0, extra), (0, 0))),
+            np.pad(x["actions"], ((0, 0), (0, extra), (0, 0))),
+            np.pad(x["absent"], ((0, 0), (0, extra)), constant_values=1.0),
+        )
+
+    mates, actions, absent = zip(*(pad(x) for x in xs), strict=True)
+    return {
+        "obs": np.concatenate([x["obs"] for x in xs]),
+        "mates": np.concatenate(mates),
+        "actions": np.concatenate(actions),
+        "absent": np.concatenate(absent),
+    }
 
 
 class _Actions:

@@ -99,8 +99,12 @@ def test_an_agent_that_leaves_early_bootstraps_from_the_group_value() -> None:
     """Done while a groupmate acts on: the last return is reward + gamma * V(after); with the group done too: 0."""
     learner = POCALearner(PARAMS, settings(lambd=1.0), seed=1)
     leaving = _trajectory(3, True, False)
-    early = learner._trajectory_rows(leaving)
-    together = learner._trajectory_rows(_trajectory(3, True, True))
+    learner.add_trajectories([leaving])
+    learner._rows_of_pending()
+    (early,) = learner._rows
+    learner.add_trajectories([_trajectory(3, True, True)])
+    learner._rows_of_pending()
+    together = learner._rows[1]
     assert together["returns"][-1] == pytest.approx(together["rewards"][-1])
     assert leaving.group is not None
     after = learner.critic.value(
