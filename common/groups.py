@@ -158,7 +158,7 @@ def max_group_size(params: BrainParameters, trajectory_bytes: int, time_horizon:
     return min(MAX_GROUP_AGENTS, 1 + room // per_groupmate)
 
 
-class _WarnOnce:
+class WarnOnce:
     """Logs its warning the first time only, for the process (as ML-Agents' trainers warn)."""
 
     def __init__(self) -> None:
@@ -177,19 +177,20 @@ class _WarnOnce:
         )
 
 
-_warn_once = _WarnOnce()
+_warn_once = WarnOnce()
 
 
-def fold_group_rewards(trajectories: Sequence, trainer_type: str) -> None:
+def fold_group_rewards(trajectories: Sequence, trainer_type: str, warn: WarnOnce = _warn_once) -> None:
     """For a trainer without groups (``ppo``, ``sac``): add each trajectory's group reward to its rewards, in place
     of the trajectory's ``rewards`` array (a new array; the old may be read-only), and warn once, as ML-Agents does.
 
     Args:
         trajectories: ``common.trajectory.Trajectory`` objects; those without group data are left alone.
+        warn: warns once per trainer type (the process's own by default).
     """
     for trajectory in trajectories:
         group = trajectory.group
         if group is None:
             continue
-        _warn_once(f"trainer_type: {trainer_type}")
+        warn(f"trainer_type: {trainer_type}")
         trajectory.rewards = (trajectory.rewards + group.group_rewards).astype(np.float32)

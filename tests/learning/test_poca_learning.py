@@ -22,9 +22,9 @@ from envclient.pettingzoo_adapter import PettingZooClient
 from envclient.session import EnvSession
 from processor.behaviors import BehaviorRuntime, ProcessorSettings
 from processor.server import ProcessorServer, ServerOptions
+from tests.pettingzoo_envs import GoalLine
 from trainer.loop import TrainerLoop, configure_tf_threads
 from trainer.registry import make_learner
-from tests.pettingzoo_envs import GoalLine
 
 pytestmark = pytest.mark.learning
 
