@@ -285,6 +285,18 @@ class POCALearner:
             next_absent[j, : len(x["next_mates"])] = 0.0
         next_obs = np.concatenate([x["next_obs"] for x in xs])
         next_values = self._values(next_obs, next_mates, next_absent).numpy()[:, 0]
+        batch["returns"], batch["rewards"] = self._returns(trajectories, values, next_values)
+        batch["advantages"] = (batch["returns"] - baselines).astype(np.float32)
+        batch["old_values"] = values.astype(np.float32)
+        batch["old_baselines"] = baselines.astype(np.float32)
+        batch.update(_action_columns(trajectories))
+        self._rows.append(batch)
+
+    def _returns(
+        self, trajectories: Sequence[tr.Trajectory], values: np.ndarray, next_values: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(lambda-returns, extrinsic rewards), float32 ``[N]`` over the trajectories' steps in order; ``values``
+        ``[N]``, ``next_values`` one per trajectory."""
         start = 0
         returns, rewards = [], []
         for j, trajectory in enumerate(trajectories):
@@ -298,18 +310,7 @@ class POCALearner:
             rewards.append(extrinsic_rewards(trajectory, self.strength))
             returns.append(lambda_return(rewards[-1], values[start:end], value_next, self.gamma, self.hyperparameters.lambd))
             start = end
-        batch["returns"] = np.concatenate(returns)
-        batch["rewards"] = np.concatenate(rewards)
-        batch["advantages"] = (batch["returns"] - baselines).astype(np.float32)
-        batch["old_values"] = values.astype(np.float32)
-        batch["old_baselines"] = baselines.astype(np.float32)
-        batch["continuous_actions"] = np.concatenate([t.continuous_actions for t in trajectories]).astype(np.float32)
-        batch["discrete_actions"] = np.concatenate([t.discrete_actions for t in trajectories]).astype(np.int32)
-        log_probs = [t.continuous_log_probs.sum(axis=1) + t.discrete_log_probs.sum(axis=1) for t in trajectories]
-        batch["old_log_probs"] = np.concatenate(log_probs).astype(np.float32)
-        masks = [t.action_mask if t.action_mask is not None else np.zeros((t.length, 0), bool) for t in trajectories]
-        batch["action_mask"] = np.concatenate(masks).astype(np.float32)
-        self._rows.append(batch)
+        return np.concatenate(returns), np.concatenate(rewards)
 
     def _record_group_episode(self, trajectory: tr.Trajectory) -> None:
         """ML-Agents' ``Environment/Group Cumulative Reward``: an agent's group rewards over its episode, reported
@@ -458,6 +459,18 @@ class POCALearner:
     def set_step(self, step: int) -> None:
         self._steps_to_add = 0
         self.step.assign(step)
+
+
+def _action_columns(trajectories: Sequence[tr.Trajectory]) -> dict[str, np.ndarray]:
+    """The trajectories' actions, the processor's log-probs (summed per step) and masks, concatenated."""
+    log_probs = [t.continuous_log_probs.sum(axis=1) + t.discrete_log_probs.sum(axis=1) for t in trajectories]
+    masks = [t.action_mask if t.action_mask is not None else np.zeros((t.length, 0), bool) for t in trajectories]
+    return {
+        "continuous_actions": np.concatenate([t.continuous_actions for t in trajectories]).astype(np.float32),
+        "discrete_actions": np.concatenate([t.discrete_actions for t in trajectories]).astype(np.int32),
+        "old_log_probs": np.concatenate(log_probs).astype(np.float32),
+        "action_mask": np.concatenate(masks).astype(np.float32),
+    }
 
 
 def _padded(xs: list[dict[str, np.ndarray]], g: int) -> dict[str, np.ndarray]:

@@ -171,3 +171,20 @@ def test_ml_agents_poca_example_configs_parse_and_start(name: str) -> None:
     learner.add_trajectories([_trajectory(10, True, True), _trajectory(7, True, False)])
     assert learner.ready_to_update() and POLICY_LOSS in learner.update()
     assert learner.export_policy(1, learner.trainer_step).artifact.model
+
+
+def test_a_checkpoint_restores_actor_and_critic(tmp_path: Path) -> None:
+    import tensorflow as tf
+
+    learner = POCALearner(PARAMS, settings(), seed=1)
+    learner.add_trajectories([_trajectory(9, True, True), _trajectory(8, True, False)])
+    learner.update()
+    path = tf.train.Checkpoint(**learner.checkpoint_objects()).write(str(tmp_path / "ckpt"))
+    other = POCALearner(PARAMS, settings(), seed=2)
+    tf.train.Checkpoint(**other.checkpoint_objects()).read(path).assert_existing_objects_matched()
+    for a, b in zip(learner.critic.trainable_variables, other.critic.trainable_variables, strict=True):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+    for a, b in zip(learner.policy.trainable_variables, other.policy.trainable_variables, strict=True):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+    assert other.trainer_step == learner.trainer_step == 17
+    assert float(other.critic.max_agents.numpy()) == 2.0
