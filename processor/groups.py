@@ -23,16 +23,21 @@ ML-Agents' ``AgentProcessor`` has them (``_add_group_status_and_obs``, ``_proces
 * A BrainInfo without ``group_ids`` after the first that had them: every row in no group. An
   experience from before a session's first ``group_ids`` has no groupmates and no group reward.
 
-Storage: a group's statuses at one step are held once (``_StepStatus``: ``[K, ...]`` arrays for its
-``K`` members), and each member's experience holds a reference to it and its own row; so a step
-costs about ``2 O + 4 C + 4 B + 5`` bytes per grouped agent whatever the group size (``O``: one
-agent's observation bytes). A trajectory's ``[T, G, ...]`` arrays are built at its cut.
+Storage (``_RowLog``): every row of the behavior's BrainInfos since the first ``group_ids`` is held once, in
+growing arrays addressed by a global row number: its obs, the action returned for it, reward, done, group,
+group reward, the agent's previous row, and the rows of the groupmates its experience sees (computed per
+BrainInfo, vectorised, ``_mates``). An experience is a row with a previous row; a groupmate's status is its row
+(reward, done) and its previous row (what it acted on). A cut walks the agent's rows back ``T`` steps and
+gathers the ``[T, G, ...]`` arrays in a few numpy calls. When the log fills, the rows no live segment can read
+(further back than ``time_horizon`` rows of any live agent, and the rows its groupmates acted on) are dropped,
+and the arrays double: a row costs about ``O + 4 C + 4 B + 8 W + 30`` bytes (``O``: one agent's observation
+bytes, ``W``: the widest group less one), shared by every groupmate that reads it.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -111,139 +116,231 @@ def _vector(tensor: pb.Tensor, field: str, kinds: str, n: int, where: str) -> np
     return arr
 
 
-class _StepStatus:
-    """The statuses of one group's ``K`` members with an experience at one step: held once, shared by them."""
+class _RowLog:
+    """Every row of one session's behavior since its first ``group_ids``, held once, addressed by a global row
+    number ``g`` (index ``g - offset``; the oldest rows no segment needs are dropped as it fills).
 
-    __slots__ = ("continuous_actions", "discrete_actions", "done", "next_obs", "obs", "rewards")
+    Per row: its obs (the next obs of its experience), the action returned for it, its reward, done, group id and
+    group reward, ``prev`` (the agent's previous row, -1 at a first sighting: that row and its action are what the
+    experience at this row acted on), and ``mates`` (the rows of the groupmates its experience sees, -1 padded).
+    """
 
-    def __init__(
-        self,
-        obs: list[np.ndarray],
-        continuous_actions: np.ndarray,
-        discrete_actions: np.ndarray,
-        rewards: np.ndarray,
-        done: np.ndarray,
-        next_obs: list[np.ndarray],
-    ) -> None:
-        self.obs = obs
-        """One ``[K, *shape]`` per spec: what each member acted on."""
-        self.continuous_actions = continuous_actions
-        """float32 [K, C]."""
-        self.discrete_actions = discrete_actions
-        """int32 [K, B]."""
-        self.rewards = rewards
-        """float32 [K]: each member's own reward at the step."""
-        self.done = done
-        """bool [K]."""
-        self.next_obs = next_obs
-        """One ``[K, *shape]`` per spec: each member's current observation."""
+    def __init__(self, params: BrainParameters) -> None:
+        spec = params.action_spec
+        self.planes: dict[str, np.ndarray] = {
+            **{f"obs_{i}": np.zeros((0, *o.shape), o.dtype) for i, o in enumerate(params.observation_specs)},
+            "cont": np.zeros((0, spec.continuous_size), np.float32),
+            "disc": np.zeros((0, spec.num_branches), np.int32),
+            "reward": np.zeros(0, np.float32),
+            "done": np.zeros(0, bool),
+            "group": np.zeros(0, np.int64),
+            "group_reward": np.zeros(0, np.float32),
+            "prev": np.zeros(0, np.int64),
+            "mates": np.zeros((0, 0), np.int64),
+        }
+        self.n_obs = len(params.observation_specs)
+        self.prev_list: list[int] = []
+        """``prev`` of each row as a Python list: walking a chain reads it faster than the array."""
+        self.offset = 0
+        """The global number of index 0."""
+        self.size = 0
 
-    def seen_by(self, member: int) -> list[int]:
-        """The members whose status member ``member`` sees (module docstring: terminal steps first)."""
-        mine_done = bool(self.done[member])
-        return [j for j in range(len(self.done)) if j != member and (mine_done or not self.done[j])]
+    @property
+    def end(self) -> int:
+        """The global number the next row gets."""
+        return self.offset + self.size
+
+    def append(self, columns: dict[str, np.ndarray], keep_from: Callable[[], int]) -> None:
+        """Append ``n`` rows (one array per plane, ``mates`` of any width); ``keep_from()`` gives the oldest global
+        row still needed, asked when the log is full."""
+        n = len(columns["prev"])
+        capacity = len(self.planes["prev"])
+        width = max(self.planes["mates"].shape[1], columns["mates"].shape[1])
+        if self.size + n > capacity or width > self.planes["mates"].shape[1]:
+            self._regrow(n, width, keep_from() if self.size + n > capacity else self.offset)
+        at = slice(self.size, self.size + n)
+        for key, value in columns.items():
+            if key == "mates":
+                self.planes[key][at] = -1
+                self.planes[key][at, : value.shape[1]] = value
+            else:
+                self.planes[key][at] = value
+        self.prev_list.extend(columns["prev"].tolist())
+        self.size += n
+
+    def _regrow(self, n: int, width: int, keep_from: int) -> None:
+        """Drop the rows before ``keep_from``; room for ``n`` more (doubling); ``mates`` at least ``width`` wide."""
+        drop = max(0, min(keep_from, self.end) - self.offset)
+        kept = self.size - drop
+        capacity = max(2 * (kept + n), 256)
+        for key, plane in self.planes.items():
+            shape = (capacity, max(width, plane.shape[1])) if key == "mates" else (capacity, *plane.shape[1:])
+            grown = np.full(shape, -1, plane.dtype) if key == "mates" else np.zeros(shape, plane.dtype)
+            if key == "mates":
+                grown[:kept, : plane.shape[1]] = plane[drop : self.size]
+            else:
+                grown[:kept] = plane[drop : self.size]
+            self.planes[key] = grown
+        del self.prev_list[:drop]
+        self.offset += drop
+        self.size = kept
+
+    def take(self, key: str, rows: np.ndarray) -> np.ndarray:
+        """Plane ``key`` at global rows ``rows`` (any shape)."""
+        return self.planes[key][rows - self.offset]
 
 
-_Entry = tuple["_StepStatus | None", int, float]
-"""One experience's group side: (its group's statuses at the step, or None; its own row in them; group reward)."""
+def _mates(group: np.ndarray, done: np.ndarray, seeing: np.ndarray) -> np.ndarray:
+    """For each row of one BrainInfo, the rows of the groupmates its experience sees: int64 ``[N, W]``, -1 padded.
+
+    Args:
+        group: int64 [N], 0 = no group.
+        done: bool [N].
+        seeing: bool [N], the rows with an experience in a group (the only ones that see or are seen).
+    """
+    n = len(group)
+    rows = np.flatnonzero(seeing)
+    if not len(rows):
+        return np.full((n, 0), -1, np.int64)
+    order = rows[np.argsort(group[rows], kind="stable")]
+    _, starts, counts = np.unique(group[order], return_index=True, return_counts=True)
+    width = int(counts.max())
+    # members[k, j]: the j-th row of the k-th group (-1 past its size).
+    index = starts[:, np.newaxis] + np.arange(width)
+    members = np.where(np.arange(width) < counts[:, np.newaxis], order[np.minimum(index, len(order) - 1)], -1)
+    group_of = np.repeat(np.arange(len(starts)), counts)  # per row of ``order``
+    candidates = members[group_of]  # [len(order), width]
+    me = order[:, np.newaxis]
+    valid = (candidates >= 0) & (candidates != me)
+    # Terminal steps first: a row that goes on does not see the groupmates whose episode ended at this step.
+    valid &= done[order][:, np.newaxis] | ~done[np.maximum(candidates, 0)]
+    packed = np.take_along_axis(candidates, np.argsort(~valid, axis=1, kind="stable"), axis=1)
+    packed = np.where(np.sort(~valid, axis=1), -1, packed)
+    out = np.full((n, max(width - 1, 0)), -1, np.int64)
+    out[order] = packed[:, : out.shape[1]]
+    return out
 
 
 class _BehaviorGroups:
-    """The group side of one session's agents of one behavior."""
+    """The group side of one session's agents of one behavior, vectorised over each BrainInfo's rows."""
 
-    def __init__(self, params: BrainParameters, max_group_size: int) -> None:
+    def __init__(self, params: BrainParameters, max_group_size: int, time_horizon: int) -> None:
         self.params = params
         self.max_group_size = max_group_size
-        self._pending: dict[int, tuple[list[np.ndarray], np.ndarray, np.ndarray]] = {}
-        """Agent id -> its previous row's obs (one per spec) and the continuous and discrete action returned for it."""
-        self._entries: dict[int, list[_Entry]] = {}
-        """Agent id -> the group side of each experience of its current segment."""
+        self.time_horizon = time_horizon
+        self.log = _RowLog(params)
+        self._last: dict[int, int] = {}
+        """Agent id -> its last row (global number), for every agent whose episode goes on."""
 
     def add(self, info: DecodedBrainInfo, groups: GroupInfo | None, actions: StepActions, cut: Sequence[Trajectory]) -> None:
         """Record one step (after ``TrajectoryAssembler.add`` took it) and fill ``cut``'s ``group``."""
         ids = info.agent_ids.tolist()
         n = len(ids)
-        group_ids = groups.group_ids.tolist() if groups is not None else [0] * n
-        group_rewards = groups.group_rewards.tolist() if groups is not None else [0.0] * n
-        members: dict[int, list[int]] = {}
-        for r, agent in enumerate(ids):
-            if agent in self._pending and group_ids[r] > 0:
-                members.setdefault(group_ids[r], []).append(r)
-        statuses: dict[int, tuple[_StepStatus, int]] = {}
-        for rows in members.values():
-            status = self._status(rows, info)
-            statuses.update({r: (status, k) for k, r in enumerate(rows)})
-        for r, agent in enumerate(ids):
-            if agent in self._pending:
-                held = statuses.get(r)
-                entry: _Entry = (None, 0, group_rewards[r]) if held is None else (*held, group_rewards[r])
-                self._entries[agent].append(entry)
+        base = self.log.end
+        prev = np.fromiter(map(self._last.get, ids, [-1] * n), np.int64, n)
+        group = groups.group_ids if groups is not None else np.zeros(n, np.int64)
+        seeing = (prev >= 0) & (group > 0)
+        mates = _mates(group, info.done, seeing)
+        columns = {f"obs_{i}": o for i, o in enumerate(info.observations)}
+        columns |= {
+            "cont": actions.continuous_actions,
+            "disc": actions.discrete_actions,
+            "reward": info.rewards,
+            "done": info.done,
+            "group": group,
+            "group_reward": groups.group_rewards if groups is not None else np.zeros(n, np.float32),
+            "prev": prev,
+            "mates": np.where(mates >= 0, mates + base, -1),
+        }
+        self.log.append(columns, self._keep_from)
+        rows = base + np.arange(n)
+        for r in info.done.nonzero()[0].tolist():
+            self._last.pop(ids[r], None)
+        live = ~info.done
+        self._last.update(zip(info.agent_ids[live].tolist(), rows[live].tolist(), strict=True))
+        row_of = dict(zip(ids, rows.tolist(), strict=True))
         for trajectory in cut:
-            trajectory.group = self._take(trajectory)
-        cont, disc = actions.continuous_actions, actions.discrete_actions
-        for r, agent in enumerate(ids):
-            if info.done[r]:
-                self._pending.pop(agent, None)
-                self._entries.pop(agent, None)
-            else:
-                self._pending[agent] = ([o[r].copy() for o in info.observations], cont[r].copy(), disc[r].copy())
-                self._entries.setdefault(agent, [])
+            trajectory.group = self._take(trajectory, row_of[trajectory.id.agent_id])
 
-    def _status(self, rows: list[int], info: DecodedBrainInfo) -> _StepStatus:
-        pending = [self._pending[int(info.agent_ids[r])] for r in rows]
-        n_obs = len(self.params.observation_specs)
-        return _StepStatus(
-            obs=[np.stack([p[0][i] for p in pending]) for i in range(n_obs)],
-            continuous_actions=np.stack([p[1] for p in pending]),
-            discrete_actions=np.stack([p[2] for p in pending]),
-            rewards=info.rewards[rows],
-            done=info.done[rows],
-            next_obs=[o[rows] for o in info.observations],
-        )
+    def _keep_from(self) -> int:
+        """The oldest row a live segment may still read: walk each live agent back ``time_horizon`` rows, and take
+        the previous rows of the groupmates those rows saw."""
+        if not self._last:
+            return self.log.end
+        pointer = np.fromiter(self._last.values(), np.int64, len(self._last))
+        oldest = int(pointer.min())
+        for _ in range(self.time_horizon + 1):
+            pointer = pointer[pointer >= self.log.offset]
+            if not len(pointer):
+                break
+            oldest = min(oldest, int(pointer.min()))
+            mates = self.log.take("mates", pointer)
+            seen = mates[mates >= 0]
+            if len(seen):
+                mate_prev = self.log.take("prev", seen)
+                mate_prev = mate_prev[mate_prev >= 0]
+                if len(mate_prev):
+                    oldest = min(oldest, int(mate_prev.min()))
+            pointer = self.log.take("prev", pointer)
+        return oldest
 
     def flushed(self, trajectories: Sequence[Trajectory]) -> None:
         """Fill the ``group`` of trajectories the session-end flush cut; their agents are forgotten."""
         for trajectory in trajectories:
-            trajectory.group = self._take(trajectory)
-            self._pending.pop(trajectory.id.agent_id, None)
+            row = self._last.pop(trajectory.id.agent_id)
+            trajectory.group = self._take(trajectory, row)
 
-    def _take(self, trajectory: Trajectory) -> GroupData:
-        """The group side of ``trajectory``'s experiences; its agent's segment starts again empty."""
-        entries = self._entries.pop(trajectory.id.agent_id, [])
+    def _chain(self, last: int, t: int) -> np.ndarray:
+        """The rows of an agent's last ``t`` experiences ending at row ``last``, oldest first; fewer when its rows
+        before the behavior's first ``group_ids`` are not in the log."""
+        chain: list[int] = []
+        row = last
+        prev = self.log.prev_list
+        offset = self.log.offset
+        while len(chain) < t and row >= offset:
+            before = prev[row - offset]
+            if before < 0:
+                break
+            chain.append(row)
+            row = before
+        return np.array(chain[::-1], np.int64)
+
+    def _take(self, trajectory: Trajectory, last: int) -> GroupData:
+        """The group side of ``trajectory``, whose last experience is at row ``last``."""
         t = trajectory.length
-        assert len(entries) <= t, f"{len(entries)} group entries for a trajectory of {t} experiences"
-        entries = [(None, 0, 0.0)] * (t - len(entries)) + entries  # experiences from before the first group_ids
-        seen = [status.seen_by(k) if status is not None else [] for status, k, _ in entries]
-        g = max((len(s) for s in seen), default=0)
-        spec = self.params.action_spec
-        specs = self.params.observation_specs
-        data = GroupData(
-            group_rewards=np.array([reward for _, _, reward in entries], dtype=np.float32),
-            groupmate_obs=[np.zeros((t, g, *s.shape), s.dtype) for s in specs],
-            groupmate_continuous_actions=np.zeros((t, g, spec.continuous_size), np.float32),
-            groupmate_discrete_actions=np.zeros((t, g, spec.num_branches), np.int32),
-            groupmate_rewards=np.zeros((t, g), np.float32),
-            groupmate_status=np.zeros((t, g), np.uint8),
-            next_groupmate_obs=[np.zeros((0, *s.shape), s.dtype) for s in specs],
+        rows = self._chain(last, t)
+        log, specs, spec = self.log, self.params.observation_specs, self.params.action_spec
+        mates = log.take("mates", rows) if len(rows) else np.zeros((0, 0), np.int64)
+        present = mates >= 0
+        g = int(present.sum(axis=1).max()) if len(rows) else 0
+        mates, present = mates[:, :g], present[:, :g]
+        pad = t - len(rows)  # experiences from before the first group_ids: no groupmates
+        seen = mates[present]  # the groupmates' rows, step by step
+        acted_on = log.take("prev", seen)
+        where = np.zeros((t, g), bool)
+        where[pad:] = present
+
+        def steps(values: np.ndarray, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+            """``[t, g, *shape]``: ``values`` (one per seen groupmate) in their slots, zeros elsewhere."""
+            out = np.zeros((t, g, *shape), dtype)
+            out[where] = values
+            return out
+
+        last_mates = mates[-1][present[-1]] if len(rows) else np.zeros(0, np.int64)
+        return GroupData(
+            group_rewards=np.concatenate([np.zeros(pad, np.float32), log.take("group_reward", rows)]),
+            groupmate_obs=[steps(log.take(f"obs_{i}", acted_on), s.shape, s.dtype) for i, s in enumerate(specs)],
+            groupmate_continuous_actions=steps(log.take("cont", acted_on), (spec.continuous_size,), np.dtype(np.float32)),
+            groupmate_discrete_actions=steps(log.take("disc", acted_on), (spec.num_branches,), np.dtype(np.int32)),
+            groupmate_rewards=steps(log.take("reward", seen), (), np.dtype(np.float32)),
+            groupmate_status=steps(np.where(log.take("done", seen), DONE, ACTING), (), np.dtype(np.uint8)),
+            next_groupmate_obs=[log.take(f"obs_{i}", last_mates) for i in range(len(specs))],
         )
-        for step, ((status, _, _), mates) in enumerate(zip(entries, seen, strict=True)):
-            if status is not None and mates:
-                _fill(data, step, status, mates)
-        last = entries[-1][0] if t else None
-        if last is not None:
-            data.next_groupmate_obs = [obs[seen[-1]] for obs in last.next_obs]
-        return data
 
 
-def _fill(data: GroupData, step: int, status: _StepStatus, mates: list[int]) -> None:
-    """Write the statuses of members ``mates`` into the first ``len(mates)`` slots of ``data``'s row ``step``."""
-    m = len(mates)
-    for i, obs in enumerate(status.obs):
-        data.groupmate_obs[i][step, :m] = obs[mates]
-    data.groupmate_continuous_actions[step, :m] = status.continuous_actions[mates]
-    data.groupmate_discrete_actions[step, :m] = status.discrete_actions[mates]
-    data.groupmate_rewards[step, :m] = status.rewards[mates]
-    data.groupmate_status[step, :m] = np.where(status.done[mates], DONE, ACTING)
+def _new_behavior(params: BrainParameters, time_horizon: int, max_bytes: int) -> _BehaviorGroups:
+    bound = TrajectorySize.of(params).at_most(time_horizon)
+    return _BehaviorGroups(params, max_group_size(params, bound, time_horizon, max_bytes), time_horizon)
 
 
 class SessionGroups:
@@ -263,10 +360,7 @@ class SessionGroups:
         Raises:
             ProtocolError: names the agent; nothing is recorded.
         """
-        behavior = self._behaviors.get(params.behavior_name)
-        if behavior is None:
-            bound = TrajectorySize.of(params).at_most(time_horizon)
-            behavior = _BehaviorGroups(params, max_group_size(params, bound, time_horizon, max_bytes))
+        behavior = self._behaviors.get(params.behavior_name) or _new_behavior(params, time_horizon, max_bytes)
         where = f"behavior '{params.behavior_name}' (session {self.session_id})"
         groups = decode_groups(msg, info.agent_ids, where, behavior.max_group_size)
         if groups is None:
@@ -282,6 +376,10 @@ class SessionGroups:
         for g in np.unique(groups.group_ids[groups.group_ids > 0]).tolist():
             self._owner.setdefault(int(g), params.behavior_name)
         return groups
+
+    def start(self, params: BrainParameters, time_horizon: int, max_bytes: int) -> None:
+        """Start the behavior's group side now (``decode`` does at the first BrainInfo with ``group_ids``)."""
+        self._behaviors.setdefault(params.behavior_name, _new_behavior(params, time_horizon, max_bytes))
 
     def active(self, behavior_name: str) -> bool:
         """The session sent ``group_ids`` for the behavior at least once."""

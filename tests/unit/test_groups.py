@@ -30,6 +30,7 @@ from tests.group_cases import (
     HYBRID,
     GroupCase,
     GRow,
+    GStep,
     check_group,
     expected_by_key,
     group_brain_info,
@@ -179,3 +180,62 @@ def test_the_sdk_sends_both_group_fields() -> None:
     assert groups.group_ids.tolist() == [3, 0] and groups.group_rewards.tolist() == [0.0, 0.0]
     plain = brain_info_message("Walker", np.array([1, 2]), obs, np.zeros(2), np.zeros(2, bool))
     assert not plain.HasField("group_ids") and decode_groups(plain, info.agent_ids, "w", 4) is None
+
+
+def reference_groupmates(steps: list[GStep]) -> dict[tuple[str, int], list[list[tuple[int, float, float, bool]]]]:
+    """The rules restated per agent, naively: per (session, agent), each experience's groupmates as
+    (agent, obs acted on, reward, done), in row order; episodes concatenated."""
+    last: dict[tuple[str, int], float] = {}
+    seen: dict[tuple[str, int], list[list[tuple[int, float, float, bool]]]] = {}
+    for st in steps:
+        having = [r for r in st.rows if (st.session, r.agent_id) in last and r.group > 0]
+        for r in st.rows:
+            key = (st.session, r.agent_id)
+            if key not in last:
+                continue
+            mates = [
+                (m.agent_id, last[(st.session, m.agent_id)], m.reward, m.done)
+                for m in having
+                if r.group > 0 and m.group == r.group and m.agent_id != r.agent_id and (r.done or not m.done)
+            ]
+            seen.setdefault(key, []).append(mates)
+        for r in st.rows:
+            if r.done:
+                last.pop((st.session, r.agent_id), None)
+            else:
+                last[(st.session, r.agent_id)] = r.obs
+    return seen
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_a_long_random_stream_matches_the_rules_restated(seed: int) -> None:
+    """Hundreds of steps (the row log drops what no segment needs many times): agents skip steps, die early,
+    change groups; every experience's groupmates are the rules' own."""
+    rng = np.random.default_rng(seed)
+    steps = []
+    for _ in range(600):
+        rows = []
+        for agent in range(9):
+            if rng.random() < 0.2:
+                continue
+            done = bool(rng.random() < 0.05)
+            rows.append(
+                GRow(agent, float(rng.integers(0, 1000)) / 8, float(rng.integers(-4, 5)), done, group=int(rng.integers(0, 3)))
+            )
+        steps.append(gstep(*rows))
+    case = GroupCase("random", "", tuple(steps), (), time_horizon=16)
+    published = run_groups(case, CONTINUOUS)
+    got: dict[tuple[str, int], list[list[tuple[int, float, float, bool]]]] = {}
+    for (session, agent, _), trajectory in sorted(published, key=lambda p: p[1].id.sequence):
+        group = trajectory.group
+        assert group is not None
+        for step in range(trajectory.length):
+            mates = []
+            for j in np.flatnonzero(group.groupmate_status[step]).tolist():
+                obs = float(group.groupmate_obs[0][step, j, 0])
+                mates.append((obs, float(group.groupmate_rewards[step, j]), bool(group.groupmate_status[step, j] == 2)))
+            got.setdefault((session, agent), []).append(mates)
+    want = reference_groupmates(steps)
+    assert sorted(got) == sorted(want)
+    for key, experiences in want.items():
+        assert [[m[1:] for m in step] for step in experiences] == got[key], key
