@@ -9,22 +9,12 @@ group per copy), the real processor (group assembly), and the trainer loop with 
 
 from __future__ import annotations
 
-import asyncio
-import threading
-import time
-
 import numpy as np
 import pytest
 
 from common.config import BehaviorSettings, NetworkSettings, POCAHyperparameters, PPOHyperparameters, TrainerType
-from common.topics import TRAINER_SUBSCRIBER
-from envclient.pettingzoo_adapter import PettingZooClient
-from envclient.session import EnvSession
-from processor.behaviors import BehaviorRuntime, ProcessorSettings
-from processor.server import ProcessorServer, ServerOptions
+from tests.learning.multiagent_harness import train_pettingzoo
 from tests.pettingzoo_envs import GoalLine
-from trainer.loop import TrainerLoop, configure_tf_threads
-from trainer.registry import make_learner
 
 pytestmark = pytest.mark.learning
 
@@ -56,50 +46,10 @@ def behavior_settings(trainer: TrainerType) -> BehaviorSettings:
 
 def train_on_goal_line(trainer: TrainerType, seed: int) -> tuple[list[float], float]:
     """(each group episode's group return, in order; wall seconds) of one run."""
-    configure_tf_threads()
-    return asyncio.run(_run(behavior_settings(trainer), seed))
-
-
-async def _run(settings: BehaviorSettings, seed: int) -> tuple[list[float], float]:
-    started = time.monotonic()
-    client = PettingZooClient(GoalLine, num_envs=NUM_ENVS, seed=seed)
-    params = client.brain_parameters[BEHAVIOR]
-    learner = make_learner(params, settings, seed)
-    runtime = BehaviorRuntime.from_settings(settings)
-    server = ProcessorServer(ProcessorSettings(behaviors={BEHAVIOR: runtime}, strict=True, seed=seed), ServerOptions(port=0))
-    port = await server.start()
-    topics = server.topics
-    subscription = topics.trajectories(BEHAVIOR).subscribe(TRAINER_SUBSCRIBER)
-    loop = TrainerLoop(
-        BEHAVIOR,
-        learner,
-        subscription,
-        topics.policies(BEHAVIOR),
-        settings,
-        results_dir=None,
-        run_started_at=time.time(),
-        seed=seed,
-        poll_s=0.05,
+    stats, seconds = train_pettingzoo(
+        GoalLine, BEHAVIOR, behavior_settings(trainer), seed=seed, num_envs=NUM_ENVS, timeout_s=120
     )
-    trainer_stop, env_stop = threading.Event(), asyncio.Event()
-    trainer = asyncio.ensure_future(asyncio.to_thread(loop.run, trainer_stop))
-
-    async def play() -> list[float]:
-        async with EnvSession(f"127.0.0.1:{port}", "goal-line", [params]) as session:
-            stats = await client.run(session, stop=env_stop)
-        return stats.group_returns
-
-    env = asyncio.ensure_future(play())
-    try:
-        await asyncio.wait_for(asyncio.shield(trainer), timeout=120)
-    finally:
-        trainer_stop.set()
-        await asyncio.gather(trainer, return_exceptions=True)
-        topics.trajectories(BEHAVIOR).remove(TRAINER_SUBSCRIBER)
-        env_stop.set()
-        returns = await asyncio.wait_for(env, timeout=10)
-        await server.stop(1.0)
-    return returns, time.monotonic() - started
+    return stats.group_returns, seconds
 
 
 def test_poca_learns_to_finish_where_independent_ppo_does_not() -> None:
