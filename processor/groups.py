@@ -83,6 +83,9 @@ def decode_groups(msg: pb.BrainInfo, agent_ids: np.ndarray, where: str, max_agen
     n = len(agent_ids)
     ids = _vector(msg.group_ids, "group_ids", "iu", n, where)
     rewards = _vector(msg.group_rewards, "group_rewards", "f", n, where).astype(np.float32, copy=False)
+    if ids.dtype.kind == "u" and len(ids) and int(ids.max()) > np.iinfo(np.int64).max:
+        r = int(np.argmax(ids))
+        raise ProtocolError(f"{where}: group_ids of agent {int(agent_ids[r])} is {int(ids[r])}, over 2^63 - 1")
     negative = ids < 0
     if negative.any():
         r = int(np.flatnonzero(negative)[0])

@@ -118,6 +118,15 @@ def test_group_over_the_cap_names_the_first_agent_over_it() -> None:
     assert "agent 14 is agent 5 of group 2" in message and "at most 4 agents per group" in message
 
 
+def test_a_group_id_over_int64_is_refused() -> None:
+    message = _bad([GRow(1, 0.1, group=1), GRow(3, 0.2, group=1)], mutate=_set_ids(np.array([1, 2**64 - 1], np.uint64)))
+    assert "group_ids of agent 3 is 18446744073709551615" in message
+
+
+def _set_ids(values: np.ndarray) -> Callable[[pb.BrainInfo], object]:
+    return lambda msg: to_tensor(values, msg.group_ids)
+
+
 def test_one_field_without_the_other_is_refused() -> None:
     message = _bad([GRow(1, 0.1, group=1)], mutate=lambda m: m.ClearField("group_rewards"))
     assert "group_ids sent without group_rewards" in message
