@@ -206,21 +206,25 @@ def _mates(group: np.ndarray, done: np.ndarray, seeing: np.ndarray) -> np.ndarra
     if not len(rows):
         return np.full((n, 0), -1, np.int64)
     order = rows[np.argsort(group[rows], kind="stable")]
-    _, starts, counts = np.unique(group[order], return_index=True, return_counts=True)
-    width = int(counts.max())
-    # members[k, j]: the j-th row of the k-th group (-1 past its size).
-    index = starts[:, np.newaxis] + np.arange(width)
-    members = np.where(np.arange(width) < counts[:, np.newaxis], order[np.minimum(index, len(order) - 1)], -1)
-    group_of = np.repeat(np.arange(len(starts)), counts)  # per row of ``order``
-    candidates = members[group_of]  # [len(order), width]
-    me = order[:, np.newaxis]
-    valid = (candidates >= 0) & (candidates != me)
+    sorted_groups = group[order]
+    first = np.empty(len(order), bool)
+    first[0] = True
+    np.not_equal(sorted_groups[1:], sorted_groups[:-1], out=first[1:])
+    which = np.cumsum(first) - 1  # per row of ``order``: its group's number
+    starts = np.flatnonzero(first)
+    position = np.arange(len(order)) - starts[which]
+    width = int(position.max()) + 1
+    members = np.full((len(starts), width), -1, np.int64)  # members[k, j]: the j-th row of the k-th group
+    members[which, position] = order
+    candidates = members[which]  # [len(order), width]
+    valid = (candidates >= 0) & (candidates != order[:, np.newaxis])
     # Terminal steps first: a row that goes on does not see the groupmates whose episode ended at this step.
-    valid &= done[order][:, np.newaxis] | ~done[np.maximum(candidates, 0)]
-    packed = np.take_along_axis(candidates, np.argsort(~valid, axis=1, kind="stable"), axis=1)
-    packed = np.where(np.sort(~valid, axis=1), -1, packed)
-    out = np.full((n, max(width - 1, 0)), -1, np.int64)
-    out[order] = packed[:, : out.shape[1]]
+    valid &= done[order][:, np.newaxis] | ~done[candidates]  # candidates of -1 read the last row: masked already
+    # The valid ones first, in row order: each to the slot its rank among the row's valid ones gives.
+    at_row, at_column = valid.nonzero()
+    slot = np.cumsum(valid, axis=1)[at_row, at_column] - 1
+    out = np.full((n, width - 1), -1, np.int64)
+    out[order[at_row], slot] = candidates[at_row, at_column]
     return out
 
 
@@ -261,9 +265,9 @@ class _BehaviorGroups:
             self._last.pop(ids[r], None)
         live = ~info.done
         self._last.update(zip(info.agent_ids[live].tolist(), rows[live].tolist(), strict=True))
-        row_of = dict(zip(ids, rows.tolist(), strict=True))
-        for trajectory in cut:
-            trajectory.group = self._take(trajectory, row_of[trajectory.id.agent_id])
+        if cut:
+            row_of = dict(zip(ids, rows.tolist(), strict=True))
+            self._take(cut, [row_of[t.id.agent_id] for t in cut])
 
     def _keep_from(self) -> int:
         """The oldest row a live segment may still read: walk each live agent back ``time_horizon`` rows, and take
@@ -289,9 +293,7 @@ class _BehaviorGroups:
 
     def flushed(self, trajectories: Sequence[Trajectory]) -> None:
         """Fill the ``group`` of trajectories the session-end flush cut; their agents are forgotten."""
-        for trajectory in trajectories:
-            row = self._last.pop(trajectory.id.agent_id)
-            trajectory.group = self._take(trajectory, row)
+        self._take(trajectories, [self._last.pop(t.id.agent_id) for t in trajectories])
 
     def _chain(self, last: int, t: int) -> np.ndarray:
         """The rows of an agent's last ``t`` experiences ending at row ``last``, oldest first; fewer when its rows
@@ -308,37 +310,50 @@ class _BehaviorGroups:
             row = before
         return np.array(chain[::-1], np.int64)
 
-    def _take(self, trajectory: Trajectory, last: int) -> GroupData:
-        """The group side of ``trajectory``, whose last experience is at row ``last``."""
-        t = trajectory.length
-        rows = self._chain(last, t)
+    def _take(self, trajectories: Sequence[Trajectory], lasts: Sequence[int]) -> None:
+        """Fill the ``group`` of ``trajectories`` (the last experience of each at its row in ``lasts``): one gather
+        per plane for all of them, then each one's ``[T, G, ...]`` arrays."""
+        if not trajectories:
+            return
         log, specs, spec = self.log, self.params.observation_specs, self.params.action_spec
-        mates = log.take("mates", rows) if len(rows) else np.zeros((0, 0), np.int64)
+        chains = [self._chain(last, t.length) for t, last in zip(trajectories, lasts, strict=True)]
+        rows = np.concatenate(chains)
+        mates = log.take("mates", rows)
         present = mates >= 0
-        g = int(present.sum(axis=1).max()) if len(rows) else 0
-        mates, present = mates[:, :g], present[:, :g]
-        pad = t - len(rows)  # experiences from before the first group_ids: no groupmates
-        seen = mates[present]  # the groupmates' rows, step by step
+        counts = present.sum(axis=1)
+        seen = mates[present]  # every groupmate row, trajectory by trajectory, step by step
         acted_on = log.take("prev", seen)
-        where = np.zeros((t, g), bool)
-        where[pad:] = present
-
-        def steps(values: np.ndarray, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
-            """``[t, g, *shape]``: ``values`` (one per seen groupmate) in their slots, zeros elsewhere."""
-            out = np.zeros((t, g, *shape), dtype)
-            out[where] = values
-            return out
-
-        last_mates = mates[-1][present[-1]] if len(rows) else np.zeros(0, np.int64)
-        return GroupData(
-            group_rewards=np.concatenate([np.zeros(pad, np.float32), log.take("group_reward", rows)]),
-            groupmate_obs=[steps(log.take(f"obs_{i}", acted_on), s.shape, s.dtype) for i, s in enumerate(specs)],
-            groupmate_continuous_actions=steps(log.take("cont", acted_on), (spec.continuous_size,), np.dtype(np.float32)),
-            groupmate_discrete_actions=steps(log.take("disc", acted_on), (spec.num_branches,), np.dtype(np.int32)),
-            groupmate_rewards=steps(log.take("reward", seen), (), np.dtype(np.float32)),
-            groupmate_status=steps(np.where(log.take("done", seen), DONE, ACTING), (), np.dtype(np.uint8)),
-            next_groupmate_obs=[log.take(f"obs_{i}", last_mates) for i in range(len(specs))],
-        )
+        planes = [(log.take(f"obs_{i}", acted_on), s.shape, s.dtype) for i, s in enumerate(specs)]
+        planes.append((log.take("cont", acted_on), (spec.continuous_size,), np.dtype(np.float32)))
+        planes.append((log.take("disc", acted_on), (spec.num_branches,), np.dtype(np.int32)))
+        planes.append((log.take("reward", seen), (), np.dtype(np.float32)))
+        planes.append((np.where(log.take("done", seen), DONE, ACTING).astype(np.uint8), (), np.dtype(np.uint8)))
+        group_rewards = log.take("group_reward", rows)
+        r0 = s0 = 0
+        for trajectory, chain in zip(trajectories, chains, strict=True):
+            n, t = len(chain), trajectory.length
+            pad = t - n  # experiences from before the first group_ids: no groupmates
+            g = int(counts[r0 : r0 + n].max()) if n else 0
+            k = int(counts[r0 : r0 + n].sum())
+            where = np.zeros((t, g), bool)
+            where[pad:] = present[r0 : r0 + n, :g]
+            arrays = []
+            for values, shape, dtype in planes:
+                out = np.zeros((t, g, *shape), dtype)
+                out[where] = values[s0 : s0 + k]
+                arrays.append(out)
+            last_mates = mates[r0 + n - 1][present[r0 + n - 1]] if n else np.zeros(0, np.int64)
+            *obs, continuous, discrete, rewards, status = arrays
+            trajectory.group = GroupData(
+                group_rewards=np.concatenate([np.zeros(pad, np.float32), group_rewards[r0 : r0 + n]]),
+                groupmate_obs=obs,
+                groupmate_continuous_actions=continuous,
+                groupmate_discrete_actions=discrete,
+                groupmate_rewards=rewards,
+                groupmate_status=status,
+                next_groupmate_obs=[log.take(f"obs_{i}", last_mates) for i in range(len(specs))],
+            )
+            r0, s0 = r0 + n, s0 + k
 
 
 def _new_behavior(params: BrainParameters, time_horizon: int, max_bytes: int) -> _BehaviorGroups:
