@@ -188,3 +188,24 @@ def test_a_checkpoint_restores_actor_and_critic(tmp_path: Path) -> None:
         np.testing.assert_array_equal(a.numpy(), b.numpy())
     assert other.trainer_step == learner.trainer_step == 17
     assert float(other.critic.max_agents.numpy()) == 2.0
+
+
+def test_the_exported_policy_is_the_actor_alone_with_ppos_onnx_contract() -> None:
+    """The ONNX model Unity runs comes from the artifact as PPO's does: inputs are the agent's own observations,
+    and its deterministic action is the actor's mean (clip mode, clip 1)."""
+    import onnxruntime as ort
+
+    from trainer.onnx_export import policy_to_onnx
+
+    continuous = BrainParameters("Walker", (ObservationSpec((2,), np.dtype(np.float32)),), ActionSpec(2))
+    learner = POCALearner(continuous, settings(), seed=3)
+    update = learner.export_policy(1, 0)
+    assert update.artifact.clip == 1.0 and not update.artifact.tanh_squash and not update.artifact.normalizers
+    model = policy_to_onnx(update)
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    obs = np.array([[0.5, -0.25]], np.float32)
+    names = [i.name for i in session.get_inputs()]
+    assert len(names) == 1  # the actor alone: no groupmate inputs
+    outputs = {o.name: v for o, v in zip(session.get_outputs(), session.run(None, {names[0]: obs}), strict=True)}
+    mean = learner.policy(obs)["mean"].numpy()
+    np.testing.assert_allclose(outputs["deterministic_continuous_actions"], np.clip(mean, -1, 1), rtol=1e-4, atol=1e-5)
