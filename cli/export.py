@@ -20,6 +20,8 @@ from protos import pb
 
 log = logging.getLogger(__name__)
 
+ONNX_SUFFIX = ".onnx"
+
 
 def add_export_parser(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser(
@@ -61,6 +63,8 @@ def run_export(checkpoint: Path, out: Path, behavior_name: str | None = None, fo
         ConfigError: no saved policy at ``checkpoint``, one that does not parse or convert, another
             behavior than ``behavior_name``, or an existing ``out`` without ``force``.
     """
+    if out.suffix != ONNX_SUFFIX:
+        raise ConfigError(f"--out {out}: must end in {ONNX_SUFFIX} (an ONNX model for Unity)")
     if out.exists() and not force:
         raise ConfigError(f"--out {out}: exists (use --force to overwrite)")
     try:
@@ -74,6 +78,9 @@ def run_export(checkpoint: Path, out: Path, behavior_name: str | None = None, fo
         raise ConfigError(f"CHECKPOINT {policy_file}: not a saved policy: {err}") from err
     if behavior_name is not None and update.behavior_name != behavior_name:
         raise ConfigError(f"CHECKPOINT {policy_file}: a policy of behavior {update.behavior_name!r}, not {behavior_name!r}")
+    from cli.console import load_tensorflow
+
+    load_tensorflow()  # tf2onnx imports TensorFlow: its native start-up noise (and the converter's) filtered out
     from trainer.onnx_export import continuous_transform, write_onnx  # TensorFlow (tf2onnx): after every refusal
 
     try:

@@ -44,7 +44,11 @@ def _env(name: str) -> str | None:
 
 
 def _port(value: str) -> int:
-    port = int(value)
+    """A port, 0..65535 (argparse ``type``); its errors name the value, never this function."""
+    try:
+        port = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {value!r}") from None
     if not 0 <= port <= 65535:
         raise argparse.ArgumentTypeError(f"a port is 0..65535, got {port}")
     return port

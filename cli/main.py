@@ -33,11 +33,33 @@ log = logging.getLogger(__name__)
 DEFAULT_PORT = 50051
 
 
-def _at_least_one(value: str) -> int:
-    number = int(value)
+def at_least_one(value: str) -> int:
+    """An integer >= 1 (argparse ``type``); its errors name the value, never this function."""
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {value!r}") from None
     if number < 1:
         raise argparse.ArgumentTypeError(f"must be >= 1, got {number}")
     return number
+
+
+def host_port(value: str) -> tuple[str, int]:
+    """``[HOST:]PORT`` as ``(host, port)``: 127.0.0.1 when no host is given; a port in 0..65535 (0 picks one)."""
+    host, _, port = value.rpartition(":")
+    if not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise argparse.ArgumentTypeError(f"{value!r} is not [HOST:]PORT (a port is 0..65535)")
+    return host or "127.0.0.1", int(port)
+
+
+def an_address(value: str) -> str:
+    """``HOST:PORT`` with a port in 1..65535, or a gRPC target with a scheme (``dns:///...``, ``unix:...``)."""
+    if "://" in value or value.startswith(("unix:", "ipv4:", "ipv6:")):
+        return value
+    host, _, port = value.rpartition(":")
+    if not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise argparse.ArgumentTypeError(f"{value!r} is not HOST:PORT (a port is 1..65535)")
+    return value
 
 
 def _add_processor(sub: argparse._SubParsersAction) -> None:
@@ -99,8 +121,9 @@ def _add_health(sub: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "address",
         nargs="?",
+        type=an_address,
         default=os.environ.get("STEPSTREAM_PROCESSOR", f"127.0.0.1:{DEFAULT_PORT}"),
-        help="host:port of the service (default 127.0.0.1:50051) [env STEPSTREAM_PROCESSOR]",
+        help="HOST:PORT of the service (default 127.0.0.1:50051) [env STEPSTREAM_PROCESSOR]",
     )
     parser.add_argument("--timeout-s", type=float, default=3.0, help="seconds to wait for an answer (default 3)")
     add_client_security_flags(parser)
@@ -124,15 +147,23 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--env", help="override env_settings.env_path (gym:<id>), or launch this Unity build (mlagents-learn's --env)"
     )
-    parser.add_argument("--num-envs", type=int, help="override env_settings.num_envs (copies per env)")
+    parser.add_argument("--num-envs", type=at_least_one, metavar="N", help="override env_settings.num_envs (copies per env)")
     parser.add_argument("--seed", type=int, help="override env_settings.seed")
     parser.add_argument(
         "--max-steps",
-        type=_at_least_one,
+        type=at_least_one,
         metavar="N",
         help="override every behavior's max_steps (agent steps), e.g. a short smoke run",
     )
     parser.add_argument("--no-progress", action="store_true", help="no live progress bar (log lines only)")
+    parser.add_argument(
+        "--serve",
+        type=host_port,
+        metavar="[HOST:]PORT",
+        help="serve your own simulator's SDK clients (envclient.EnvSession) at HOST:PORT (host default 127.0.0.1) "
+        "instead of stepping env_settings.env_path: a trainer starts as a client declares each behavior, and the "
+        "command ends when every behavior of CONFIG reaches max_steps (its clients are told: TrainingFinishedError)",
+    )
     add_metrics_flags(parser)
     parser.set_defaults(func=_run_train)
 
@@ -201,7 +232,10 @@ def _add_env(sub: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--behavior", metavar="NAME", help="host only this behavior's env_path entry (default: every entry)")
     parser.add_argument(
-        "--num-envs", type=int, metavar="N", help="copies (agents) per env_path entry (default: env_settings.num_envs)"
+        "--num-envs",
+        type=at_least_one,
+        metavar="N",
+        help="copies (agents) per env_path entry (default: env_settings.num_envs)",
     )
     parser.add_argument(
         "--client-id",
@@ -346,7 +380,12 @@ def _run_env(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _build_parser().parse_args(argv)
-    configure_logging(args.log_level, args.log_format)
+    handler = None
+    if args.log_format == "text" and sys.stderr.isatty():  # a person watching: rich's lines, the bar below them
+        from cli.console import console_handler
+
+        handler = console_handler()
+    configure_logging(args.log_level, args.log_format, handler)
     try:
         return int(args.func(args))
     except StepstreamError as err:

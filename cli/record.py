@@ -49,6 +49,7 @@ from pathlib import Path
 
 import numpy as np
 
+from cli.console import route_native_stderr
 from cli.results import POLICY_SUFFIX, load_saved_policy
 from cli.run_config import EnvFlags, env_seed, load_run_options, select_behaviors, vector_env_settings
 from common.demo import DEMO_SUFFIX, DemoFormatError, encode_demo
@@ -353,6 +354,7 @@ def run_record(options: RecordOptions) -> int:
         raise ConfigError(f"--num-envs must be >= 1, got {options.num_envs}")
     run_options = load_run_options(options.config, EnvFlags(num_envs=options.num_envs, seed=options.seed))
     (name,) = select_behaviors(options.config, run_options, "record", options.behavior_name, single=True)
+    route_native_stderr()  # LiteRT's "Created TensorFlow Lite XNNPACK delegate" at the first action: noise, dropped
     seed = env_seed(run_options.env_settings.seed, 0)
     with open_vector_envs(vector_env_settings(run_options, [name], run_options.env_settings.seed)) as envs:
         env = envs[name]

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from cli.run_config import describe_spec
 from common.config import RunOptions
 from common.errors import ConfigError, ProtocolError
 from common.specs import ActionSpec, BrainParameters
@@ -93,32 +94,112 @@ def load_saved_policy(path: Path, params: BrainParameters, what: str) -> tuple[p
     actions = ActionSpec.from_proto(policy.action_spec)
     shapes = [tuple(o.shape) for o in params.observation_specs]
     if actions != params.action_spec or list(policy.observation_shapes) != shapes:
+        acts = describe_spec(BrainParameters(params.behavior_name, (), actions)).split(", actions ")[1]
         raise ConfigError(
-            f"{what}: the policy takes observations {policy.observation_shapes} and acts {actions}; "
-            f"behavior {params.behavior_name!r} has {shapes} and {params.action_spec}"
+            f"{what}: the policy takes observations {policy.observation_shapes} and acts {acts}; "
+            f"behavior {params.behavior_name!r} has {describe_spec(params)}"
         )
     return update, policy
+
+
+def check_resumed_spec(run_dir: Path, params: BrainParameters, env_path: str) -> None:
+    """Refuse ``--resume`` of a behavior whose newest checkpoint was trained on another spec than its env's now.
+
+    Read from the policy saved beside the checkpoint (LiteRT), so in a second, before TensorFlow loads; a
+    checkpoint that saved no policy (an earlier layout) is not checked.
+
+    Raises:
+        ConfigError: one line naming both specs.
+    """
+    from cli.console import native_stderr_filtered
+
+    saved = newest_saved_policy(run_dir / params.behavior_name)
+    if saved is None:
+        return
+    path, step, _ = saved
+    try:
+        with native_stderr_filtered():  # LiteRT's own notices
+            load_saved_policy(path, params, f"--resume: {run_dir / params.behavior_name} (ckpt-{step})")
+    except ConfigError as err:
+        raise ConfigError(
+            f"{err} ({env_path}): resume with the env it was trained on, or train this one under another --run-id"
+        ) from None
+
+
+def checkpoint_steps(behavior_dir: Path) -> list[int]:
+    """Steps of the checkpoints saved in ``<behavior>/checkpoints`` (their ``ckpt-<step>.index`` files), ascending."""
+    steps = []
+    for path in (behavior_dir / CHECKPOINTS_DIR).glob(CHECKPOINT_GLOB):
+        digits = path.name.removeprefix("ckpt-").removesuffix(".index")
+        if digits.isdigit():
+            steps.append(int(digits))
+    return sorted(steps)
+
+
+def checkpointed_behaviors(run_dir: Path) -> dict[str, list[int]]:
+    """Every behavior folder of ``run_dir`` that holds a checkpoint, with its checkpoints' steps."""
+    found = {}
+    for folder in sorted(p for p in run_dir.iterdir() if p.is_dir()) if run_dir.is_dir() else []:
+        steps = checkpoint_steps(folder)
+        if steps:
+            found[folder.name] = steps
+    return found
 
 
 def check_resumable(run_dir: Path, behaviors: Iterable[str], *, inference: bool = False) -> None:
     """Refuse ``--resume`` / ``--inference`` of a run folder with no checkpoint; name each behavior that starts fresh.
 
+    Called before anything is written into ``run_dir``: a refused command leaves the run it names as it was.
+
     Raises:
-        ConfigError: no behavior has a checkpoint (``--resume`` would silently start from scratch),
-            or, with ``inference``, one behavior has none to act with.
+        ConfigError: no behavior has a checkpoint (``--resume`` would silently start from scratch; the message
+            names the behaviors whose checkpoints the folder does hold, the mark of another run under this
+            run id), or, with ``inference``, one behavior has none to act with.
     """
     names = list(behaviors)
     found = can_act_with_checkpoint if inference else has_checkpoint  # --inference: a saved policy alone will do
     missing = [name for name in names if not found(run_dir / name)]
+    others = {name: steps for name, steps in checkpointed_behaviors(run_dir).items() if name not in names}
+    held = "; ".join(f"{name}: {', '.join(f'ckpt-{s}' for s in steps)}" for name, steps in others.items())
     if inference and missing:
+        if others:
+            raise ConfigError(
+                f"{run_dir} has no checkpoint of {missing[0]} to run with --inference; it holds checkpoints of another "
+                f"run ({held}): choose that run's --run-id, or the config of its behaviors"
+            )
         raise ConfigError(f"{run_dir / missing[0] / CHECKPOINTS_DIR}: no checkpoint to run with --inference")
     if names and len(missing) == len(names):
+        if others:
+            raise ConfigError(
+                f"{run_dir} has no checkpoint of {', '.join(names)}; it holds checkpoints of another run ({held}): "
+                "choose another --run-id, or pass --force to overwrite that run"
+            )
         raise ConfigError(
-            f"{run_dir} holds no checkpoint to resume (the earlier run saved none): "
+            f"{run_dir} holds no checkpoint to resume (its run stopped before its first one): "
             "run without --resume, with --force to start it again"
         )
     for name in missing:
         log.warning("%s: no checkpoint in %s; this behavior starts from scratch", name, run_dir / name / CHECKPOINTS_DIR)
+
+
+def check_unfinished(run_dir: Path, run_options: RunOptions, behaviors: Iterable[str]) -> None:
+    """Refuse ``--resume`` of a run whose every behavior already reached its ``max_steps``: it would do nothing.
+
+    Raises:
+        ConfigError: each of ``behaviors`` has a checkpoint at or past its ``max_steps``.
+    """
+    reached = {}
+    for name in behaviors:
+        steps = checkpoint_steps(run_dir / name)
+        if not steps or steps[-1] < run_options.settings_for(name).max_steps:
+            return
+        reached[name] = steps[-1]
+    if reached:
+        done = ", ".join(f"{n} at step {s} of max_steps {run_options.settings_for(n).max_steps}" for n, s in reached.items())
+        raise ConfigError(
+            f"{run_dir} is finished ({done}): nothing to resume; pass --max-steps N (above {max(reached.values())}) "
+            "to train on, or --inference to watch it act"
+        )
 
 
 @contextlib.contextmanager

@@ -24,8 +24,9 @@ import numpy as np
 from common.config import ConfigKeyError, RunOptions, TrainerType, load_config
 from common.demo import demo_files
 from common.demo_images import DemoError
-from common.env_paths import GYM_PREFIX, PYTHON_PREFIX
+from common.env_paths import GYM_PREFIX, PYTHON_PREFIX, SIMPLE_PREFIX
 from common.errors import ConfigError
+from common.specs import BrainParameters
 from envclient.envs import VectorEnvSettings
 
 EMBEDDED_SEED_STRIDE = 1000
@@ -175,3 +176,77 @@ def check_inputs(config: Path, run_options: RunOptions, behaviors: Iterable[str]
                 demo_files(path)
             except DemoError as err:
                 raise ConfigKeyError(f"behaviors.{name}.{key}", str(err), str(config)) from None
+
+
+def describe_spec(params: BrainParameters) -> str:
+    """A behavior's spec in words: ``observations float32[4], actions discrete [2]``."""
+    observations = ", ".join(f"{np.dtype(o.dtype).name}{list(o.shape)}" for o in params.observation_specs)
+    action = params.action_spec
+    kinds = [f"continuous {action.continuous_size}"] if action.continuous_size else []
+    kinds += [f"discrete {list(action.discrete_branches)}"] if action.discrete_branches else []
+    return f"observations {observations}, actions {' + '.join(kinds)}"
+
+
+def same_spec(a: BrainParameters, b: BrainParameters) -> bool:
+    """Whether two behaviors take the same observations (shapes and dtypes) and act alike; names aside."""
+    shapes = [(tuple(o.shape), np.dtype(o.dtype)) for o in a.observation_specs]
+    return shapes == [(tuple(o.shape), np.dtype(o.dtype)) for o in b.observation_specs] and a.action_spec == b.action_spec
+
+
+def env_specs(run_options: RunOptions, behaviors: Sequence[str]) -> dict[str, BrainParameters]:
+    """The ``BrainParameters`` each of ``behaviors``' ``env_path`` entries declares, from one copy made and closed.
+
+    No TensorFlow: a spec mistake is refused in the seconds before it loads.
+    """
+    from envclient.envs import close_vector_env, make_vector_env
+
+    specs = {}
+    for settings in vector_env_settings(run_options, behaviors, 0):
+        env = make_vector_env(dataclasses.replace(settings, num_envs=1))
+        try:
+            specs[settings.behavior_name] = env.brain_parameters
+        finally:
+            close_vector_env(env)
+    return specs
+
+
+def check_env_override(config: Path, flags: EnvFlags, run_options: RunOptions) -> None:
+    """Refuse ``--env`` that replaces the config's one ``env_path`` with an env of another spec.
+
+    The config's behavior (named for, and tuned on, its own env) would otherwise train on the other env under its
+    name: the CartPole config with ``--env gym:Pendulum-v1`` trains "CartPole" on Pendulum.
+
+    Raises:
+        ConfigError: both envs build and their observations or actions differ; the message names both specs.
+    """
+    if flags.env is None:
+        return
+    written = load_config(config)
+    paths = written.env_settings.env_paths
+    if len(paths) != 1 or paths == run_options.env_settings.env_paths:
+        return
+    (name,) = run_options.env_settings.behavior_names
+    (old_name,) = written.env_settings.behavior_names
+    old = env_specs(written, [old_name])[old_name]
+    new = env_specs(run_options, [name])[name]
+    if not same_spec(old, new):
+        raise ConfigError(
+            f"--env {flags.env}: {describe_spec(new)}; {config} was written for {paths[0]} ({describe_spec(old)}), "
+            f"behavior {old_name!r}: train it with a config for this env (or one naming it under env_path)"
+        )
+
+
+def check_bare_gym_id(env: str | None) -> None:
+    """Refuse ``--env ID`` where ID is a registered Gymnasium id, not a file: the ``gym:`` prefix was left out.
+
+    Otherwise the value is taken for a Unity build, which is looked for only after TensorFlow loads.
+
+    Raises:
+        ConfigError: naming ``gym:ID``.
+    """
+    if env is None or env.startswith((GYM_PREFIX, PYTHON_PREFIX, SIMPLE_PREFIX)) or Path(env).exists():
+        return
+    from envclient.gym_adapter import is_registered
+
+    if is_registered(env):
+        raise ConfigError(f"--env {env}: no such Unity build; it is a Gymnasium id: did you mean --env {GYM_PREFIX}{env}?")

@@ -64,6 +64,8 @@ DEFAULT_PROCESSOR = "127.0.0.1:50051"
 WAIT_POLL_S = 2.0
 """Longest single wait for BrainParameters: how soon a waiting trainer notices a stop."""
 WAIT_LOG_INTERVAL_S = 10.0
+PROBE_TIMEOUT_S = 2.0
+"""How long a waiting trainer's health check of ``--processor`` may take before nothing is taken to answer there."""
 RESUBSCRIBE_DELAY_S = 1.0
 """Pause of a trainer that lost the processor before it asks again (no busy loop against a flapping one)."""
 ENV_STOP_GRACE_S = 5.0
@@ -274,6 +276,7 @@ class TrainerService:
         """The behavior's BrainParameters once an env client declared them; None if stopped first."""
         started = last_log = time.monotonic()
         log.info("%s: waiting for an env client to declare the behavior at %s", self.name, self.options.processor)
+        self._say_if_nothing_answers()
         while not stop.is_set():
             # Any replica will do (the one `publisher` reached may have no env client yet); asked in turn.
             replicas = self._replica_publishers(publisher)
@@ -292,7 +295,27 @@ class TrainerService:
             if now - last_log >= WAIT_LOG_INTERVAL_S:
                 last_log = now
                 log.info("%s: still waiting for an env client to declare it (%.0f s)", self.name, now - started)
+                self._say_if_nothing_answers()
         return None
+
+    def _say_if_nothing_answers(self) -> None:
+        """A warning when nothing answers at ``--processor``: the wait is then for a processor, not an env client."""
+        import grpc
+        from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+        security = self.options.security
+        try:
+            with security.channel(self.options.processor) as channel:
+                stub = health_pb2_grpc.HealthStub(channel)
+                stub.Check(health_pb2.HealthCheckRequest(), timeout=PROBE_TIMEOUT_S, metadata=security.metadata())
+        except grpc.RpcError as err:
+            if err.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):  # type: ignore[attr-defined]
+                log.warning(
+                    "%s: nothing answers at %s: start the processor there (`stepstream processor CONFIG`), or pass "
+                    "--processor HOST:PORT; waiting for it",
+                    self.name,
+                    self.options.processor,
+                )
 
     def _train(self, learner: Any, publisher: Any, resume: bool, stop: threading.Event) -> tuple[str, bool]:
         """One ``TrainerLoop`` on a new subscription; returns ``(stopped_by, processor_lost)``."""

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import shlex
 import threading
 import time
 from collections.abc import Callable
@@ -28,12 +29,24 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from cli.console import RATE_WINDOW_S, StepRate, format_elapsed, load_tensorflow, progress_bar, route_native_stderr
+from cli.console import (
+    RATE_WINDOW_S,
+    StepRate,
+    SummaryThrottle,
+    format_elapsed,
+    load_tensorflow,
+    progress_bar,
+    route_native_stderr,
+    terminal,
+    write_result,
+)
 from cli.flags import MetricsEndpoint, metrics_from_args
 from cli.ports import check_port_free
 from cli.results import (
     can_act_with_checkpoint,
     check_resumable,
+    check_resumed_spec,
+    check_unfinished,
     load_saved_policy,
     newest_saved_policy,
     prepare_run_dir,
@@ -41,7 +54,10 @@ from cli.results import (
 )
 from cli.run_config import (
     EnvFlags,
+    check_bare_gym_id,
+    check_env_override,
     check_inputs,
+    env_specs,
     load_run_options,
     offline_behaviors,
     resolve_seed,
@@ -62,14 +78,13 @@ from envclient.runner import RunStats, VectorEnv, run_env
 from envclient.session import EnvSession
 from processor.behaviors import ProcessorSettings
 from processor.server import ProcessorServer, ServerOptions
+from trainer.summaries import CUMULATIVE_REWARD, EPISODES
 
 log = logging.getLogger(__name__)
 
 CLIENT_STOP_TIMEOUT_S = 10.0
 STOP_GRACE_S = 5.0
 PROGRESS_INTERVAL_S = 0.5
-MEAN_REWARD_EPISODES = 100
-"""The bar's and the end-of-run line's mean reward: of the last this-many episodes."""
 INFERENCE_WINDOWS = (20, 100)
 """--inference logs the mean return of each behavior's last this-many episodes."""
 IMPORTS_DONE = "start-up: imports done %.3f s after the process start"
@@ -95,46 +110,38 @@ class TrainOptions:
     progress: bool = True
     metrics: MetricsEndpoint = field(default_factory=MetricsEndpoint)
     """The run's one Prometheus endpoint (processor and trainers); no port serves none, 0 picks one."""
+    serve: tuple[str, int] | None = None
+    """``--serve HOST:PORT``: serve SDK env clients there instead of stepping ``env_settings.env_path``."""
 
 
 def run_train(options: TrainOptions) -> int:
     """Train (or, with --inference, act) until every trainer reaches max_steps or Ctrl-C."""
     started_at = process_start_time()
-    flags = options.env_flags
-    # A Unity build (--env, else env_settings.env_path): launched with the gateway (cli.unity_train), not an env_path.
-    unity = unity_launch(options.config, flags.env, flags.num_envs)
-    if unity is not None:
-        run_options = load_config(options.config, overrides=without_env_path(flags.seed))
-    else:
-        run_options = load_run_options(options.config, flags)
-    run_options = with_max_steps(run_options, options.max_steps)
+    run_options, unity = _run_options(options)
     online = [n for n in run_options.behaviors if n not in offline_behaviors(run_options)]
-    if unity is None and not run_options.env_settings.env_paths and (online or options.inference):
-        # An online behavior (or --inference, where bc acts too) and no env: wait for the Editor, as mlagents-learn.
-        unity = UnityLaunch(options.config)
-    if unity is None and not run_options.env_settings.env_paths and not offline_behaviors(run_options):
-        raise ConfigError(
-            f"{options.config}: env_settings.env_path is required for `stepstream train` (or pass --env); "
-            "only a bc behavior with a demo_path trains without one"
-        )
     # Everything that can be checked in seconds is, before TensorFlow's import and the results folder.
     trained = [*run_options.env_settings.behavior_names, *([] if options.inference else offline_behaviors(run_options))]
-    if unity is not None:
+    if unity is not None or options.serve is not None:
         trained = [*online, *offline_behaviors(run_options)]
         if options.inference:  # Unity declares which behaviors act; one without a checkpoint is refused then, by name
             trained = []
     check_inputs(options.config, run_options, trained)
+    if unity is None and not options.inference:  # --inference: the saved policy is checked against the env instead
+        check_env_override(options.config, options.env_flags, run_options)
     check_port_free(options.metrics.host, options.metrics.port, "--metrics-port")
+    if options.serve is not None:
+        check_port_free(*options.serve, "--serve")
+    run_dir = options.results_dir / options.run_id
+    if (options.resume or options.inference) and run_dir.is_dir():  # before anything is written into it
+        _check_resumed_run(options, run_options, run_dir, trained, probe_envs=unity is None and options.serve is None)
     run_dir = prepare_run_dir(
-        options.results_dir / options.run_id,
+        run_dir,
         run_options,
         resume=options.resume,
         force=options.force,
         inference=options.inference,
         unity_keys=None if unity is None else unity_keys(unity),
     )
-    if options.resume or options.inference:
-        check_resumable(run_dir, trained, inference=options.inference)
     if (
         unity is not None
         and options.inference
@@ -148,7 +155,77 @@ def run_train(options: TrainOptions) -> int:
         else:
             load_tensorflow()  # its native start-up noise filtered out of stderr
         log.info(IMPORTS_DONE, time.time() - started_at)
-        return asyncio.run(EmbeddedRun(options, run_options, run_dir, started_at, source).run())
+        code = asyncio.run(EmbeddedRun(options, run_options, run_dir, started_at, source).run())
+    if code != 0 and not options.inference:  # stopped by a signal, its checkpoints saved
+        write_result(f"stopped; to continue this run: {resume_command(options)}", __name__)
+    return code
+
+
+def _run_options(options: TrainOptions) -> tuple[RunOptions, UnityLaunch | None]:
+    """The run's settings (the config, its flags) and the Unity build or Editor it waits for, if any.
+
+    Raises:
+        ConfigError: contradictory flags, a bare Gymnasium id for --env, or no env at all for online behaviors.
+    """
+    flags = options.env_flags
+    check_bare_gym_id(flags.env)
+    # A Unity build (--env, else env_settings.env_path): launched with the gateway (cli.unity_train), not an env_path.
+    unity = None if options.serve is not None else unity_launch(options.config, flags.env, flags.num_envs)
+    if options.serve is not None:  # SDK clients declare the behaviors: no env_path is stepped
+        if flags.env is not None or flags.num_envs is not None:
+            raise ConfigError("--serve: the env clients bring their own envs; --env and --num-envs do not apply")
+        run_options = load_config(options.config, overrides=without_env_path(flags.seed))
+    elif unity is not None:
+        run_options = load_config(options.config, overrides=without_env_path(flags.seed))
+    else:
+        run_options = load_run_options(options.config, flags)
+    run_options = with_max_steps(run_options, options.max_steps)
+    if options.serve is not None or unity is not None or run_options.env_settings.env_paths:
+        return run_options, unity
+    online = [n for n in run_options.behaviors if n not in offline_behaviors(run_options)]
+    if online or options.inference:
+        # An online behavior (or --inference, where bc acts too) and no env: wait for the Editor, as mlagents-learn.
+        return run_options, UnityLaunch(options.config)
+    if not offline_behaviors(run_options):
+        raise ConfigError(
+            f"{options.config}: env_settings.env_path is required for `stepstream train` (or pass --env); "
+            "only a bc behavior with a demo_path trains without one"
+        )
+    return run_options, None
+
+
+def _check_resumed_run(
+    options: TrainOptions, run_options: RunOptions, run_dir: Path, trained: list[str], *, probe_envs: bool
+) -> None:
+    """--resume / --inference of an existing run folder: refused, before anything is written into it, when it holds
+    no checkpoint of these behaviors, is finished, or (``probe_envs``: one copy of each env made) was trained on
+    envs of another spec."""
+    check_resumable(run_dir, trained, inference=options.inference)
+    if not options.resume:
+        return
+    check_unfinished(run_dir, run_options, trained)
+    if probe_envs:
+        hosted = run_options.env_settings.behavior_names
+        for name, params in env_specs(run_options, [n for n in trained if n in hosted]).items():
+            check_resumed_spec(run_dir, params, hosted[name])
+
+
+def resume_command(options: TrainOptions) -> str:
+    """The ``stepstream train`` command that continues the run of ``options``, its flags that matter kept."""
+    words = ["stepstream", "train", str(options.config), "--run-id", options.run_id]
+    if options.results_dir != Path("results"):
+        words += ["--results-dir", str(options.results_dir)]
+    flags = options.env_flags
+    serve = None if options.serve is None else f"{options.serve[0]}:{options.serve[1]}"
+    for flag, value in (
+        ("--env", flags.env),
+        ("--num-envs", flags.num_envs),
+        ("--max-steps", options.max_steps),
+        ("--serve", serve),
+    ):
+        if value is not None:
+            words += [flag, str(value)]
+    return shlex.join([*words, "--resume"])
 
 
 class EmbeddedRun:
@@ -181,6 +258,13 @@ class EmbeddedRun:
         self.env_stop = asyncio.Event()
         self.declared: list[str] = []
         """The behaviors Unity declared so far, in order (``_declared``)."""
+        self.released: set[str] = set()
+        """Online behaviors whose trainer finished while others train (``_release_finished``)."""
+        self.summaries: dict[str, LatestSummary] = {}
+        """Each trained behavior's latest summary: the bar's R and the run's last line."""
+        self.progress: _Progress | None = None
+        self._clients_connected = False
+        """--serve: whether an SDK client was connected at the last look (``_serve_tick``)."""
 
     def _make_envs(self) -> None:
         if not self.run_options.env_settings.env_paths:
@@ -214,6 +298,7 @@ class EmbeddedRun:
             run_started_at=self.started_at,
             seed=self.seed,
             resume=self.options.resume,
+            writers=[self.summaries.setdefault(name, LatestSummary())],
         )
         self.loops[name] = loop
         if self.options.metrics.port is not None:
@@ -294,7 +379,7 @@ class EmbeddedRun:
                 self._make_envs()
                 for name in self.offline:
                     self._start_offline(name)
-                if self.envs or self.unity is not None:  # else only offline BC: no processor
+                if self.envs or self.unity is not None or self.options.serve is not None:  # else only offline BC
                     server, clients = await self._start_online()
                 await self._wait(server, clients, interrupted)
             finally:
@@ -306,8 +391,16 @@ class EmbeddedRun:
         processor_settings = ProcessorSettings.from_run_options(
             self.run_options, seed=self.seed, declared_subscribers=() if self.options.inference else (TRAINER_SUBSCRIBER,)
         )
-        server = ProcessorServer(processor_settings, ServerOptions(host="127.0.0.1", port=0))
+        host, port = ("127.0.0.1", 0) if self.options.serve is None else self.options.serve
+        server = ProcessorServer(processor_settings, ServerOptions(host=host, port=port))
         port = await server.start()
+        if self.options.serve is not None:
+            log.info(
+                "serving SDK env clients at %s:%d: trainers start as they declare %s; the run ends at max_steps",
+                host,
+                port,
+                ", ".join(n for n in self.run_options.behaviors if n not in self.offline),
+            )
         try:
             for name, env in self.envs.items():
                 if self.options.inference:
@@ -366,26 +459,68 @@ class EmbeddedRun:
     ) -> None:
         """Until every trainer finished (or, with --inference, every env client), or a signal."""
         watched = list(self.threads.values()) if self.threads else clients
-        progress = _Progress(self, server) if self.options.progress else None
-        try:
-            while not interrupted.is_set() and not self._finished(watched, clients):
-                for task in clients:
-                    if task.done() and task.exception() is not None:
-                        raise task.exception()  # type: ignore[misc]
-                if progress is not None:
-                    progress.update()
-                await asyncio.sleep(PROGRESS_INTERVAL_S)
-        finally:
+        self.progress = progress = _Progress(self, server) if self.options.progress else None
+        serving = server if self.options.serve is not None else None
+        while not interrupted.is_set() and not self._finished(watched, clients):
+            if server is not None:
+                self._release_finished(server)
+            _raise_failed(clients)
+            if serving is not None:
+                self._serve_tick(serving)
             if progress is not None:
-                progress.close()
+                progress.update()
+            await asyncio.sleep(PROGRESS_INTERVAL_S)
+        if serving is not None and not interrupted.is_set():
+            await self._sessions_drained(serving)
         if interrupted.is_set():
             log.info("interrupted: saving checkpoints and stopping")
+        _raise_failed(clients)  # one that failed as the last ended (a Unity player told to quit on a refusal) too
         for task in self.threads.values():
             if task.done():
                 task.result()  # a trainer that failed fails the run
 
+    def _serve_tick(self, server: ProcessorServer) -> None:
+        """--serve: a trainer for each behavior an SDK client declared, and, for each trainer that reached max_steps,
+        the end of its behavior's training, which ends its clients' sessions with ``SessionFinishedError``. When the
+        last client leaves before the end, a warning says that the run waits for one."""
+        for behavior in server.behaviors.values():
+            self._declared(behavior.params, server)
+        connected = len(server.sessions) > 0
+        if self._clients_connected and not connected and not server.behaviors.all_finished():
+            log.warning("no SDK client is connected: training waits for one to reconnect (Ctrl-C saves checkpoints and exits)")
+        self._clients_connected = connected
+        from trainer.loop import MAX_STEPS
+
+        for name, task in self.threads.items():
+            loop = self.loops[name]
+            if task.done() and name not in server.behaviors.finished and loop.result.stopped_by == MAX_STEPS:
+                server.behaviors.finish(name, loop.result.steps, loop.result.policy_version)
+
+    async def _sessions_drained(self, server: ProcessorServer) -> None:
+        """--serve, training over: give the SDK clients up to ``CLIENT_STOP_TIMEOUT_S`` to read that it is."""
+        self._serve_tick(server)  # the last trainers' ends
+        deadline = time.monotonic() + CLIENT_STOP_TIMEOUT_S
+        while server.sessions and time.monotonic() < deadline:
+            await asyncio.sleep(PROGRESS_INTERVAL_S / 5)
+
+    def _release_finished(self, server: ProcessorServer) -> None:
+        """A behavior whose trainer finished goes on being served with its last policy, publishing nothing, until every
+        trainer has (as mlagents-learn steps every agent until then): its trainer queue goes, so its env clients never
+        wait for room on it, and what it would publish is dropped."""
+        for name, task in self.threads.items():
+            if task.done() and name not in self.offline and name not in self.released:
+                self.released.add(name)
+                topic = server.topics.trajectories(name)
+                topic.remove(TRAINER_SUBSCRIBER)
+                topic.expect_no_subscribers()
+                log.info("%s: training finished; acting with its last policy until every behavior has finished", name)
+
     def _finished(self, watched: list[asyncio.Future[Any]], clients: list[asyncio.Future[Any]]) -> bool:
-        """Every watched task is done; with Unity, every trainer started so far (one online at least), or Unity's end."""
+        """Every watched task is done; with Unity, every trainer started so far (one online at least), or Unity's end;
+        with --serve, the trainer of every configured behavior."""
+        if self.options.serve is not None:
+            wanted = [n for n in self.run_options.behaviors if n not in self.offline]
+            return all(n in self.threads and self.threads[n].done() for n in wanted)
         if self.unity is None:
             return all(task.done() for task in watched)
         online = [task for name, task in self.threads.items() if name not in self.offline]
@@ -398,6 +533,9 @@ class EmbeddedRun:
         """
         self.trainer_stop.set()
         await asyncio.gather(*self.threads.values(), return_exceptions=True)
+        if self.progress is not None:  # after the trainers' last summaries: the last bar shows their figures
+            self.progress.close()
+            self.progress = None
         if server is not None:
             # No trainer acks any more: drop its queues, so no env client waits for room on a full topic, and
             # let the sessions' last flushes be dropped without a warning.
@@ -424,14 +562,19 @@ class EmbeddedRun:
             close_vector_env(env)
         for name, loop in self.loops.items():
             result = loop.result
-            log.info(
-                "%s: %d steps, %d episodes, mean reward %.3f (last 100), policy version %d",
-                name,
-                result.steps,
-                result.episodes,
-                result.mean_reward(),
-                result.policy_version,
+            summary = self.summaries.get(name, LatestSummary())
+            reward = "" if summary.latest is None else f", mean reward {summary.describe(result.steps)}"  # offline BC: none
+            write_result(
+                f"{name}: {result.steps} steps, {result.episodes} episodes{reward}, policy version {result.policy_version}",
+                __name__,
             )
+
+
+def _raise_failed(clients: list[asyncio.Future[Any]]) -> None:
+    """Raise the error of an env client (or Unity source) that ended with one: it fails the run."""
+    for task in clients:
+        if task.done() and not task.cancelled() and task.exception() is not None:
+            raise task.exception()  # type: ignore[misc]
 
 
 def _log_inference_returns(name: str, stats: RunStats) -> None:
@@ -439,13 +582,50 @@ def _log_inference_returns(name: str, stats: RunStats) -> None:
     means = ", ".join(
         f"{sum(returns[-k:]) / len(returns[-k:]):.3f} (last {min(k, len(returns))})" for k in INFERENCE_WINDOWS if returns
     )
-    log.info("%s: inference ran %d episodes; mean return %s", name, len(returns), means or "n/a")
+    write_result(f"{name}: inference ran {len(returns)} episodes; mean return {means or 'n/a'}", __name__)
+
+
+class LatestSummary:
+    """A trainer's metric sink that keeps its latest summary with a finished episode (``trainer.summaries``).
+
+    The bar's R and the run's last line show this figure, the very one of the summary lines and of
+    TensorBoard's ``Environment/Cumulative Reward``: the mean reward of the episodes that ended in one
+    ``summary_freq`` period. A period without an episode leaves the one before. Written from the trainer's
+    thread, read from the event loop's: one tuple, replaced whole.
+    """
+
+    def __init__(self) -> None:
+        self.latest: tuple[float, int] | None = None
+        """``(mean reward, step of the summary)``."""
+
+    def write(self, metrics: Any, step: int) -> None:
+        if metrics.get(EPISODES, 0) > 0:
+            self.latest = (float(metrics[CUMULATIVE_REWARD]), step)
+
+    def close(self) -> None:
+        pass
+
+    def shown(self) -> str:
+        """The bar's R: one decimal, or ``n/a`` before the first summary with an episode."""
+        return "n/a" if self.latest is None else f"{self.latest[0]:.1f}"
+
+    def describe(self, final_step: int) -> str:
+        """The run's last line: ``500.000``, with ``(summary at step N)`` when that summary came before
+        ``final_step``; ``n/a`` before the first summary with an episode."""
+        if self.latest is None:
+            return "n/a"
+        reward, step = self.latest
+        return f"{reward:.3f}" if step == final_step else f"{reward:.3f} (summary at step {step})"
 
 
 class _Progress:
     """A live bar per behavior toward max_steps (``cli.console.progress_bar``): agent steps/s over the last
-    ``RATE_WINDOW_S`` (offline BC: demonstration steps/s), mean reward of the last 100 episodes, policy
-    version, time since the process started. ``server`` is None when only offline BC runs."""
+    ``RATE_WINDOW_S`` (offline BC: demonstration steps/s), the latest summary's mean reward (``LatestSummary``),
+    policy version, time since the process started. ``server`` is None when only offline BC runs.
+
+    On a terminal the log lines print above the bar (one console, ``cli.console.terminal``), and the summary
+    lines, which the bar shows live, are thinned to one per ``CONSOLE_SUMMARY_INTERVAL_S`` per behavior.
+    """
 
     def __init__(self, run: EmbeddedRun, server: ProcessorServer | None) -> None:
         self.run = run
@@ -455,11 +635,16 @@ class _Progress:
         self._rates: dict[str, StepRate] = {}
         self._add_new()
         log.info(
-            "progress: steps/s over the last %.0f s, R = mean reward of the last %d episodes, v = policy version, "
-            "time since start (the summary lines average over each summary_freq instead)",
+            "progress: steps/s over the last %.0f s, R = mean reward of the latest summary, v = policy version, "
+            "time since start",
             RATE_WINDOW_S,
-            MEAN_REWARD_EPISODES,
         )
+        self._throttled: list[logging.Handler] = []
+        if terminal().is_terminal:
+            self._throttle = SummaryThrottle()
+            self._throttled = list(logging.getLogger().handlers)
+            for handler in self._throttled:
+                handler.addFilter(self._throttle)
         self.progress.start()
 
     def _add_new(self) -> None:
@@ -479,13 +664,12 @@ class _Progress:
         for name, task in self.tasks.items():
             loop = self.run.loops.get(name)
             steps = loop.result.steps if loop is not None else self._processed(name)
-            reward = loop.result.mean_reward(MEAN_REWARD_EPISODES) if loop is not None else math.nan
             rate = self._rates[name].update(now, steps)
             if loop is not None:
                 version = loop.result.policy_version
             else:
                 version = -1 if self.server is None else self.server.topics.policies(name).highest_version
-            shown = "n/a" if math.isnan(reward) else f"{reward:.1f}"  # n/a: no episode yet, or none at all (offline BC)
+            shown = self.run.summaries.get(name, LatestSummary()).shown()  # n/a: no episode yet, or none (offline BC)
             self.progress.update(task, completed=steps, rate=rate, reward=shown, version=version, elapsed=elapsed)
 
     def _processed(self, name: str) -> int:
@@ -495,6 +679,8 @@ class _Progress:
     def close(self) -> None:
         self.update()
         self.progress.stop()
+        for handler in self._throttled:
+            handler.removeFilter(self._throttle)
 
 
 def options_from_args(args: Any) -> TrainOptions:
@@ -511,4 +697,5 @@ def options_from_args(args: Any) -> TrainOptions:
         # JSON logs are one object per line: no live bar among them.
         progress=not args.no_progress and getattr(args, "log_format", "text") != "json",
         metrics=metrics_from_args(args),
+        serve=getattr(args, "serve", None),
     )

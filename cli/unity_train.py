@@ -37,11 +37,14 @@ from common.config import read_yaml
 from common.env_paths import GYM_PREFIX, PYTHON_PREFIX, SIMPLE_PREFIX
 from common.errors import ConfigError, NotSupportedYetError
 from common.specs import BrainParameters
-from envclient.unity.fleet import BuildFleet, RestartPolicy
+from envclient.unity.fleet import BehaviorRefusedError, BuildFleet, RestartPolicy
 from envclient.unity.gateway import DEFAULT_UNITY_PORT, GatewayServer, GatewaySettings
 from envclient.unity.launcher import DEFAULT_BUILD_PORT, LaunchSettings
 
 log = logging.getLogger(__name__)
+
+END_RUN_TIMEOUT_S = 15.0
+"""How long Unity has to quit once told to (status 400) before a build is stopped with SIGTERM."""
 
 
 def is_unity_build(env: str | None) -> bool:
@@ -151,7 +154,7 @@ class UnitySource:
             self.editor = GatewayServer(settings, port=DEFAULT_UNITY_PORT)
             port = await self.editor.start()
             log.info(EDITOR_HINT.format(port=port))
-            return asyncio.ensure_future(self.editor.wait())
+            return asyncio.ensure_future(_editor_run(self.editor))
         restarts = RestartPolicy(
             **{k: v for k, v in self.keys.items() if k != "base_port"},
         )
@@ -166,10 +169,32 @@ class UnitySource:
         return asyncio.ensure_future(self.fleet.run())
 
     async def stop(self) -> None:
+        """End the run as mlagents-learn does (Unity told to quit with status 400, given ``END_RUN_TIMEOUT_S`` to do
+        so), then stop what is left: builds (SIGTERM) and gateways."""
         if self.fleet is not None:
+            await self.fleet.end_run(END_RUN_TIMEOUT_S)
             await self.fleet.stop()
         if self.editor is not None:
+            if self.editor.gateway.unity_name is not None:
+                await self.editor.end_run(END_RUN_TIMEOUT_S)
             await self.editor.stop()
+
+
+async def _editor_run(editor: GatewayServer) -> None:
+    """The Editor's gateway until it stops; raises once it refused a behavior (mlagents-learn stops the run on it)."""
+    serving = asyncio.ensure_future(editor.wait())
+    ended = asyncio.ensure_future(editor.gateway.ended.wait())
+    try:
+        while not serving.done():
+            await asyncio.wait({serving, ended}, return_when=asyncio.FIRST_COMPLETED)
+            if editor.gateway.refusal is not None:
+                raise BehaviorRefusedError(editor.gateway.refusal)
+            if ended.done():
+                editor.gateway.ended.clear()
+                ended = asyncio.ensure_future(editor.gateway.ended.wait())
+    finally:
+        serving.cancel()
+        ended.cancel()
 
 
 __all__ = ["UnityLaunch", "UnitySource", "is_unity_build", "unity_keys", "unity_launch", "without_env_path"]

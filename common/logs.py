@@ -132,8 +132,12 @@ class JsonFormatter(logging.Formatter):
         return datetime.datetime.fromtimestamp(record.created, datetime.timezone.utc).isoformat(timespec="milliseconds")
 
 
-def configure_logging(level: str = "INFO", log_format: str = "text") -> None:
+def configure_logging(level: str = "INFO", log_format: str = "text", handler: logging.Handler | None = None) -> None:
     """Configure the root logger for a ``stepstream`` process: one stderr handler with ``ContextFilter``.
+
+    ``handler``: the handler of a text console that formats its lines itself (the CLI's rich handler on a
+    terminal, which draws the log lines and the live progress bar through one console); None writes
+    ``TEXT_FORMAT`` or JSON lines to stderr.
 
     Raises:
         ValueError: ``log_format`` is not one of ``LOG_FORMATS``.
@@ -141,9 +145,10 @@ def configure_logging(level: str = "INFO", log_format: str = "text") -> None:
     if log_format not in LOG_FORMATS:
         raise ValueError(f"log format must be one of {LOG_FORMATS}, got {log_format!r}")
     install_record_factory()
-    handler = logging.StreamHandler(sys.stderr)
+    if handler is None or log_format == "json":
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(JsonFormatter() if log_format == "json" else logging.Formatter(TEXT_FORMAT))
     handler.addFilter(ContextFilter())
-    handler.setFormatter(JsonFormatter() if log_format == "json" else logging.Formatter(TEXT_FORMAT))
     # Not force=True: a host that configured logging first (pytest's capture, an embedding app) keeps its handlers.
     logging.basicConfig(level=level.upper(), handlers=[handler])
     if logging.getLevelName(level.upper()) != logging.DEBUG:

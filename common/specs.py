@@ -14,6 +14,8 @@ from common.errors import ProtocolError
 from common.tensors import dtype_from_wire, dtype_to_wire
 from protos import pb
 
+FLOAT32 = np.dtype(np.float32)
+"""A vector observation's dtype, and the default of ``ObservationSpec``."""
 IMAGE_DTYPES: tuple[np.dtype, ...] = (np.dtype(np.uint8), np.dtype(np.float32))
 """The dtypes an image observation may have: uint8 (0-255, as cameras send it) or float32 (finite)."""
 
@@ -27,7 +29,8 @@ class ObservationSpec:
     """
 
     shape: tuple[int, ...]
-    dtype: np.dtype
+    dtype: np.dtype = FLOAT32
+    """float32 by default; uint8 or float32 for an image."""
     name: str = ""
 
     @property
@@ -45,8 +48,18 @@ class ObservationSpec:
 class ActionSpec:
     """``continuous_size`` = C dimensions; ``discrete_branches`` = the size of each of B branches."""
 
-    continuous_size: int
+    continuous_size: int = 0
     discrete_branches: tuple[int, ...] = ()
+
+    @classmethod
+    def continuous(cls, size: int) -> ActionSpec:
+        """``size`` continuous dimensions, no discrete branch."""
+        return cls(size)
+
+    @classmethod
+    def discrete(cls, *branches: int) -> ActionSpec:
+        """One discrete branch per argument, of that many choices: ``ActionSpec.discrete(5)``, ``discrete(3, 2)``."""
+        return cls(0, tuple(branches))
 
     @property
     def num_branches(self) -> int:

@@ -1,5 +1,17 @@
-"""The env-client SDK: connect a simulator to a stepstream processor."""
+"""The env-client SDK: connect a simulator to a stepstream processor (``envclient.session`` says how)."""
 
-from envclient.session import ActionResult, EnvSession, StepRejectedError
+from common.errors import TrainingFinishedError
+from common.specs import ActionSpec, BrainParameters, ObservationSpec
+from envclient.session import ActionResult, EnvSession, MessageTooLargeError, SessionFinishedError, StepRejectedError
 
-__all__ = ["ActionResult", "EnvSession", "StepRejectedError"]
+__all__ = [
+    "ActionResult",
+    "ActionSpec",
+    "BrainParameters",
+    "EnvSession",
+    "MessageTooLargeError",
+    "ObservationSpec",
+    "SessionFinishedError",
+    "StepRejectedError",
+    "TrainingFinishedError",
+]

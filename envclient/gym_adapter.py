@@ -238,6 +238,15 @@ def check_registered(env_id: str) -> None:
         ) from exc
 
 
+def is_registered(env_id: str) -> bool:
+    """Whether Gymnasium's registry knows ``env_id`` (no env is made)."""
+    try:
+        gymnasium.spec(env_id)
+    except gymnasium.error.Error:
+        return False
+    return True
+
+
 class GymVectorEnv:
     """``num_envs`` seeded copies of a Gymnasium env, next-step auto-reset; implements ``envclient.runner.VectorEnv``.
 

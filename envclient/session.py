@@ -2,10 +2,24 @@
 
 Usage (asyncio)::
 
-    params = BrainParameters("Walker", (ObservationSpec((32,), np.dtype(np.float32)),), ActionSpec(4))
-    async with EnvSession("127.0.0.1:50051", "sim-0", [params]) as session:
-        result = await session.step("Walker", agent_ids, [obs], rewards, done)
-        env.apply(result.continuous_actions)
+    from envclient import ActionSpec, BrainParameters, EnvSession, ObservationSpec, TrainingFinishedError
+
+    walker = BrainParameters("Walker", (ObservationSpec((32,)),), ActionSpec.continuous(4))
+    picker = BrainParameters("Picker", (ObservationSpec((8,)),), ActionSpec.discrete(5))
+    async with EnvSession("127.0.0.1:50051", "sim-0", [walker, picker]) as session:
+        try:
+            while True:
+                a, b = await asyncio.gather(  # two behaviors of one session: the steps take turns on its stream
+                    session.step("Walker", walker_ids, [walker_obs], walker_rewards, walker_done),
+                    session.step("Picker", picker_ids, [picker_obs], picker_rewards, picker_done, action_mask=mask),
+                )
+                sim.apply(a.continuous_actions, b.discrete_actions)
+        except TrainingFinishedError:
+            pass  # every behavior of the session reached its max_steps: a normal end
+
+Agents come and go between steps: a new id starts an episode at its first row, and an agent leaves for good
+with a last row whose ``done`` is True (``max_reached`` too when it was cut off rather than ended), which
+frees what the processor holds for it. An agent merely left out of a step keeps its state (it may come back).
 
 Shapes: ``N`` agent rows in one step, ``C`` continuous action size, ``B`` discrete branches.
 
@@ -18,17 +32,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
 import grpc
 import numpy as np
 
-from common.errors import StepstreamError
+from common.errors import StepstreamError, TrainingFinishedError
 from common.logs import identity_metadata
 from common.security import PLAINTEXT, ClientSecurity
 from common.specs import BrainInfoSize, BrainParameters
 from common.tensors import from_tensor, to_tensor
+from common.topics.grpc_status import TRAINING_FINISHED_STATUS
 from common.topics.grpc_transport import MESSAGE_SIZE_OPTIONS
 from protos import PROTOCOL_VERSION, pb
 from protos import stepstream_pb2_grpc as pb_grpc
@@ -55,6 +70,16 @@ class StepRejectedError(StepstreamError):
     def write_after_end(self) -> bool:
         """gRPC's INTERNAL for a write to an ended stream (``WRITE_AFTER_END_DETAILS``): the real status is unknown."""
         return self.code == grpc.StatusCode.INTERNAL and self.details == WRITE_AFTER_END_DETAILS
+
+
+class SessionFinishedError(StepRejectedError, TrainingFinishedError):
+    """The processor ended the session because training finished: every behavior it declares reached its
+    ``max_steps`` (gRPC OUT_OF_RANGE). Not a failure: stop stepping. Catch it as ``TrainingFinishedError``."""
+
+
+def rejected(code: grpc.StatusCode, details: str) -> StepRejectedError:
+    """The error for a session the processor ended with ``code``: ``SessionFinishedError`` for the end of training."""
+    return (SessionFinishedError if code == TRAINING_FINISHED_STATUS else StepRejectedError)(code, details)
 
 
 class ActionResult(NamedTuple):
@@ -112,7 +137,8 @@ def brain_info_message(
 
 
 class EnvSession:
-    """One Step stream. Not safe for concurrent ``step`` calls: one step in flight at a time.
+    """One Step stream. Concurrent ``step`` calls (one per behavior, say, from ``asyncio.gather``) take turns:
+    one step is in flight at a time, each waits for its own actions.
 
     ``channel_options`` add to (or, by key, replace) ``MESSAGE_SIZE_OPTIONS``; ``security`` gives TLS
     and the token (plaintext, none by default).
@@ -127,10 +153,13 @@ class EnvSession:
         channel_options: Sequence[tuple[str, int | str]] = (),
         protocol_version: int = PROTOCOL_VERSION,
         security: ClientSecurity = PLAINTEXT,
+        team_ids: Mapping[str, int] | None = None,
     ) -> None:
         self.address = address
         self.client_id = client_id
         self.brain_parameters = list(brain_parameters)
+        self.team_ids = dict(team_ids or {})
+        """Each behavior's team, declared in the Hello (``Hello.team_ids``; absent: team 0)."""
         self.session_id: str | None = None
         self.security = security
         self._options = list({**dict(MESSAGE_SIZE_OPTIONS), **dict(channel_options)}.items())
@@ -141,6 +170,8 @@ class EnvSession:
         self._protocol_version = protocol_version
         self._channel: grpc.aio.Channel | None = None
         self._call: grpc.aio.StreamStreamCall | None = None
+        self._turn = asyncio.Lock()
+        """One request and its response at a time on the stream (grpc.aio refuses overlapping writes)."""
 
     async def __aenter__(self) -> EnvSession:
         await self.open()
@@ -161,6 +192,7 @@ class EnvSession:
         self._call = pb_grpc.AgentProcessorStub(self._channel).Step(metadata=metadata)
         hello = pb.Hello(protocol_version=self._protocol_version, client_id=self.client_id)
         hello.brain_parameters.extend(p.to_proto() for p in self.brain_parameters)
+        hello.team_ids.update(self.team_ids)
         reply = await self._exchange(pb.StepRequest(hello=hello))
         self.session_id = reply.hello_reply.session_id
         if reply.hello_reply.max_message_bytes > 0:
@@ -169,13 +201,17 @@ class EnvSession:
         return self.session_id
 
     async def _exchange(self, request: pb.StepRequest) -> pb.StepResponse:
+        async with self._turn:
+            return await self._exchange_now(request)
+
+    async def _exchange_now(self, request: pb.StepRequest) -> pb.StepResponse:
         if self._call is None:
             raise StepstreamError("the session is not open")
         try:
             await self._call.write(request)
             response = await self._call.read()
         except grpc.aio.AioRpcError as err:
-            raise StepRejectedError(err.code(), err.details() or "") from None
+            raise rejected(err.code(), err.details() or "") from None
         except asyncio.InvalidStateError:
             # The processor ended the stream before this write (replaced, shut down): its status says why.
             raise await self._ended(self._call) from None
@@ -186,7 +222,7 @@ class EnvSession:
     @staticmethod
     async def _ended(call: grpc.aio.StreamStreamCall) -> StepRejectedError:
         """The error for a stream the processor has ended, from its final status."""
-        return StepRejectedError(await call.code(), await call.details() or "stream ended")
+        return rejected(await call.code(), await call.details() or "stream ended")
 
     async def send(self, brain_info: pb.BrainInfo) -> ActionResult:
         """Send an already-encoded BrainInfo; returns its actions.
@@ -241,8 +277,11 @@ class EnvSession:
             agent_ids: int [N], unique.
             observations: one [N, *shape] per declared observation spec: float32, or uint8 for a
                 uint8 image; or a ``pb.Tensor`` of PNGs (``common.tensors.to_png_tensor``).
-            rewards: float32 [N], the reward each agent received since its previous row.
-            done: bool [N], the agent's episode ended (its row carries the terminal obs).
+            rewards: float32 [N], the reward each agent received since its previous row. An agent's first row
+                (its first in the session, or its first after a done) has no previous row: its reward is not
+                used (send 0), so a reward earned on arriving belongs in its second row.
+            done: bool [N], the agent's episode ended (its row carries the terminal obs). It is also how an
+                agent leaves for good: its state in the processor is freed; the same id later starts afresh.
             max_reached: bool [N], the episode ended by a time limit; only together with done.
             action_mask: bool [N, sum(branches)], True = allowed; None allows everything.
             group_ids: int [N], each agent's group (0 = none; scoped by this session); None sends no groups
@@ -252,6 +291,7 @@ class EnvSession:
 
         Raises:
             MessageTooLargeError: the step is over the message limit (see ``send``).
+            SessionFinishedError: training finished (a ``TrainingFinishedError``, and a ``StepRejectedError``).
             StepRejectedError: the processor ended the session (bad input, replaced, shutdown).
         """
         return await self.send(

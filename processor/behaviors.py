@@ -438,7 +438,7 @@ class BehaviorTable:
             if existing.params != params:
                 raise ProtocolError(
                     f"behavior '{params.behavior_name}' is already declared with other BrainParameters: "
-                    f"{_describe(existing.params)} != {_describe(params)}",
+                    f"{_describe(existing.params, params)} != {_describe(params, existing.params)}",
                     precondition=True,
                 )
             return existing
@@ -482,6 +482,14 @@ class BehaviorTable:
         self._declare_topics(name)
         log.info("behavior '%s' reopened for training by a new subscription", name)
 
+    def sessions_end(self, names: list[str]) -> bool:
+        """Whether a session declaring ``names`` ends: when they and every other behavior have finished training.
+
+        A behavior whose trainer finished while others train goes on being served with its last policy, publishing
+        nothing (its trainer queue is gone), as mlagents-learn steps every agent until every trainer is done.
+        """
+        return bool(names) and all(name in self.finished for name in names) and self.all_finished()
+
     def all_finished(self) -> bool:
         """Every configured behavior (or, without a config, every one declared) has finished training."""
         names = set(self.settings.behaviors) or set(self._behaviors) | self.finished
@@ -492,7 +500,9 @@ class BehaviorTable:
             await behavior.stop()
 
 
-def _describe(params: BrainParameters) -> str:
-    obs = ", ".join(f"{s.dtype.name}{list(s.shape)}" for s in params.observation_specs)
+def _describe(params: BrainParameters, other: BrainParameters | None = None) -> str:
+    """The spec in one line; beside ``other``, with the observation names where the two name them differently."""
+    names = other is not None and [s.name for s in params.observation_specs] != [s.name for s in other.observation_specs]
+    obs = ", ".join(f"{s.dtype.name}{list(s.shape)}" + (f" {s.name!r}" if names else "") for s in params.observation_specs)
     spec = params.action_spec
     return f"obs [{obs}], continuous {spec.continuous_size}, branches {list(spec.discrete_branches)}"

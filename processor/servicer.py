@@ -209,8 +209,9 @@ class AgentProcessorServicer(pb_grpc.AgentProcessorServicer):
             )
 
     def _check_training(self, who: str, names: list[str]) -> None:
-        """End a session (or refuse a Hello) once every behavior it declares has finished training."""
-        if names and all(name in self.behaviors.finished for name in names):
+        """End a session (or refuse a Hello) once its behaviors and every other have finished training
+        (``BehaviorTable.sessions_end``); until then a finished behavior is served on with its last policy."""
+        if self.behaviors.sessions_end(names):
             raise TrainingFinishedError(f"training of {', '.join(map(quoted, names))} finished; {who} can end")
 
     async def _step(self, session: Session, request: pb.StepRequest) -> pb.ActionInfo:

@@ -7,7 +7,8 @@ the behavior, the field and, where there is one, the agent. ``N`` = rows in a Br
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -154,6 +155,8 @@ def check_trajectory_fits(params: BrainParameters, time_horizon: int, max_bytes:
 class Hello:
     client_id: str
     brain_parameters: tuple[BrainParameters, ...]
+    team_ids: Mapping[str, int] = field(default_factory=dict)
+    """Each behavior's team (``Hello.team_ids``): 0 unless the Hello says otherwise."""
 
 
 @dataclass(frozen=True)
@@ -216,7 +219,21 @@ def decode_hello(msg: pb.Hello) -> Hello:
         raise ProtocolError(f"hello from '{msg.client_id}' declares a behavior twice: {names}")
     for p in params:
         _check_row_width(p)
-    return Hello(msg.client_id, params)
+    return Hello(msg.client_id, params, _team_ids(msg, names))
+
+
+def _team_ids(msg: pb.Hello, names: list[str]) -> dict[str, int]:
+    """Every declared behavior's team: ``msg.team_ids`` where given, else 0.
+
+    Raises:
+        ProtocolError: a key that names no behavior of the Hello, or a negative team.
+    """
+    for name, team in msg.team_ids.items():
+        if name not in names:
+            raise ProtocolError(f"hello.team_ids[{quoted(name)}]: not a behavior this hello declares ({names})")
+        if team < 0:
+            raise ProtocolError(f"hello.team_ids[{quoted(name)}]: team {team} is negative")
+    return {name: int(msg.team_ids.get(name, 0)) for name in names}
 
 
 def _check_row_width(params: BrainParameters) -> None:

@@ -79,14 +79,23 @@ class BrainParameters(_message.Message):
     def __init__(self, behavior_name: _Optional[str] = ..., observation_specs: _Optional[_Iterable[_Union[ObservationSpec, _Mapping]]] = ..., action_spec: _Optional[_Union[ActionSpec, _Mapping]] = ...) -> None: ...
 
 class Hello(_message.Message):
-    __slots__ = ("protocol_version", "client_id", "brain_parameters")
+    __slots__ = ("protocol_version", "client_id", "brain_parameters", "team_ids")
+    class TeamIdsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
     PROTOCOL_VERSION_FIELD_NUMBER: _ClassVar[int]
     CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
     BRAIN_PARAMETERS_FIELD_NUMBER: _ClassVar[int]
+    TEAM_IDS_FIELD_NUMBER: _ClassVar[int]
     protocol_version: int
     client_id: str
     brain_parameters: _containers.RepeatedCompositeFieldContainer[BrainParameters]
-    def __init__(self, protocol_version: _Optional[int] = ..., client_id: _Optional[str] = ..., brain_parameters: _Optional[_Iterable[_Union[BrainParameters, _Mapping]]] = ...) -> None: ...
+    team_ids: _containers.ScalarMap[str, int]
+    def __init__(self, protocol_version: _Optional[int] = ..., client_id: _Optional[str] = ..., brain_parameters: _Optional[_Iterable[_Union[BrainParameters, _Mapping]]] = ..., team_ids: _Optional[_Mapping[str, int]] = ...) -> None: ...
 
 class HelloReply(_message.Message):
     __slots__ = ("protocol_version", "session_id", "max_message_bytes")

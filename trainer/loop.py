@@ -487,11 +487,14 @@ class TrainerLoop:
     def _summarize(self) -> None:
         result = self.result
         metrics = self._period.summary(result.steps)
-        metrics.update(self.environment_stats.take())
+        environment, histograms = self.environment_stats.take_period()
+        metrics.update(environment)
         metrics[POLICY_VERSION] = float(self._version)
         metrics[STALE_TRAJECTORIES] = float(result.stale_trajectories)
         metrics[DUPLICATE_TRAJECTORIES] = float(result.duplicates)
         self.summaries.write(metrics, result.steps)
+        if histograms:
+            self.summaries.write_histograms(histograms, result.steps)
         self._summarized_step = result.steps
         self._write_status()
         self._period = PeriodStats(result.steps)

@@ -27,9 +27,11 @@ import os
 import tempfile
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol
+
+import numpy as np
 
 logger = logging.getLogger(__name__)
 
@@ -155,8 +157,42 @@ class TensorBoardWriter:
                 tf.summary.experimental.write_raw_pb(tf.compat.v1.Summary(value=values).SerializeToString(), step=step)
             self._writer.flush()
 
+    def write_histograms(self, histograms: Mapping[str, Sequence[float]], step: int) -> None:
+        """Each tag's values as one ``HistogramProto`` (``EventAccumulator.Histograms(tag)``), as ML-Agents'
+        ``add_histogram`` writes them."""
+        tf = self._tf
+        values = []
+        for tag, seen in histograms.items():
+            data = np.asarray([v for v in seen if math.isfinite(v)], dtype=np.float64)
+            if data.size:
+                values.append(tf.compat.v1.Summary.Value(tag=tag, histo=_histogram_proto(tf, data)))
+        if values:
+            with self._writer.as_default(step=step):
+                tf.summary.experimental.write_raw_pb(tf.compat.v1.Summary(value=values).SerializeToString(), step=step)
+            self._writer.flush()
+
     def close(self) -> None:
         self._writer.close()
+
+
+HISTOGRAM_SUFFIX = "_hist"
+"""What ML-Agents appends to a histogram stat's key for its TensorBoard histogram."""
+HISTOGRAM_BUCKETS = 30
+
+
+def _histogram_proto(tf: Any, data: np.ndarray) -> Any:
+    """A ``HistogramProto`` of ``data`` (float64 [K], finite): ``HISTOGRAM_BUCKETS`` equal buckets over its range."""
+    low, high = float(data.min()), float(data.max())
+    counts, edges = np.histogram(data, bins=HISTOGRAM_BUCKETS, range=(low, high if high > low else low + 1.0))
+    return tf.compat.v1.HistogramProto(
+        min=low,
+        max=high,
+        num=float(data.size),
+        sum=float(data.sum()),
+        sum_squares=float(np.square(data).sum()),
+        bucket_limit=edges[1:].tolist(),
+        bucket=counts.astype(np.float64).tolist(),
+    )
 
 
 class ConsoleWriter:
@@ -304,7 +340,8 @@ class PeriodStats:
         out[EPISODES] = float(len(self.rewards))
         if self.rewards:
             out[CUMULATIVE_REWARD], out[CUMULATIVE_REWARD_STD] = _mean_std(self.rewards)
-            out[EPISODE_LENGTH] = sum(self.lengths) / len(self.lengths)
+            # ML-Agents' AgentProcessor counts an episode's steps but its terminal one: experiences - 1.
+            out[EPISODE_LENGTH] = sum(max(n - 1, 0) for n in self.lengths) / len(self.lengths)
         if self.lags:
             out[POLICY_VERSION_LAG] = sum(self.lags) / len(self.lags)
         seconds = time.monotonic() - self.started
@@ -318,8 +355,9 @@ class EnvironmentStats:
 
     Thread-safe: the gateway adds on the event loop, the trainer takes in its thread at each summary.
     A period's value per key follows its aggregation as ML-Agents' ``StatsAggregationMethod`` does:
-    ``average`` the mean, ``most_recent`` the last, ``sum`` the sum; ``histogram`` (a TensorBoard
-    histogram in ML-Agents) is written as the mean. The TensorBoard tag is the key as Unity sent it.
+    ``average`` the mean, ``most_recent`` the last, ``sum`` the sum; ``histogram`` the mean, and, as
+    ML-Agents' ``TensorboardWriter`` adds, the period's values as a TensorBoard histogram tagged
+    ``<key>_hist`` (``take_period``). The scalar's tag is the key as Unity sent it.
     """
 
     def __init__(self) -> None:
@@ -332,8 +370,19 @@ class EnvironmentStats:
 
     def take(self) -> dict[str, float]:
         """The period's value per key, and a fresh period."""
+        return self.take_period()[0]
+
+    def take_period(self) -> tuple[dict[str, float], dict[str, list[float]]]:
+        """The period's value per key and the values of each histogram key (tagged ``<key>_hist``); a fresh period."""
         with self._lock:
             values, self._values = self._values, {}
+        histograms = {
+            f"{key}{HISTOGRAM_SUFFIX}": seen for key, (aggregation, seen) in values.items() if aggregation == "histogram"
+        }
+        return self._scalars(values), histograms
+
+    @staticmethod
+    def _scalars(values: Mapping[str, tuple[str, list[float]]]) -> dict[str, float]:
         out = {}
         for key, (aggregation, seen) in values.items():
             if aggregation == "most_recent":
@@ -390,6 +439,17 @@ class Summaries:
         for writer in self.writers:
             try:
                 writer.write(metrics, step)
+            except Exception:  # a broken sink must not stop training
+                logger.exception("metrics writer %r failed at step %d", writer, step)
+
+    def write_histograms(self, histograms: Mapping[str, Sequence[float]], step: int) -> None:
+        """Histograms to the writers that take them (TensorBoard)."""
+        for writer in self.writers:
+            write = getattr(writer, "write_histograms", None)
+            if write is None:
+                continue
+            try:
+                write(histograms, step)
             except Exception:  # a broken sink must not stop training
                 logger.exception("metrics writer %r failed at step %d", writer, step)
 

@@ -38,6 +38,10 @@ class BuildFailedError(StepstreamError):
     """A build copy failed with no restart quota left."""
 
 
+class BehaviorRefusedError(StepstreamError):
+    """A copy's gateway refused a behavior and told the copy to quit (mlagents-learn stops the run on it)."""
+
+
 @dataclass(frozen=True)
 class RestartPolicy:
     """ML-Agents' restart quota per copy (module docstring); -1 lifts a limit."""
@@ -117,8 +121,10 @@ class BuildFleet:
         while True:
             await build.start(self.ports[i])
             code = await build.wait()
-            if self._stopping:  # ended by stop(): not a crash
+            if self._stopping:  # ended by stop() or end_run(): not a crash
                 return
+            if self.gateways[i].gateway.refusal is not None:
+                raise BehaviorRefusedError(self.gateways[i].gateway.refusal)
             if code == 0:
                 log.info("Unity build copy %d (port %d) exited", i, self.ports[i])
                 return
@@ -138,10 +144,29 @@ class BuildFleet:
                 quota.restarts,
             )
 
+    async def end_run(self, timeout_s: float) -> None:
+        """End the run as mlagents-learn does: every copy is told to quit (status 400) at its next call, and given up
+        to ``timeout_s`` to exit on its own; ``stop`` ends what is left."""
+        self._stopping = True
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        await asyncio.gather(*(gateway.end_run(timeout_s) for gateway in self.gateways))
+        for build in self.builds:
+            if build.process is not None and build.process.returncode is None:
+                try:
+                    await asyncio.wait_for(build.process.wait(), max(0.0, deadline - loop.time()))
+                except asyncio.TimeoutError:
+                    log.warning("a Unity build copy did not quit within %g s of being told to", timeout_s)
+
+    @property
+    def refusal(self) -> str | None:
+        """Why a gateway ended the run itself (a refused behavior), if one did."""
+        return next((g.gateway.refusal for g in self.gateways if g.gateway.refusal is not None), None)
+
     async def stop(self) -> None:
         self._stopping = True
         await asyncio.gather(*(build.stop() for build in self.builds))
         await asyncio.gather(*(gateway.stop() for gateway in self.gateways))
 
 
-__all__ = ["BuildFailedError", "BuildFleet", "RestartPolicy", "RestartQuota"]
+__all__ = ["BehaviorRefusedError", "BuildFailedError", "BuildFleet", "RestartPolicy", "RestartQuota"]

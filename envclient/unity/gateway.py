@@ -14,15 +14,24 @@ Lifecycle:
   session starts with fresh processor sessions and no agent state carried over.
 - The Editor's Stop (status 400) closes every behavior's session cleanly (the processor flushes
   their partial trajectories as interrupted) and is answered with 200.
-- A behavior refused (bad input from Unity, a camera observation, the processor's non-retryable
-  status) is logged once at ERROR with the reason, its session is closed, and its agents get no
-  actions from then on; the other behaviors go on.
+- Behaviors are keyed by the name Unity sends (``Name?team=N``); each session is named and declared
+  by the behavior alone, its team in the Hello (``translate.parse_behavior_id``).
+- A behavior refused (bad input from Unity, a behavior the run has no settings for, the processor's
+  non-retryable status) is logged once at ERROR with the reason and ends the run as mlagents-learn
+  stops on it: that step is answered with status 400 and the reason, every session is closed, and
+  ``refusal`` keeps the reason (``stepstream train`` fails with it).
+- ``end_run`` (``stepstream train`` once every trainer finished) answers Unity's next call with status
+  400, as mlagents-learn's ``RpcCommunicator.close``: Unity quits. In the stack (``FinishTraining``),
+  the processor serves a finished behavior on until every behavior has finished, then ends its sessions
+  with ``TRAINING_FINISHED_STATUS``; once every behavior of the Unity session has ended so, Unity is told
+  to quit the same way (one ended earlier, by an older processor, gets no actions from then on).
 - The processor restarting or unreachable (a retryable status): the behavior's step is retried on a
   new session with capped exponential backoff while Unity waits, for at most
   ``GatewaySettings.reconnect_timeout_s``; the agents then start new trajectories mid-episode. Past
   that bound Unity gets status 500 with the reason and quits.
-- Any other failure while answering: status 500 with the reason. Unity is never left without an
-  answer or a status.
+- Any other failure while answering: status 500 with the reason (one ERROR line for a ``StepstreamError``, such
+  as a communication version the gateway does not speak; a traceback only for an unexpected one). Unity is
+  never left without an answer or a status.
 """
 
 from __future__ import annotations
@@ -33,15 +42,17 @@ import logging
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import grpc
 import numpy as np
 
 from common import environment_stats
 from common.environment_stats import MAX_STATS_PER_MESSAGE
-from common.errors import StepstreamError
+from common.errors import NotSupportedYetError, StepstreamError
 from common.security import PLAINTEXT, ClientSecurity
 from common.specs import BrainParameters
+from common.topics.grpc_status import TRAINING_FINISHED_STATUS
 from common.topics.grpc_transport import KEEPALIVE_OPTIONS
 from envclient.reconnect import RETRYABLE_STATUSES, SESSION_CLOSE_TIMEOUT_S, Backoff
 from envclient.session import ActionResult, EnvSession, StepRejectedError
@@ -84,9 +95,10 @@ class GatewaySettings:
 class BehaviorLink:
     """One behavior's session with the processor, reopened after retryable failures."""
 
-    def __init__(self, spec: BrainParameters, settings: GatewaySettings) -> None:
+    def __init__(self, spec: BrainParameters, settings: GatewaySettings, behavior: translate.BehaviorId | None = None) -> None:
         self.spec = spec
         self.settings = settings
+        self.behavior = behavior or translate.BehaviorId(spec.behavior_name, spec.behavior_name, 0)
         self.session: EnvSession | None = None
         self.backoff = Backoff(initial_s=settings.backoff_initial_s)
         self.sessions = 0
@@ -110,6 +122,7 @@ class BehaviorLink:
                         [self.spec],
                         channel_options=KEEPALIVE_OPTIONS,
                         security=self.settings.security,
+                        team_ids={name: self.behavior.team_id},
                     )
                     await self.session.open()
                     self.sessions += 1
@@ -131,6 +144,10 @@ class BehaviorLink:
                 )
                 await asyncio.sleep(delay_s)
 
+    async def step_parts(self, brain_infos: list[pb.BrainInfo]) -> list[ActionResult]:
+        """``step`` each BrainInfo of one Unity step, in order (``translate.split_restarts``)."""
+        return [await self.step(info) for info in brain_infos]
+
     async def close(self) -> None:
         session, self.session = self.session, None
         if session is not None:
@@ -140,6 +157,15 @@ class BehaviorLink:
                 log.debug("closing behavior %r's session: %s", self.spec.behavior_name, err)
 
 
+class _BehaviorStep(NamedTuple):
+    """One behavior's part of a Unity step: its rows, their split (``translate.split_restarts``) and BrainInfos."""
+
+    link: BehaviorLink
+    rows: translate.StepRows
+    parts: list[np.ndarray]
+    brain_infos: list[pb.BrainInfo]
+
+
 class UnityGateway(unity_grpc.UnityToExternalProtoServicer):
     """The servicer of ``UnityToExternalProto/Exchange``: one Unity session at a time (module docstring)."""
 
@@ -147,10 +173,21 @@ class UnityGateway(unity_grpc.UnityToExternalProtoServicer):
         self.settings = settings
         self.stats = stats or UnityStats()
         self.links: dict[str, BehaviorLink] = {}
+        """Each behavior's link, by its name as Unity sends it (``Name?team=N``)."""
         self.failures: dict[str, str] = {}
-        """Refused behaviors of the current Unity session, with the reason."""
+        """Refused behaviors of the current Unity session (names as Unity sends them), with the reason."""
+        self.finished: set[str] = set()
+        """Behaviors (Unity's names) whose training the processor reported finished (``TRAINING_FINISHED_STATUS``)."""
         self.unity_name: str | None = None
         """The connected Unity's name; None between sessions."""
+        self.vector_actions = False
+        """The connected Unity reads actions from ``vector_actions`` only (no hybrid-actions capability: 1.0.x)."""
+        self.refusal: str | None = None
+        """Why the gateway ended the run itself (a refused behavior); None otherwise."""
+        self._end_reason: str | None = None
+        self._ending = False
+        self.ended = asyncio.Event()
+        """Set once Unity was told to quit (``end_run``, a refusal, every behavior finished)."""
         self._stats: collections.deque[sc.StatsValue] = collections.deque(maxlen=MAX_STATS_PER_MESSAGE)
         """Stats-channel values not yet sent: they go with the next step's BrainInfos, to the trainers' summaries."""
         self._lock = asyncio.Lock()
@@ -163,9 +200,20 @@ class UnityGateway(unity_grpc.UnityToExternalProtoServicer):
             self.stats.exchanges += 1
             try:
                 return await self._answer(request)
+            except StepstreamError as err:  # a reason to give, not a fault of the gateway: one line
+                log.error("answering Unity failed; Unity gets status %d: %s", translate.STATUS_ERROR, err)
+                return _status(translate.STATUS_ERROR, str(err))
             except Exception as err:
                 log.exception("answering Unity failed; Unity gets status %d", translate.STATUS_ERROR)
-                return unity_pb.UnityMessageProto(header=unity_pb.HeaderProto(status=translate.STATUS_ERROR, message=str(err)))
+                return _status(translate.STATUS_ERROR, str(err))
+
+    def end_run(self, reason: str = "training finished") -> None:
+        """Answer Unity's next call with status 400, as mlagents-learn ends a run (``RpcCommunicator.close``): Unity
+        quits (a build exits, the Editor leaves Play mode). ``ended`` is set then."""
+        if not self._ending:
+            self._ending, self._end_reason = True, reason
+        if self.unity_name is None:
+            self.ended.set()
 
     async def _answer(self, request: unity_pb.UnityMessageProto) -> unity_pb.UnityMessageProto:
         if request.header.status != translate.STATUS_OK:
@@ -173,12 +221,23 @@ class UnityGateway(unity_grpc.UnityToExternalProtoServicer):
             await self.end_session()
             return _reply()
         output = request.unity_output
+        if self._ending and not output.HasField("rl_initialization_output"):
+            return await self._quit()
         if output.HasField("rl_output"):
-            return _reply(await self._step(output))
+            step = await self._step(output)
+            return await self._quit() if self._ending else _reply(unity_pb.UnityInputProto(rl_input=step))
         if output.HasField("rl_initialization_output"):
             return _reply(await self._initialize(output.rl_initialization_output))
         # Unity's second call: the first real input is a RESET with the side-channel settings.
         return _reply(translate.reset_input(self.settings.unity))
+
+    async def _quit(self) -> unity_pb.UnityMessageProto:
+        """Status 400: Unity quits. Every behavior's session is closed first (the processor flushes them)."""
+        reason = self._end_reason or "training finished"
+        log.info("telling Unity '%s' to quit (status %d): %s", self.unity_name, translate.STATUS_STOP, reason)
+        await self.end_session()
+        self.ended.set()
+        return _status(translate.STATUS_STOP, reason)
 
     async def _initialize(self, init: unity_pb.UnityRLInitializationOutputProto) -> unity_pb.UnityInputProto:
         if self.unity_name is not None:
@@ -186,6 +245,7 @@ class UnityGateway(unity_grpc.UnityToExternalProtoServicer):
             await self.end_session()
         translate.check_versions(init)
         self.unity_name = init.name
+        self.vector_actions = not init.capabilities.hybridActions
         self.stats.sessions += 1
         log.info(
             "Unity '%s' connected (communication %s, package %s)", init.name, init.communication_version, init.package_version
@@ -197,73 +257,111 @@ class UnityGateway(unity_grpc.UnityToExternalProtoServicer):
         links, self.links = self.links, {}
         await asyncio.gather(*(link.close() for link in links.values()))
         self.failures = {}
+        self.finished = set()
         self.unity_name = None
 
     def _fail(self, name: str, reason: str) -> None:
-        log.error("behavior %r is refused and gets no more actions: %s", name, reason)
+        """Refuse a behavior: Unity is told to quit at the end of this step, as mlagents-learn stops on it."""
+        log.error("behavior %r is refused; ending the run: %s", name, reason)
         self.failures[name] = reason
         self.stats.failed_behaviors += 1
+        if self.refusal is None:
+            self.refusal = f"behavior {name!r} is refused: {reason}"
+        self.end_run(self.refusal)
 
     def _declare(self, output: unity_pb.UnityOutputProto) -> None:
         for brain in output.rl_initialization_output.brain_parameters:
-            name = brain.brain_name
-            infos = output.rl_output.agentInfos[name].value if name in output.rl_output.agentInfos else []
-            if name in self.links or name in self.failures or not infos:
+            unity_name = brain.brain_name
+            infos = output.rl_output.agentInfos[unity_name].value if unity_name in output.rl_output.agentInfos else []
+            if unity_name in self.links or unity_name in self.failures or not infos:
                 continue
             try:
+                behavior = translate.parse_behavior_id(unity_name)
+                other = next((link for link in self.links.values() if link.spec.behavior_name == behavior.name), None)
+                if other is not None:
+                    raise NotSupportedYetError(
+                        f"team {behavior.team_id} of {behavior.name!r} beside {other.behavior.unity_name!r}: "
+                        "several teams of one behavior (self-play) are not supported yet"
+                    )
                 spec = translate.behavior_spec(brain, infos[0])
                 if self.settings.on_declare is not None:
                     self.settings.on_declare(spec)
             except StepstreamError as err:
-                self._fail(name, str(err))
+                self._fail(unity_name, str(err))
                 continue
-            self.links[name] = BehaviorLink(spec, self.settings)
-            log.info("behavior %r declared: %s", name, spec)
+            self.links[unity_name] = BehaviorLink(spec, self.settings, behavior)
+            log.info("behavior %r declared (team %d, from %r): %s", spec.behavior_name, behavior.team_id, unity_name, spec)
 
-    async def _step(self, output: unity_pb.UnityOutputProto) -> unity_pb.UnityInputProto:
+    async def _step(self, output: unity_pb.UnityOutputProto) -> unity_pb.UnityRLInputProto:
         if self.unity_name is None:
             raise StepstreamError("Unity sent a decision step before its initialization message")
         self._read_side_channel(output.rl_output.side_channel)
         self._declare(output)
-        steps: list[tuple[BehaviorLink, np.ndarray, pb.BrainInfo]] = []
-        for name, infos in output.rl_output.agentInfos.items():
-            if not infos.value or name in self.failures:
-                continue
-            link = self.links.get(name)
-            if link is None:
-                self._fail(name, "agent infos arrived before the behavior's brain parameters")
-                continue
-            try:
-                rows = translate.behavior_step(link.spec, infos.value)
-            except StepstreamError as err:
-                self._fail(name, str(err))
-                await self._drop(name)
-                continue
-            steps.append((link, rows.done, rows.brain_info(name)))
+        steps = await self._behavior_steps(output)
         if self._stats and steps:  # every behavior of the step gets them, as ML-Agents records env stats per behavior
             stats = environment_stats.to_protos(self._stats)
             self._stats.clear()
-            for _, _, info in steps:
-                info.environment_stats.extend(stats)
-        results = await _step_all(steps)
+            for step in steps:
+                step.brain_infos[0].environment_stats.extend(stats)
         rl_input = unity_pb.UnityRLInputProto(command=unity_pb.STEP)
-        for (link, done, _), result in zip(steps, results, strict=True):
-            name = link.spec.behavior_name
-            if isinstance(result, ProcessorUnavailableError):
-                raise result
+        if self._ending:  # a behavior was refused: Unity quits at this step's answer
+            return rl_input
+        results = await _step_all([(step.link, step.brain_infos) for step in steps])
+        for step, result in zip(steps, results, strict=True):
+            unity_name = step.link.behavior.unity_name
             if isinstance(result, StepRejectedError):
-                self._fail(name, f"the processor refused its step: {result}")
-                await self._drop(name)
+                await self._rejected(unity_name, result)
                 continue
             if isinstance(result, BaseException):
                 raise result
-            translate.fill_actions(done, result, rl_input.agent_actions[name])
-        return unity_pb.UnityInputProto(rl_input=rl_input)
+            merged = translate.merge_actions(len(step.rows.done), step.parts, result)
+            translate.fill_actions(step.rows.done, merged, rl_input.agent_actions[unity_name], self.vector_actions)
+        return rl_input
+
+    async def _behavior_steps(self, output: unity_pb.UnityOutputProto) -> list[_BehaviorStep]:
+        """Each stepped behavior's rows and the BrainInfos they become; a behavior whose rows are bad is refused."""
+        steps: list[_BehaviorStep] = []
+        for unity_name, infos in output.rl_output.agentInfos.items():
+            if not infos.value or unity_name in self.failures or unity_name in self.finished:
+                continue
+            link = self.links.get(unity_name)
+            if link is None:
+                self._fail(unity_name, "agent infos arrived before the behavior's brain parameters")
+                continue
+            name = link.spec.behavior_name
+            try:
+                rows = translate.behavior_step(link.spec, infos.value)
+                parts = translate.split_restarts(rows, name)
+            except StepstreamError as err:
+                self._fail(unity_name, str(err))
+                await self._drop(unity_name)
+                continue
+            brain_infos = [rows.brain_info(name)] if len(parts) == 1 else [rows.take(p).brain_info(name) for p in parts]
+            steps.append(_BehaviorStep(link, rows, parts, brain_infos))
+        return steps
+
+    async def _rejected(self, unity_name: str, err: StepRejectedError) -> None:
+        """The processor ended a behavior's session: its training finished, or it refuses the behavior."""
+        if err.code == TRAINING_FINISHED_STATUS:
+            self._finish(unity_name, str(err))
+        else:
+            self._fail(unity_name, f"the processor refused its step: {err}")
+        await self._drop(unity_name)
+
+    def _finish(self, unity_name: str, reason: str) -> None:
+        """The processor ended a behavior's session because its training finished (the stack's ``FinishTraining``):
+        once every behavior of this Unity session has, Unity is told to quit."""
+        log.info("behavior %r: %s", unity_name, reason)
+        self.finished.add(unity_name)
+        if set(self.links) <= self.finished | {unity_name}:
+            self.end_run("training of every behavior finished")
 
     async def _drop(self, name: str) -> None:
         link = self.links.pop(name, None)
         if link is not None:
             await link.close()
+            if not self.links and self.finished:
+                self.end_run("training of every behavior finished")
 
     def _read_side_channel(self, data: bytes) -> None:
         try:
@@ -286,21 +384,24 @@ class UnityGateway(unity_grpc.UnityToExternalProtoServicer):
             log.warning("Unity's side-channel bytes are malformed (the rest of this step's are skipped): %s", err)
 
 
-async def _step_all(
-    steps: list[tuple[BehaviorLink, np.ndarray, pb.BrainInfo]],
-) -> list[ActionResult | BaseException]:
-    """Every behavior's step, concurrently; each result is its ``ActionResult`` or its exception.
+async def _step_all(steps: list[tuple[BehaviorLink, list[pb.BrainInfo]]]) -> list[list[ActionResult] | BaseException]:
+    """Every behavior's step (its one or two BrainInfos, ``translate.split_restarts``), behaviors concurrently; each
+    result is the behavior's ``ActionResult`` list or its exception.
 
     One behavior (the usual case) is awaited in place: a task per step would cost an event-loop turn
     and a task's set-up, a noticeable part of the gateway's added latency per Exchange.
     """
     if len(steps) == 1:
-        link, _, info = steps[0]
+        link, infos = steps[0]
         try:
-            return [await link.step(info)]
+            return [await link.step_parts(infos)]
         except Exception as err:
             return [err]
-    return await asyncio.gather(*(link.step(info) for link, _, info in steps), return_exceptions=True)
+    return await asyncio.gather(*(link.step_parts(infos) for link, infos in steps), return_exceptions=True)
+
+
+def _status(status: int, message: str) -> unity_pb.UnityMessageProto:
+    return unity_pb.UnityMessageProto(header=unity_pb.HeaderProto(status=status, message=message))
 
 
 def _reply(unity_input: unity_pb.UnityInputProto | None = None) -> unity_pb.UnityMessageProto:
@@ -332,6 +433,16 @@ class GatewayServer:
         await self._server.start()
         log.info("listening for Unity on %s:%d: press Play in the Editor, or start the build", self.host, self.port)
         return self.port
+
+    async def end_run(self, timeout_s: float, reason: str = "training finished") -> bool:
+        """Tell Unity to quit at its next call (``UnityGateway.end_run``) and wait up to ``timeout_s`` for that call;
+        True once Unity was told (or none was connected)."""
+        self.gateway.end_run(reason)
+        try:
+            await asyncio.wait_for(self.gateway.ended.wait(), timeout_s)
+        except asyncio.TimeoutError:
+            return False
+        return True
 
     async def stop(self, grace_s: float = 1.0) -> None:
         await self.gateway.end_session()

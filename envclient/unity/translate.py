@@ -13,8 +13,13 @@ Unity (``RpcCommunicator.cs``, communication version 1.5.0) calls ``Exchange`` w
    asked for a decision (the agents that are not done), in the order they appear;
 4. the Editor's Stop (or the build's shutdown): a message with ``header.status`` 400.
 
-Per behavior and step (``behavior_step``): agent ids are Unity's (an agent's id changes with each
-episode), a ``done`` agent is a terminal row (no action goes back for it), ``max_step_reached`` is
+Behavior names are Unity's ``Name?team=N`` (``BehaviorParameters.FullyQualifiedBehaviorName``); the gateway
+splits them once (``parse_behavior_id``), and everything past it uses ``Name``. Actions go into
+``continuous_actions`` and ``discrete_actions``, and also into ``vector_actions`` for a player without the
+hybrid-actions capability (com.unity.ml-agents 1.0.x, communication 1.0.0), which reads only that field.
+
+Per behavior and step (``behavior_step``): agent ids are Unity's (``Agent.m_EpisodeId``, taken once per
+agent and kept across its episodes), a ``done`` agent is a terminal row (no action goes back for it), ``max_step_reached`` is
 ``done`` plus ``max_reached``, and ``action_mask`` (True = masked on Unity's wire) becomes
 stepstream's mask (True = allowed). Refused, naming the behavior and the agent: non-finite
 observations or rewards, a compression type other than none, a mask whose width is not the sum of
@@ -26,6 +31,10 @@ image. Unity >= 2.0 declares images channels first ``[C, H, W]`` (older packages
 the PNG's own height and width (or, uncompressed, ``dimension_properties``) tell which, as the
 ``.demo`` reader decides (``common.demo_images``). Any other observation rank is refused once,
 naming the observation.
+
+An agent that ended its episode since the previous step is there twice, its terminal row first, then
+its new episode's decision row: ``split_restarts`` makes two BrainInfos of such a step (docs/architecture.md,
+"Trajectory assembly rules").
 
 Shapes: ``N`` agents of one behavior in one step, ``C`` continuous actions, ``B`` branches,
 ``M = sum(branches)``.
@@ -43,7 +52,7 @@ from common.demo import spec_from_protos
 from common.demo_images import DemoFormatError, png_header, split_pngs
 from common.errors import NotSupportedYetError, ProtocolError, StepstreamError
 from common.specs import BrainParameters, ObservationSpec
-from common.tensors import to_png_tensor
+from common.tensors import dtype_from_wire, to_png_tensor
 from envclient.session import ActionResult, brain_info_message
 from envclient.unity.side_channels import UnitySettings, reset_side_channel
 from protos import mlagents_demo_pb2 as demo_pb
@@ -85,6 +94,91 @@ class StepRows(NamedTuple):
         return brain_info_message(
             behavior_name, self.agent_ids, self.observations, self.rewards, self.done, self.max_reached, self.action_mask
         )
+
+    def take(self, rows: np.ndarray) -> StepRows:
+        """The rows at the indices ``rows`` (int [K]), in that order."""
+        observations: list[np.ndarray | pb.Tensor] = []
+        for obs in self.observations:
+            if isinstance(obs, pb.Tensor):
+                pngs = [obs.png[int(i)] for i in rows]
+                shape = (len(rows), *obs.shape[1:])
+                observations.append(to_png_tensor(pngs, shape, dtype_from_wire(obs.dtype), obs.compressed_channel_mapping))
+            else:
+                observations.append(obs[rows])
+        mask = None if self.action_mask is None else self.action_mask[rows]
+        return StepRows(self.agent_ids[rows], observations, self.rewards[rows], self.done[rows], self.max_reached[rows], mask)
+
+
+class BehaviorId(NamedTuple):
+    """A behavior as Unity names it (``Name?team=N``), split as ML-Agents' ``BehaviorIdentifiers`` splits it."""
+
+    unity_name: str
+    """As Unity sends it, and as its actions go back: ``3DBall?team=0``."""
+    name: str
+    """The behavior: ``3DBall``; its config key, results folder, model and session name."""
+    team_id: int
+    """Its team (``BehaviorParameters.TeamId``), declared in the Hello (``Hello.team_ids``)."""
+
+
+def parse_behavior_id(unity_name: str) -> BehaviorId:
+    """``Name?team=N`` -> (``Name``, N); a name without ``?`` is team 0 (``BehaviorIdentifiers.from_name_behavior_id``:
+    the last ``?`` splits it).
+
+    Raises:
+        UnityInputError: a ``?`` not followed by ``team=`` and a non-negative integer, or nothing before it.
+    """
+    if "?" not in unity_name:
+        return BehaviorId(unity_name, unity_name, 0)
+    name, query = unity_name.rsplit("?", 1)
+    key, _, team = query.partition("=")
+    if not name or key != "team" or not (team.isascii() and team.isdigit()):
+        raise UnityInputError(f"behavior {unity_name!r}: expected 'Name?team=N' with N an integer >= 0")
+    return BehaviorId(unity_name, name, int(team))
+
+
+def split_restarts(rows: StepRows, name: str) -> list[np.ndarray]:
+    """The row indices of the BrainInfos one Unity step becomes, to be sent in order: one, or two when agents
+    ended an episode and decide in their next one in this step.
+
+    Unity (``Agent.NotifyAgentDone``) puts an agent's terminal row as soon as its episode ends, and its
+    next decision row (same id, ``done`` false) with the next ``SendInfo``: both can reach one exchange,
+    terminal first. ML-Agents' Python side splits them (``TerminalSteps`` handled before ``DecisionSteps``);
+    here the decision rows of such agents form a second BrainInfo, sent after the first, in which they are
+    first sightings (the trajectory rules, unchanged). Each part keeps Unity's row order.
+
+    Raises:
+        UnityInputError: an agent twice otherwise (two decision rows, two terminal rows, or a decision before a
+            terminal row), naming it.
+    """
+    ids = rows.agent_ids
+    every = np.arange(len(ids))
+    if len(np.unique(ids)) == len(ids):  # the usual step: one BrainInfo
+        return [every]
+    later = np.zeros(len(ids), dtype=bool)
+    seen: dict[int, int] = {}
+    for i, agent in enumerate(ids.tolist()):
+        first = seen.setdefault(agent, i)
+        if first == i:
+            continue
+        if later[first] or not rows.done[first] or rows.done[i]:
+            raise UnityInputError(
+                f"behavior {name!r}, agent {agent}: reported twice in one step other than terminal, then deciding"
+            )
+        later[i] = True
+    return [every[~later], every[later]]
+
+
+def merge_actions(n: int, parts: Sequence[np.ndarray], results: Sequence[ActionResult]) -> ActionResult:
+    """The answers to the BrainInfos of ``split_restarts`` as one answer to the step's ``n`` rows."""
+    if len(parts) == 1:
+        return results[0]
+    first = results[0]
+    continuous = np.zeros((n, first.continuous_actions.shape[1]), first.continuous_actions.dtype)
+    discrete = np.zeros((n, first.discrete_actions.shape[1]), first.discrete_actions.dtype)
+    for rows, result in zip(parts, results, strict=True):
+        continuous[rows] = result.continuous_actions
+        discrete[rows] = result.discrete_actions
+    return ActionResult(continuous, discrete, max(r.policy_version for r in results))
 
 
 def capabilities() -> unity_pb.UnityRLCapabilitiesProto:
@@ -174,14 +268,16 @@ def _image_spec(obs: demo_pb.ObservationProto, where: str) -> ObservationSpec:
 
 
 def behavior_spec(brain: demo_pb.BrainParametersProto, first: demo_pb.AgentInfoProto) -> BrainParameters:
-    """A behavior's spec: actions from its brain parameters, observation shapes from its first agent info.
+    """A behavior's spec: actions from its brain parameters, observation shapes from its first agent info, named
+    by the behavior alone (``Name`` of Unity's ``Name?team=N``, ``parse_behavior_id``).
 
     Raises:
         NotSupportedYetError: an observation neither a vector nor a rank-3 image, naming it.
         UnityInputError: a PNG that fits neither image layout of its declared shape.
         ProtocolError: a spec the processor would refuse (no observations, no actions, ...).
     """
-    name = brain.brain_name
+    name = parse_behavior_id(brain.brain_name).name
+    brain = _renamed(brain, name)
     for k, obs in enumerate(first.observations):
         if len(obs.shape) not in (1, 3):
             raise NotSupportedYetError(
@@ -194,6 +290,15 @@ def behavior_spec(brain: demo_pb.BrainParametersProto, first: demo_pb.AgentInfoP
     )
     spec = BrainParameters(spec.behavior_name, observations, spec.action_spec)
     return BrainParameters.from_proto(spec.to_proto())  # the processor's own checks, with its messages
+
+
+def _renamed(brain: demo_pb.BrainParametersProto, name: str) -> demo_pb.BrainParametersProto:
+    if brain.brain_name == name:
+        return brain
+    renamed = demo_pb.BrainParametersProto()
+    renamed.CopyFrom(brain)
+    renamed.brain_name = name
+    return renamed
 
 
 def _camera_rows(spec: BrainParameters, infos: Sequence[demo_pb.AgentInfoProto], k: int, name: str) -> pb.Tensor | np.ndarray:
@@ -353,12 +458,20 @@ def _check_finite(name: str, agent_ids: np.ndarray, values: np.ndarray, what: st
         raise UnityInputError(f"behavior {name!r}, agent {bad}: {what} is NaN or Inf")
 
 
-def fill_actions(done: np.ndarray, result: ActionResult, out: unity_pb.UnityRLInputProto.ListAgentActionProto) -> None:
+def fill_actions(
+    done: np.ndarray,
+    result: ActionResult,
+    out: unity_pb.UnityRLInputProto.ListAgentActionProto,
+    vector_actions: bool = False,
+) -> None:
     """Append one ``AgentActionProto`` per agent that is not done, in row order (Unity's decision order).
 
     Args:
         done: bool [N], the rows' done flags.
         result: the processor's answer to those N rows (float32 [N, C], int32 [N, B]).
+        vector_actions: also fill ``vector_actions_deprecated`` (the continuous values, then the discrete ones as
+            floats), the only field a player without the hybrid-actions capability reads (com.unity.ml-agents
+            1.0.x, communication 1.0.0), as ML-Agents' Python side fills it.
     """
     continuous, discrete = result.continuous_actions, result.discrete_actions
     if len(continuous) != len(done) or len(discrete) != len(done):
@@ -366,6 +479,12 @@ def fill_actions(done: np.ndarray, result: ActionResult, out: unity_pb.UnityRLIn
     asking = ~np.asarray(done, dtype=bool)
     # One tolist per array and one constructor per agent: a field-by-field fill costs several times more.
     action = demo_pb.AgentActionProto
+    if vector_actions:
+        out.value.extend(
+            action(continuous_actions=c, discrete_actions=d, vector_actions_deprecated=c + d)
+            for c, d in zip(continuous[asking].tolist(), discrete[asking].tolist(), strict=True)
+        )
+        return
     out.value.extend(
         action(continuous_actions=c, discrete_actions=d)
         for c, d in zip(continuous[asking].tolist(), discrete[asking].tolist(), strict=True)

@@ -544,6 +544,8 @@ def test_sigint_saves_a_checkpoint_and_resume_continues(interrupted_run: Interru
     output = interrupted_run.output
     assert interrupted_run.returncode == INTERRUPTED_EXIT_CODE, tail(output)
     assert "interrupted" in output and "Traceback" not in output, tail(output)
+    resume = f"to continue this run: stepstream train {interrupted_run.config} --run-id {interrupted_run.run_dir.name}"
+    assert resume in output and output.rstrip().endswith("--resume"), tail(output)  # the last line says how
     run_dir = interrupted_run.copy_to(tmp_path / "results")
     status = read_status(run_dir)
     assert INTERRUPT_AFTER_STEPS <= status["steps"] < interrupted_run.long_run

@@ -65,6 +65,8 @@ def test_record_then_offline_bc_then_record_the_clone(tmp_path: Path) -> None:
     )
     assert proc.returncode == 0, tail(proc.stdout)
     assert "offline BC stopped (max_steps)" in proc.stdout
+    last = proc.stdout.splitlines()[-1]  # the run's result: no reward where no episode ran, never "nan"
+    assert last.startswith(f"{BEHAVIOR}: ") and "nan" not in last and "mean reward" not in last, last
     metrics = json.loads((results / "bc" / BEHAVIOR / "bc_metrics.json").read_text())
     assert {"cloning_loss", "held_out_accuracy", "held_out_chance_accuracy", "held_out_rows", "train_rows"} <= set(metrics)
     assert metrics["held_out_rows"] == 10 and metrics["train_rows"] == 91

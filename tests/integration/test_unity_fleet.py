@@ -292,7 +292,7 @@ async def main():
     t = 0
     while steps == 0 or t < steps:
         t += 1
-        done, episode = t % 10 == 0, (t - 1) // 10  # an agent's id changes with each episode, as in Unity
+        done, episode = t % 10 == 0, (t - 1) // 10  # a new id per episode (valid; Unity keeps an agent's id)
         infos = {{"Walker": [agent_info(port * 1000 + episode * 4 + i, [[t % 7, 1.0, 0.5]], 0.1, done) for i in range(4)]}}
         if t > {late_at}:  # a behavior that appears mid-run: Unity declares it with its first agents
             late = [agent_info(port * 1000 + 500 + episode * 2 + i, [[1.0, t % 5, 0.0]], 1.0, done) for i in range(2)]

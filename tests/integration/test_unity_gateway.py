@@ -134,7 +134,7 @@ async def test_demo_transcripts_reach_the_processor_as_the_demo_reader_decodes_t
     n = len(infos) - 1
     record_done = np.array([info.done for info in infos])
     keep = ~record_done[:n]
-    got = await stack.trajectories(name, int(keep.sum()))
+    got = await stack.trajectories(spec.behavior_name, int(keep.sum()))
     assert sum(t.length for t in got) == int(keep.sum())
     for k in range(len(spec.observation_specs)):
         np.testing.assert_array_equal(np.concatenate([t.obs[k] for t in got]), rows[tr.obs_key(k)][:n][keep])
@@ -314,7 +314,9 @@ def _wrong_mask_width(info: demo_pb.AgentInfoProto) -> None:
     ("spoil", "message"),
     [(_nan, "NaN or Inf"), (_unknown_compression, "unknown (7)"), (_wrong_mask_width, "the action mask has 3 entries")],
 )
-async def test_bad_input_refuses_that_behavior_by_name_and_agent_while_others_go_on(stack: Stack, spoil, message: str) -> None:  # type: ignore[no-untyped-def]
+async def test_bad_input_refuses_that_behavior_and_ends_the_run_naming_it(stack: Stack, spoil, message: str) -> None:  # type: ignore[no-untyped-def]
+    """As mlagents-learn stops on a behavior it cannot take, the gateway answers that step with status 400 (Unity
+    quits), the reason naming the behavior and the agent, instead of serving the others on."""
     stack.declare(WALKER, _walker(1, 0))
     stack.declare(CHOOSER, _chooser(10, 0, [False] * 5))
     await stack.unity.start()
@@ -323,12 +325,12 @@ async def test_bad_input_refuses_that_behavior_by_name_and_agent_while_others_go
     bad = _chooser(11, 1, free)
     spoil(bad)
     reply = await stack.unity.step({"Walker": [_walker(1, 1)], "Chooser": [_chooser(10, 1, free), bad]})
-    assert len(_actions(reply, "Walker")) == 1 and _actions(reply, "Chooser") == []
-    reason = stack.gateway.gateway.failures["Chooser"]
-    assert "behavior 'Chooser', agent 11" in reason and message in reason
-    reply = await stack.unity.step({"Walker": [_walker(1, 2)], "Chooser": [_chooser(10, 2, free)]})
-    assert len(_actions(reply, "Walker")) == 1 and _actions(reply, "Chooser") == []
-    await stack.unity.stop()
+    assert reply.header.status == translate.STATUS_STOP
+    assert "behavior 'Chooser' is refused: behavior 'Chooser', agent 11" in reply.header.message
+    assert message in reply.header.message
+    assert stack.gateway.gateway.refusal == reply.header.message and stack.gateway.gateway.ended.is_set()
+    assert stack.gateway.gateway.links == {}  # every behavior's session closed (flushed)
+    await stack.unity.close()
 
 
 @pytest.mark.parametrize(
@@ -353,7 +355,7 @@ async def test_a_camera_passes_through_as_an_image(stack: Stack, demo: str, came
 
     n = len(infos) - 1
     keep = ~np.array([info.done for info in infos])[:n]
-    got = await stack.trajectories(name, int(keep.sum()))
+    got = await stack.trajectories(spec.behavior_name, int(keep.sum()))
     images = np.concatenate([t.obs[0] for t in got])
     pixels = rows[tr.obs_key(0)][:n][keep]  # the reader's float32 in [0, 1], in the declared layout
     if dtype == np.uint8:
@@ -371,13 +373,11 @@ async def test_an_observation_the_processor_refuses_is_refused_once_naming_it(st
     stack.unity.brains[brain.brain_name] = brain
     stack.declare(WALKER, _walker(1, 0))
     await stack.unity.start()
-    for t, info in enumerate(infos):
-        reply = await stack.unity.step({brain.brain_name: [info], "Walker": [_walker(1, t)]})
-        assert len(_actions(reply, "Walker")) == 1 and _actions(reply, brain.brain_name) == []
-    reason = stack.gateway.gateway.failures[brain.brain_name]
-    assert f"behavior {brain.brain_name!r}: observation_specs[1].shape [0]" in reason
-    assert stack.gateway.gateway.stats.failed_behaviors == 1  # once, not per step
-    await stack.unity.stop()
+    reply = await stack.unity.step({brain.brain_name: [infos[0]], "Walker": [_walker(1, 0)]})
+    assert reply.header.status == translate.STATUS_STOP
+    assert f"behavior {brain.brain_name!r}: observation_specs[1].shape [0]" in reply.header.message
+    assert stack.gateway.gateway.stats.failed_behaviors == 1
+    await stack.unity.close()
 
 
 # -- side channels and the command line -----------------------------------------------------------

@@ -2,7 +2,8 @@
 
 Each env client is a gateway on port 0 in front of the real processor and a fake Unity
 (``tests.unity_fake``) that wraps a ``SimpleEnv`` as Unity would: one agent info per copy and step,
-a done copy's terminal info gets no action, and its next episode comes with a new agent id. Same
+a done copy's terminal info gets no action, and its next episode comes with a new agent id (a real player keeps
+the id, ``tests.unity_player``; the processor takes either). Same
 settings, threshold and step budget as ``test_ppo_learning``.
 """
 
@@ -53,7 +54,7 @@ async def unity_client(address: str, index: int, continuous: bool, agents: int, 
             stats.env_steps += 1
             stats.rows += agents
             stats.episodes += int(done.sum())
-            ids[done] = ids.max() + 1 + np.arange(int(done.sum()))  # Unity gives every episode a new id
+            ids[done] = ids.max() + 1 + np.arange(int(done.sum()))  # a new id per episode (valid, if not what Unity does)
             stats.first_sightings += int(done.sum()) + (agents if stats.env_steps == 1 else 0)
             (obs,), rewards, terminated, truncated = env.step(continuous_actions, discrete_actions)
             done = terminated | truncated

@@ -13,7 +13,17 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from cli.console import NAME_WIDTH, NATIVE_NOISE, StepRate, format_elapsed, native_stderr_filtered, progress_bar
+from cli.console import (
+    NAME_WIDTH,
+    NATIVE_NOISE,
+    SUMMARY_LOGGER,
+    ConsoleFormatter,
+    StepRate,
+    SummaryThrottle,
+    format_elapsed,
+    native_stderr_filtered,
+    progress_bar,
+)
 
 # TensorFlow 2.x's start-up lines on a CPU-only machine, as a user saw them.
 NOISE_LINES = [
@@ -88,3 +98,47 @@ def test_tensorflow_loads_without_importing_scikit_learn_which_stays_importable(
     done = subprocess.run([sys.executable, "-c", script], cwd=repo, capture_output=True, text=True, timeout=300, check=False)
     installed = importlib.util.find_spec("sklearn") is not None
     assert done.returncode == 0 and done.stdout.strip() == f"ok {installed}", done.stderr[-2000:]
+
+
+def _summary(behavior: str, created: float, level: int = logging.INFO) -> logging.LogRecord:
+    record = logging.LogRecord(SUMMARY_LOGGER, level, "summaries.py", 1, "%s. Step: 1000.", (behavior,), None)
+    record.created = created
+    record.behavior = behavior
+    return record
+
+
+def test_the_summary_lines_are_thinned_per_behavior_and_nothing_else() -> None:
+    throttle = SummaryThrottle(interval_s=10.0)
+    passed = [throttle.filter(_summary(name, t)) for name, t in [("A", 0.0), ("A", 4.0), ("B", 4.5), ("A", 10.0)]]
+    assert passed == [True, False, True, True]
+    assert throttle.filter(_summary("A", 11.0, logging.WARNING))  # a summary-writer failure always shows
+    other = logging.LogRecord("trainer.loop", logging.INFO, "loop.py", 1, "trainer stopped", (), None)
+    assert throttle.filter(other) and throttle.filter(other)
+
+
+def test_the_throttled_logger_is_the_summaries_one() -> None:
+    from trainer import summaries
+
+    assert summaries.logger.name == SUMMARY_LOGGER
+
+
+def test_the_console_line_keeps_its_width_for_the_message() -> None:
+    formatter = ConsoleFormatter("%(message)s")
+    info = logging.LogRecord("trainer.loop", logging.INFO, "loop.py", 1, "trainer stopped", (), None)
+    info.context = " [behavior=CartPole]"
+    warning = logging.LogRecord("trainer.checkpoint", logging.WARNING, "checkpoint.py", 1, "cut file", (), None)
+    warning.context = " [behavior=CartPole]"
+    refusal = logging.LogRecord("cli.main", logging.ERROR, "main.py", 1, "--out x.txt: must end in .onnx", (), None)
+    refusal.context = ""
+    assert formatter.format(info) == "trainer stopped"
+    assert formatter.format(warning) == "trainer.checkpoint: cut file [behavior=CartPole]"
+    assert formatter.format(refusal) == "--out x.txt: must end in .onnx"
+
+
+def test_demo_inspect_wraps_its_lines_at_word_boundaries() -> None:
+    from cli.demo import _wrap
+
+    line = "action timing  c.demo: same (by episode_start_zeros; inverse-dynamics accuracy of record t's action 1.0)"
+    rows = _wrap(line, 80)
+    assert len(rows) == 2 and all(len(row) <= 80 for row in rows)
+    assert rows[1].startswith("    ") and " ".join(r.strip() for r in rows) == line

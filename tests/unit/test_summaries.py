@@ -104,7 +104,7 @@ def test_period_stats_summary() -> None:
     time.sleep(0.01)
     metrics = period.summary(step=300)
     assert metrics[CUMULATIVE_REWARD] == 2.0 and metrics[CUMULATIVE_REWARD_STD] == 1.0
-    assert metrics[EPISODE_LENGTH] == 5.0 and metrics[EPISODES] == 2.0
+    assert metrics[EPISODE_LENGTH] == 4.0 and metrics[EPISODES] == 2.0  # ML-Agents: the terminal step not counted
     assert metrics[POLICY_VERSION_LAG] == 1.0 and metrics["Losses/Value Loss"] == 3.0
     assert 0 < metrics[AGENT_STEPS_PER_S] < 200 / 0.01
     empty = PeriodStats(step=0).summary(step=0)
