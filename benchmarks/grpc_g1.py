@@ -26,8 +26,11 @@ pixels (16 frames per client, cycled) and the MLP by a ``nature_cnn`` policy (``
 encoded to 64 features, then the 2x64 body), exported with a uint8 input as trainers export it. The default,
 ``--obs 32``, is G1 as the yardstick defines it.
 
+``--group-size K`` puts each client's agents in groups of K (``processor.groups``; zero group rewards): what groups
+cost on this path, against the same run without.
+
 usage: grpc_g1.py [--clients 8] [--agents 32] [--steps 1500] [--warmup 100] [--server processor|echo|echo-hardened]
-                  [--obs 32|HxWxC]
+                  [--obs 32|HxWxC] [--group-size 0]
 """
 
 from __future__ import annotations
@@ -95,10 +98,13 @@ def cpu_over_window(samples: list[tuple[float, float]], start: float, end: float
     return (cpu1 - cpu0) / (t1 - t0) * (end - start)
 
 
-def brain_infos(index: int, agents: int, obs_shape: tuple[int, ...] = VECTOR_OBS) -> Iterator[pb.BrainInfo]:
+def brain_infos(
+    index: int, agents: int, obs_shape: tuple[int, ...] = VECTOR_OBS, group_size: int = 0
+) -> Iterator[pb.BrainInfo]:
     """Env client ``index``'s BrainInfos, one per step, for ever (module docstring: W1's shapes, episodes of
     uniform [50, 300] steps, the same id back as a new episode after done); seeded by ``index``.
-    ``obs_shape`` ``(H, W, C)``: uint8 frames ``[agents, H, W, C]``, ``IMAGE_FRAMES`` of them cycled."""
+    ``obs_shape`` ``(H, W, C)``: uint8 frames ``[agents, H, W, C]``, ``IMAGE_FRAMES`` of them cycled. ``group_size``
+    > 0: the agents also in groups of that many (``processor.groups``), with zero group rewards."""
     from envclient.session import brain_info_message
 
     rng = np.random.default_rng(index)
@@ -110,9 +116,13 @@ def brain_infos(index: int, agents: int, obs_shape: tuple[int, ...] = VECTOR_OBS
         obs = list(rng.standard_normal((64, agents, *obs_shape), dtype=np.float32))
     rewards = rng.standard_normal((64, agents)).astype(np.float32)
     left = rng.integers(50, 301, size=agents)
+    group_ids = np.arange(agents) // group_size + 1 if group_size else None
+    group_rewards = np.zeros(agents, np.float32) if group_size else None
     for t in itertools.count():
         done = left <= 0
-        yield brain_info_message(BEHAVIOR, ids, [obs[t % 64]], rewards[t % 64], done)
+        yield brain_info_message(
+            BEHAVIOR, ids, [obs[t % 64]], rewards[t % 64], done, group_ids=group_ids, group_rewards=group_rewards
+        )
         left -= 1
         if done.any():  # a new length only for the agents that start over: the client's env work stays small
             left[done] = rng.integers(50, 301, size=int(done.sum()))
@@ -127,13 +137,14 @@ async def _client(
     start_at: float,
     cpu_marks: list[float],
     obs_shape: tuple[int, ...] = VECTOR_OBS,
+    group_size: int = 0,
 ) -> tuple[list[float], float, float, float]:
     """One env client; returns its timed round trips (s), when its timed window began and ended (``_now``), and the
     process's CPU seconds at its end. The first client to start its timed window appends the process's CPU seconds
     to ``cpu_marks``."""
     from envclient import EnvSession
 
-    stream = brain_infos(index, agents, obs_shape)
+    stream = brain_infos(index, agents, obs_shape, group_size)
     timings: list[float] = []
     window_start = 0.0
     async with EnvSession(address, f"g1-{index}", [brain_parameters(obs_shape)]) as session:
@@ -162,6 +173,7 @@ def _client_process(
     start_at: float,
     out: mp.Queue,
     obs_shape: tuple[int, ...] = VECTOR_OBS,
+    group_size: int = 0,
 ) -> None:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
@@ -169,7 +181,7 @@ def _client_process(
 
     async def run_all() -> list[tuple[list[float], float, float, float]]:
         return await asyncio.gather(
-            *[_client(address, i, agents, steps, warmup, start_at, cpu_marks, obs_shape) for i in range(clients)]
+            *[_client(address, i, agents, steps, warmup, start_at, cpu_marks, obs_shape, group_size) for i in range(clients)]
         )
 
     results = asyncio.run(run_all())
@@ -273,7 +285,17 @@ async def _run_clients(args: argparse.Namespace, port: int) -> ClientRun:
     start_at = time.time() + 4.0  # let the child import and connect before the clock starts
     child = ctx.Process(
         target=_client_process,
-        args=(f"127.0.0.1:{port}", args.clients, args.agents, args.steps, args.warmup, start_at, out, args.obs),
+        args=(
+            f"127.0.0.1:{port}",
+            args.clients,
+            args.agents,
+            args.steps,
+            args.warmup,
+            start_at,
+            out,
+            args.obs,
+            args.group_size,
+        ),
     )
     child.start()
     samples: list[tuple[float, float]] = []
@@ -405,6 +427,7 @@ def main() -> None:
         default=VECTOR_OBS,
         help="D float32 (default 32, G1) or HxWxC: a uint8 image and a nature_cnn policy (e.g. 84x84x3)",
     )
+    parser.add_argument("--group-size", type=int, default=0, help="agents per group (processor.groups); 0: no groups")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")

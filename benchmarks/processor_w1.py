@@ -13,10 +13,14 @@ Figures, agent-steps/s = A * S / seconds (best of ``--repeats``):
     pipeline: assembly plus every trajectory into a trainer's update AgentBuffer, drained once per
         step as a trainer draining its queue would (``trajectories_to_rows`` + ``extend_rows``).
 
-``--memory-size R`` (issue 37's cost of memory): the actions carry a recurrent state in and out of R floats per
+``--memory-size R`` (the cost of memory): the actions carry a recurrent state in and out of R floats per
 row, and each step first reads the rows' held states (``TrajectoryAssembler.memories``), as the servicer does.
 
-usage: processor_w1.py [--agents 256] [--steps 400] [--repeats 3] [--memory-size 0]
+With ``--group-size K`` the rows are also in groups of ``K`` (by row: the agents of rows ``0..K-1`` form group
+1, ...) and every step also goes through the group assembly (``processor.groups``): the cost of groups on the
+hot path, against the same load without (``--group-size 0``, the default).
+
+usage: processor_w1.py [--agents 256] [--steps 400] [--repeats 3] [--memory-size 0] [--group-size 0]
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from common.specs import ActionSpec, BrainParameters, ObservationSpec
 from common.tensors import to_tensor
 from common.trajectory import trajectories_to_rows
 from processor.assembly import StepActions, TrajectoryAssembler
+from processor.groups import GroupInfo, SessionGroups
 from processor.wire import DecodedBrainInfo, decode_brain_info
 from protos import pb
 
@@ -94,9 +99,30 @@ def to_message(info: DecodedBrainInfo) -> pb.BrainInfo:
     return msg
 
 
-def run(stream: list[tuple[DecodedBrainInfo, StepActions]], params: BrainParameters, mode: str) -> tuple[float, int, int]:
+def group_infos(stream: list[tuple[DecodedBrainInfo, StepActions]], agents: int, group_size: int) -> list[GroupInfo]:
+    """Per step, groups of ``group_size`` by row (a done row keeps the group of the row its id held)."""
+    decision = np.arange(agents) // group_size + 1
+    out = []
+    for info, _ in stream:
+        n_term = len(info.agent_ids) - agents
+        held = {int(a): int(g) for a, g in zip(info.agent_ids[n_term:], decision, strict=True)}
+        term = [held.get(int(a), 1) for a in info.agent_ids[:n_term]]
+        ids = np.concatenate([np.array(term, np.int64), decision]).astype(np.int64)
+        out.append(GroupInfo(ids, np.zeros(len(ids), np.float32)))
+    return out
+
+
+def run(
+    stream: list[tuple[DecodedBrainInfo, StepActions]],
+    params: BrainParameters,
+    mode: str,
+    groups: list[GroupInfo] | None = None,
+) -> tuple[float, int, int]:
     """One pass; returns (seconds, trajectories, experiences appended to the update buffer)."""
     assembler = TrajectoryAssembler(params, "w1-session", TIME_HORIZON)
+    session_groups = SessionGroups("w1-session")
+    if groups is not None:
+        session_groups.start(params, TIME_HORIZON, 64 << 20)
     update = AgentBuffer()
     messages = [to_message(info) for info, _ in stream] if mode == "decode" else []
     trajectories = 0
@@ -105,6 +131,8 @@ def run(stream: list[tuple[DecodedBrainInfo, StepActions]], params: BrainParamet
         step_info = decode_brain_info(messages[t], params) if mode == "decode" else info
         assembler.memories(step_info.agent_ids)  # the held states the inference pass would take (None without)
         cut = assembler.add(step_info, actions)
+        if groups is not None:
+            session_groups.add(params.behavior_name, step_info, groups[t], actions, cut)
         trajectories += len(cut)
         if mode == "pipeline" and cut:
             update.extend_rows(trajectories_to_rows(cut))
@@ -119,15 +147,17 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=400)
     parser.add_argument("--repeats", type=int, default=3, help="timed passes per figure; the best is reported")
     parser.add_argument("--memory-size", type=int, default=0, help="floats of recurrent state per row (0: none)")
+    parser.add_argument("--group-size", type=int, default=0, help="agents per group; 0: no groups")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     params = BrainParameters("W1", (ObservationSpec((OBS_SIZE,), np.dtype(np.float32)),), ActionSpec(ACTION_SIZE))
     stream = make_stream(args.agents, args.steps, memory_size=args.memory_size)
+    groups = group_infos(stream, args.agents, args.group_size) if args.group_size else None
     agent_steps = args.agents * args.steps
     figures: dict[str, float] = {}
     counts: dict[str, tuple[int, int]] = {}
     for mode in ("processor", "decode", "pipeline"):
-        best = min(run(stream, params, mode) for _ in range(args.repeats))
+        best = min(run(stream, params, mode, groups) for _ in range(args.repeats))
         figures[mode] = agent_steps / best[0]
         counts[mode] = (best[1], best[2])
         log.info(
@@ -144,6 +174,7 @@ def main() -> None:
             {
                 "workload": "W1",
                 "agents": args.agents,
+                "group_size": args.group_size,
                 "steps": args.steps,
                 "memory_size": args.memory_size,
                 "processor_agent_steps_per_s": round(figures["processor"]),

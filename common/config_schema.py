@@ -25,6 +25,7 @@ from common.config_sections import (
     Hyperparameters,
     NetworkSettings,
     NotSupportedKeyError,
+    POCAHyperparameters,
     PPOHyperparameters,
     RewardSignalSettings,
     RewardSignalType,
@@ -43,6 +44,7 @@ HYPERPARAMETERS_FOR: dict[TrainerType, type[Hyperparameters]] = {
     TrainerType.PPO: PPOHyperparameters,
     TrainerType.SAC: SACHyperparameters,
     TrainerType.BC: BCHyperparameters,
+    TrainerType.POCA: POCAHyperparameters,
 }
 """The hyperparameters class of each trainer type."""
 
@@ -59,11 +61,12 @@ class BehaviorSettings:
         TrainerType.PPO: 2,
         TrainerType.SAC: None,
         TrainerType.BC: None,
+        TrainerType.POCA: 2,
     }
     """Per-algorithm max_policy_lag when unset. Provisional: to be set by the trainers' measurements."""
 
     trainer_type: TrainerType = TrainerType.PPO
-    """Which trainer learns this behavior: ppo, sac or bc."""
+    """Which trainer learns this behavior: ppo, sac, bc or poca."""
     hyperparameters: Hyperparameters = field(default_factory=PPOHyperparameters)
     """The trainer's hyperparameters; their class must match trainer_type."""
     network_settings: NetworkSettings = field(default_factory=NetworkSettings)
@@ -442,9 +445,7 @@ EXTRA_KEYS: dict[type, dict[str, ExtraKey]] = {
 }
 """Per section: the ML-Agents keys that are ignored, or not supported yet unless at their default."""
 
-NOT_SUPPORTED_VALUES: dict[type[Enum], dict[str, str]] = {
-    TrainerType: {"poca": "the MA-POCA trainer"},
-}
+NOT_SUPPORTED_VALUES: dict[type[Enum], dict[str, str]] = {}
 """Valid ML-Agents values of an enum field that are not supported yet, with what they would need."""
 VALUE_HINTS: dict[str, str] = {"offline_bc": "bc"}
 """Old ML-Agents spellings and the value to use instead."""

@@ -61,6 +61,7 @@ class TrainerType(str, Enum):
     PPO = "ppo"
     SAC = "sac"
     BC = "bc"
+    POCA = "poca"
 
 
 class RewardSignalType(str, Enum):
@@ -197,6 +198,31 @@ class PPOHyperparameters(StateDependentExploration):
 
 
 @dataclass(frozen=True, kw_only=True)
+class POCAHyperparameters(PPOHyperparameters):
+    """``hyperparameters`` for ``trainer_type: poca`` (MA-POCA, Cohen et al. 2021, arXiv:2111.05992): ML-Agents'
+    POCASettings, whose keys and defaults are PPO's (``batch_size`` ... ``epsilon_schedule``). Of stepstream's own
+    PPO keys, POCA takes ``activation``, ``orthogonal_init``, ``max_grad_norm``, ``log_std_init`` and
+    ``clip_value_loss`` (default true here: ML-Agents' POCA clips both the value and the baseline loss); the
+    others (gSDE, ``shared_critic``, ``proximal_clip``, ``normalize_reward``, ``noise_hold_steps``) stay at their
+    defaults (``trainer/poca.py``)."""
+
+    clip_value_loss: bool = field(default=True, metadata=STEPSTREAM_KEY)
+    """Clip the value and baseline losses around their old estimates by epsilon (ML-Agents' POCA); false: plain MSE."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for key, default in (
+            ("use_sde", False),
+            ("shared_critic", False),
+            ("proximal_clip", False),
+            ("normalize_reward", False),
+            ("noise_hold_steps", 1),
+        ):
+            value = getattr(self, key)
+            require(value == default, key, f"is not supported by trainer_type poca yet (got {value!r}, only {default!r})")
+
+
+@dataclass(frozen=True, kw_only=True)
 class SACHyperparameters(StateDependentExploration):
     """``hyperparameters`` for ``trainer_type: sac`` (Haarnoja et al. 2018, arXiv:1812.05905)."""
 
@@ -284,7 +310,7 @@ class BCHyperparameters:
         positive(self.learning_rate, "learning_rate")
 
 
-Hyperparameters = PPOHyperparameters | SACHyperparameters | BCHyperparameters
+Hyperparameters = PPOHyperparameters | SACHyperparameters | BCHyperparameters | POCAHyperparameters
 
 
 # --- networks, reward signals, behavioural cloning ----------------------------------------

@@ -20,6 +20,9 @@ _GYM_ID = re.compile(r"^(?:(?P<namespace>[\w:-]+)/)?(?P<name>[\w:.-]+?)(?:-v(?P<
 PYTHON_PREFIX = "python:"
 """``python:MODULE:FUNCTION``: ``FUNCTION()`` of the imported ``MODULE`` makes one Gymnasium env per copy."""
 _PYTHON_PATH = re.compile(r"^(?P<module>[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*):(?P<function>[A-Za-z_]\w*)$")
+PETTINGZOO_PREFIX = "pettingzoo:"
+"""``pettingzoo:MODULE:FUNCTION``: ``FUNCTION()`` makes one PettingZoo parallel env per copy
+(``envclient.pettingzoo_adapter``)."""
 SIMPLE_PREFIX = "simple:"
 """The built-in 1-D goal task (``envclient.simple_env``): ``simple:discrete`` or ``simple:continuous``."""
 SIMPLE_KINDS = ("discrete", "continuous")
@@ -43,6 +46,21 @@ def parse_python_path(env_path: str) -> tuple[str, str]:
     return match.group("module"), match.group("function")
 
 
+def parse_pettingzoo_path(env_path: str) -> tuple[str, str]:
+    """``(module, function)`` of ``pettingzoo:MODULE:FUNCTION``; nothing is imported.
+
+    Raises:
+        ConfigError: not of that form; the message quotes the path.
+    """
+    match = _PYTHON_PATH.match(env_path[len(PETTINGZOO_PREFIX) :]) if env_path.startswith(PETTINGZOO_PREFIX) else None
+    if match is None:
+        raise ConfigError(
+            f"{bounded_repr(env_path)} is not pettingzoo:MODULE:FUNCTION (a dotted module and a function that makes one"
+            " PettingZoo parallel env, e.g. pettingzoo:mpe2.simple_spread_v3:parallel_env)"
+        )
+    return match.group("module"), match.group("function")
+
+
 def behavior_name_for_env(env_path: str) -> str:
     """The default behavior name of an env path: for ``gym:<id>``, the id without namespace and version.
 
@@ -62,6 +80,12 @@ def behavior_name_for_env(env_path: str) -> str:
     """
     if env_path.startswith(PYTHON_PREFIX):
         return parse_python_path(env_path)[1]
+    if env_path.startswith(PETTINGZOO_PREFIX):
+        parse_pettingzoo_path(env_path)
+        raise NotSupportedYetError(
+            f"{bounded_repr(env_path)}: a PettingZoo env hosts a behavior per agent-name prefix; stepstream train does"
+            " not host pettingzoo: env paths yet, run envclient.pettingzoo_adapter's client against a processor"
+        )
     if env_path.startswith(SIMPLE_PREFIX):
         kind = env_path[len(SIMPLE_PREFIX) :]
         if kind not in SIMPLE_KINDS:

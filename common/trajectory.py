@@ -45,6 +45,7 @@ import numpy as np
 
 from common.environment_stats import MAX_STATS_PER_TRAJECTORY, EnvironmentStat, from_protos, to_protos
 from common.errors import ProtocolError
+from common.groups import GroupData
 from common.tensors import from_tensor, to_tensor
 from protos import pb
 
@@ -128,6 +129,9 @@ class Trajectory:
     memories: np.ndarray | None = None
     """float32 ``[T, R]``: the recurrent state each action was chosen with (``R`` = memory_size); None without
     memory."""
+    group: GroupData | None = None
+    """The agent's groupmates at each step and its group reward (``common.groups``); None when its session sent no
+    groups for the behavior. Not in ``to_rows``: a group-aware trainer reads it itself."""
     extras: dict[str, np.ndarray] = field(default_factory=dict)
     """Not on the wire; free for a trainer's own per-step arrays (values, advantages)."""
     obs_frames: dict[int, np.ndarray] = field(default_factory=dict, repr=False)
@@ -225,6 +229,8 @@ class Trajectory:
             msg.environment_stats.extend(to_protos(self.environment_stats))
         if self.memories is not None:
             to_tensor(self.memories, msg.memories)
+        if self.group is not None:
+            self.group.to_proto(msg)
         return msg
 
     @classmethod
@@ -281,6 +287,7 @@ class Trajectory:
             obs_frames=obs_frames,
             memories=memories,
             environment_stats=from_protos(msg.environment_stats, name, MAX_STATS_PER_TRAJECTORY),
+            group=GroupData.from_proto(msg, obs, len(per_step["rewards"]), name),
             **per_step,
         )
 

@@ -105,6 +105,8 @@ def brain_info_message(
     done: np.ndarray,
     max_reached: np.ndarray | None = None,
     action_mask: np.ndarray | None = None,
+    group_ids: np.ndarray | None = None,
+    group_rewards: np.ndarray | None = None,
 ) -> pb.BrainInfo:
     """Encode one step of one behavior (shapes as in ``EnvSession.step``).
 
@@ -126,6 +128,12 @@ def brain_info_message(
     to_tensor(np.zeros(n, bool) if max_reached is None else np.asarray(max_reached, dtype=bool), msg.max_reached)
     if action_mask is not None:
         to_tensor(np.asarray(action_mask, dtype=bool), msg.action_mask)
+    if group_ids is not None or group_rewards is not None:  # both or neither on the wire
+        to_tensor(np.zeros(n, np.int32) if group_ids is None else np.asarray(group_ids, dtype=np.int32), msg.group_ids)
+        to_tensor(
+            np.zeros(n, np.float32) if group_rewards is None else np.asarray(group_rewards, dtype=np.float32),
+            msg.group_rewards,
+        )
     return msg
 
 
@@ -270,6 +278,8 @@ class EnvSession:
         done: np.ndarray,
         max_reached: np.ndarray | None = None,
         action_mask: np.ndarray | None = None,
+        group_ids: np.ndarray | None = None,
+        group_rewards: np.ndarray | None = None,
     ) -> ActionResult:
         """Send one step of one behavior and wait for its actions.
 
@@ -284,6 +294,10 @@ class EnvSession:
                 agent leaves for good: its state in the processor is freed; the same id later starts afresh.
             max_reached: bool [N], the episode ended by a time limit; only together with done.
             action_mask: bool [N, sum(branches)], True = allowed; None allows everything.
+            group_ids: int [N], each agent's group (0 = none; scoped by this session); None sends no groups
+                (docs/environments.md, "Groups of agents").
+            group_rewards: float32 [N], the reward each agent's group received since the agent's previous row;
+                zeros when None and ``group_ids`` is given.
 
         Raises:
             MessageTooLargeError: the step is over the message limit (see ``send``).
@@ -291,7 +305,9 @@ class EnvSession:
             StepRejectedError: the processor ended the session (bad input, replaced, shutdown).
         """
         return await self.send(
-            brain_info_message(behavior_name, agent_ids, observations, rewards, done, max_reached, action_mask)
+            brain_info_message(
+                behavior_name, agent_ids, observations, rewards, done, max_reached, action_mask, group_ids, group_rewards
+            )
         )
 
     async def close(self, timeout_s: float = 10.0) -> None:

@@ -47,6 +47,7 @@ from common.trajectory import Trajectory
 from processor.assembly import StepActions
 from processor.behaviors import Behavior, BehaviorTable, highest_acceptable_version
 from processor.environment_parameters import EnvironmentParameterService, accepts_environment_parameters
+from processor.groups import SessionGroups
 from processor.inference import Policy
 from processor.opponents import SelfPlay
 from processor.sessions import Session, SessionTable
@@ -269,6 +270,12 @@ class AgentProcessorServicer(pb_grpc.AgentProcessorServicer):
         brain_info = request.brain_info
         behavior = session.behavior(brain_info.behavior_name)
         info = decode_brain_info(brain_info, behavior.params, session.session_id, self._max_agents_per_brain_info)
+        groups = None
+        if brain_info.HasField("group_ids") or brain_info.HasField("group_rewards"):  # processor.groups
+            session.groups = session.groups or SessionGroups(session.session_id)
+            groups = session.groups.decode(
+                brain_info, info, behavior.params, behavior.runtime.time_horizon, self.max_trajectory_bytes
+            )
         if info.environment_stats:  # for the behavior's trainer summaries (common.environment_stats)
             behavior.add_environment_stats(info.environment_stats)
         if self.self_play.behaviors and (opponents := self.self_play.opponents_of(session, behavior.name)) is not None:
@@ -291,6 +298,8 @@ class AgentProcessorServicer(pb_grpc.AgentProcessorServicer):
             out.memories, out.next_memories,
         )  # fmt: skip
         cut = session.assembler(behavior).add(info, actions) if len(info.agent_ids) else None
+        if session.groups is not None and session.groups.active(behavior.name):
+            session.groups.add(behavior.name, info, groups, actions, cut or [])
         if self.environment_parameters is not None:
             self._observe_parameters(behavior, cut or [])
         if cut:
@@ -315,6 +324,8 @@ class AgentProcessorServicer(pb_grpc.AgentProcessorServicer):
         self.self_play.leave(session)
         try:
             async for name, trajectories in session.flush():  # in batches, yielding to other sessions
+                if session.groups is not None:
+                    session.groups.flushed(name, trajectories)
                 try:
                     await session.behaviors[name].publish(trajectories, flushed=True)
                 except StepstreamError as err:

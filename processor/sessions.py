@@ -15,6 +15,7 @@ from common.trajectory import Trajectory
 from processor.assembly import FLUSH_BATCH_AGENTS, AgentBudget, TrajectoryAssembler
 from processor.behaviors import Behavior
 from processor.exploration import HeldNoise
+from processor.groups import SessionGroups
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +52,8 @@ class Session:
     steps: int = field(default=0)
     noise: dict[str, HeldNoise] = field(default_factory=dict)
     """Per behavior with ``noise_hold_steps`` > 1: its agents' held action noise (``processor.exploration``)."""
+    groups: SessionGroups | None = None
+    """The group side of its agents, from its first BrainInfo with ``group_ids`` (``processor.groups``)."""
 
     def behavior(self, name: str) -> Behavior:
         """The behavior of a BrainInfo's behavior name.

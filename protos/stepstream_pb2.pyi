@@ -108,7 +108,7 @@ class HelloReply(_message.Message):
     def __init__(self, protocol_version: _Optional[int] = ..., session_id: _Optional[str] = ..., max_message_bytes: _Optional[int] = ...) -> None: ...
 
 class BrainInfo(_message.Message):
-    __slots__ = ("behavior_name", "agent_ids", "observations", "rewards", "done", "max_reached", "action_mask", "environment_stats")
+    __slots__ = ("behavior_name", "agent_ids", "observations", "rewards", "done", "max_reached", "action_mask", "environment_stats", "group_ids", "group_rewards")
     BEHAVIOR_NAME_FIELD_NUMBER: _ClassVar[int]
     AGENT_IDS_FIELD_NUMBER: _ClassVar[int]
     OBSERVATIONS_FIELD_NUMBER: _ClassVar[int]
@@ -117,6 +117,8 @@ class BrainInfo(_message.Message):
     MAX_REACHED_FIELD_NUMBER: _ClassVar[int]
     ACTION_MASK_FIELD_NUMBER: _ClassVar[int]
     ENVIRONMENT_STATS_FIELD_NUMBER: _ClassVar[int]
+    GROUP_IDS_FIELD_NUMBER: _ClassVar[int]
+    GROUP_REWARDS_FIELD_NUMBER: _ClassVar[int]
     behavior_name: str
     agent_ids: Tensor
     observations: _containers.RepeatedCompositeFieldContainer[Tensor]
@@ -125,7 +127,9 @@ class BrainInfo(_message.Message):
     max_reached: Tensor
     action_mask: Tensor
     environment_stats: _containers.RepeatedCompositeFieldContainer[EnvironmentStat]
-    def __init__(self, behavior_name: _Optional[str] = ..., agent_ids: _Optional[_Union[Tensor, _Mapping]] = ..., observations: _Optional[_Iterable[_Union[Tensor, _Mapping]]] = ..., rewards: _Optional[_Union[Tensor, _Mapping]] = ..., done: _Optional[_Union[Tensor, _Mapping]] = ..., max_reached: _Optional[_Union[Tensor, _Mapping]] = ..., action_mask: _Optional[_Union[Tensor, _Mapping]] = ..., environment_stats: _Optional[_Iterable[_Union[EnvironmentStat, _Mapping]]] = ...) -> None: ...
+    group_ids: Tensor
+    group_rewards: Tensor
+    def __init__(self, behavior_name: _Optional[str] = ..., agent_ids: _Optional[_Union[Tensor, _Mapping]] = ..., observations: _Optional[_Iterable[_Union[Tensor, _Mapping]]] = ..., rewards: _Optional[_Union[Tensor, _Mapping]] = ..., done: _Optional[_Union[Tensor, _Mapping]] = ..., max_reached: _Optional[_Union[Tensor, _Mapping]] = ..., action_mask: _Optional[_Union[Tensor, _Mapping]] = ..., environment_stats: _Optional[_Iterable[_Union[EnvironmentStat, _Mapping]]] = ..., group_ids: _Optional[_Union[Tensor, _Mapping]] = ..., group_rewards: _Optional[_Union[Tensor, _Mapping]] = ...) -> None: ...
 
 class EnvironmentStat(_message.Message):
     __slots__ = ("key", "value", "aggregation")
@@ -222,7 +226,7 @@ class TrajectoryId(_message.Message):
     def __init__(self, session_id: _Optional[str] = ..., agent_id: _Optional[int] = ..., sequence: _Optional[int] = ...) -> None: ...
 
 class Trajectory(_message.Message):
-    __slots__ = ("id", "behavior_name", "observations", "next_observations", "continuous_actions", "discrete_actions", "continuous_log_probs", "discrete_log_probs", "prev_continuous_actions", "prev_discrete_actions", "action_mask", "rewards", "done", "policy_versions", "done_reached", "interrupted", "episode_ended", "episode_reward", "episode_length", "environment_stats", "memories")
+    __slots__ = ("id", "behavior_name", "observations", "next_observations", "continuous_actions", "discrete_actions", "continuous_log_probs", "discrete_log_probs", "prev_continuous_actions", "prev_discrete_actions", "action_mask", "rewards", "done", "policy_versions", "done_reached", "interrupted", "episode_ended", "episode_reward", "episode_length", "environment_stats", "memories", "group_rewards", "groupmate_observations", "groupmate_continuous_actions", "groupmate_discrete_actions", "groupmate_rewards", "groupmate_status", "next_groupmate_observations")
     ID_FIELD_NUMBER: _ClassVar[int]
     BEHAVIOR_NAME_FIELD_NUMBER: _ClassVar[int]
     OBSERVATIONS_FIELD_NUMBER: _ClassVar[int]
@@ -244,6 +248,13 @@ class Trajectory(_message.Message):
     EPISODE_LENGTH_FIELD_NUMBER: _ClassVar[int]
     ENVIRONMENT_STATS_FIELD_NUMBER: _ClassVar[int]
     MEMORIES_FIELD_NUMBER: _ClassVar[int]
+    GROUP_REWARDS_FIELD_NUMBER: _ClassVar[int]
+    GROUPMATE_OBSERVATIONS_FIELD_NUMBER: _ClassVar[int]
+    GROUPMATE_CONTINUOUS_ACTIONS_FIELD_NUMBER: _ClassVar[int]
+    GROUPMATE_DISCRETE_ACTIONS_FIELD_NUMBER: _ClassVar[int]
+    GROUPMATE_REWARDS_FIELD_NUMBER: _ClassVar[int]
+    GROUPMATE_STATUS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_GROUPMATE_OBSERVATIONS_FIELD_NUMBER: _ClassVar[int]
     id: TrajectoryId
     behavior_name: str
     observations: _containers.RepeatedCompositeFieldContainer[Tensor]
@@ -265,7 +276,14 @@ class Trajectory(_message.Message):
     episode_length: int
     environment_stats: _containers.RepeatedCompositeFieldContainer[EnvironmentStat]
     memories: Tensor
-    def __init__(self, id: _Optional[_Union[TrajectoryId, _Mapping]] = ..., behavior_name: _Optional[str] = ..., observations: _Optional[_Iterable[_Union[Tensor, _Mapping]]] = ..., next_observations: _Optional[_Iterable[_Union[Tensor, _Mapping]]] = ..., continuous_actions: _Optional[_Union[Tensor, _Mapping]] = ..., discrete_actions: _Optional[_Union[Tensor, _Mapping]] = ..., continuous_log_probs: _Optional[_Union[Tensor, _Mapping]] = ..., discrete_log_probs: _Optional[_Union[Tensor, _Mapping]] = ..., prev_continuous_actions: _Optional[_Union[Tensor, _Mapping]] = ..., prev_discrete_actions: _Optional[_Union[Tensor, _Mapping]] = ..., action_mask: _Optional[_Union[Tensor, _Mapping]] = ..., rewards: _Optional[_Union[Tensor, _Mapping]] = ..., done: _Optional[_Union[Tensor, _Mapping]] = ..., policy_versions: _Optional[_Union[Tensor, _Mapping]] = ..., done_reached: _Optional[bool] = ..., interrupted: _Optional[bool] = ..., episode_ended: _Optional[bool] = ..., episode_reward: _Optional[float] = ..., episode_length: _Optional[int] = ..., environment_stats: _Optional[_Iterable[_Union[EnvironmentStat, _Mapping]]] = ..., memories: _Optional[_Union[Tensor, _Mapping]] = ...) -> None: ...
+    group_rewards: Tensor
+    groupmate_observations: _containers.RepeatedCompositeFieldContainer[Tensor]
+    groupmate_continuous_actions: Tensor
+    groupmate_discrete_actions: Tensor
+    groupmate_rewards: Tensor
+    groupmate_status: Tensor
+    next_groupmate_observations: _containers.RepeatedCompositeFieldContainer[Tensor]
+    def __init__(self, id: _Optional[_Union[TrajectoryId, _Mapping]] = ..., behavior_name: _Optional[str] = ..., observations: _Optional[_Iterable[_Union[Tensor, _Mapping]]] = ..., next_observations: _Optional[_Iterable[_Union[Tensor, _Mapping]]] = ..., continuous_actions: _Optional[_Union[Tensor, _Mapping]] = ..., discrete_actions: _Optional[_Union[Tensor, _Mapping]] = ..., continuous_log_probs: _Optional[_Union[Tensor, _Mapping]] = ..., discrete_log_probs: _Optional[_Union[Tensor, _Mapping]] = ..., prev_continuous_actions: _Optional[_Union[Tensor, _Mapping]] = ..., prev_discrete_actions: _Optional[_Union[Tensor, _Mapping]] = ..., action_mask: _Optional[_Union[Tensor, _Mapping]] = ..., rewards: _Optional[_Union[Tensor, _Mapping]] = ..., done: _Optional[_Union[Tensor, _Mapping]] = ..., policy_versions: _Optional[_Union[Tensor, _Mapping]] = ..., done_reached: _Optional[bool] = ..., interrupted: _Optional[bool] = ..., episode_ended: _Optional[bool] = ..., episode_reward: _Optional[float] = ..., episode_length: _Optional[int] = ..., environment_stats: _Optional[_Iterable[_Union[EnvironmentStat, _Mapping]]] = ..., memories: _Optional[_Union[Tensor, _Mapping]] = ..., group_rewards: _Optional[_Union[Tensor, _Mapping]] = ..., groupmate_observations: _Optional[_Iterable[_Union[Tensor, _Mapping]]] = ..., groupmate_continuous_actions: _Optional[_Union[Tensor, _Mapping]] = ..., groupmate_discrete_actions: _Optional[_Union[Tensor, _Mapping]] = ..., groupmate_rewards: _Optional[_Union[Tensor, _Mapping]] = ..., groupmate_status: _Optional[_Union[Tensor, _Mapping]] = ..., next_groupmate_observations: _Optional[_Iterable[_Union[Tensor, _Mapping]]] = ...) -> None: ...
 
 class NormalizerState(_message.Message):
     __slots__ = ("mean", "variance", "count")

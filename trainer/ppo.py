@@ -78,6 +78,7 @@ import tensorflow as tf
 from common import trajectory as tr
 from common.buffer import AgentBuffer
 from common.config import BehaviorSettings, ConfigKeyError, PPOHyperparameters
+from common.groups import fold_group_rewards
 from common.policy_contract import LOG_STD, LOGITS, MEAN
 from common.specs import ActionSpec, BrainParameters
 from protos import pb
@@ -638,6 +639,7 @@ class PPOLearner:
         """
         if not trajectories:
             return 0
+        fold_group_rewards(trajectories, "ppo")  # ML-Agents' PPO: the group reward joins the agent's own
         self._warm_up.start(in_thread=True)
         n = sum(trajectory.length for trajectory in trajectories)
         self._pending.extend(trajectories)

@@ -13,6 +13,7 @@ LEARNERS: dict[TrainerType, str] = {
     TrainerType.PPO: "trainer.ppo:PPOLearner",
     TrainerType.SAC: "trainer.sac:SACLearner",
     TrainerType.BC: "trainer.bc:BCLearner",
+    TrainerType.POCA: "trainer.poca:POCALearner",
 }
 """Where each trainer type's Learner lives, as ``module:Class``."""
 RECURRENT_LEARNERS: dict[TrainerType, str] = {

@@ -58,6 +58,7 @@ import tensorflow as tf
 from common import config
 from common import trajectory as tr
 from common.buffer import AgentBuffer
+from common.groups import fold_group_rewards
 from common.policy_contract import LOG_STD, LOGITS, MEAN, TANH_LOG_EPSILON
 from common.specs import ActionSpec, BrainParameters, ObservationSpec
 from protos import pb
@@ -358,6 +359,7 @@ class SACLearner:
 
     def add_trajectories(self, trajectories: Sequence[tr.Trajectory]) -> int:
         """Appends the trajectories' rows to the replay buffer; returns the experiences taken in."""
+        fold_group_rewards(trajectories, "sac")  # ML-Agents' SAC: the group reward joins the agent's own
         rows = [self._replay_rows(t) for t in trajectories if t.length]
         if not rows:
             return 0

@@ -23,8 +23,10 @@ agent and kept across its episodes), a ``done`` agent is a terminal row (no acti
 ``done`` plus ``max_reached``, and ``action_mask`` (True = masked on Unity's wire) becomes
 stepstream's mask (True = allowed). Refused, naming the behavior and the agent: non-finite
 observations or rewards, a compression type other than none, a mask whose width is not the sum of
-the branches, observations that differ from the declared ones, and group ids or group rewards
-(multi-agent groups are not supported yet). Cameras pass through as images ``[H, W, C]``: a PNG one
+the branches, observations that differ from the declared ones, and non-finite group rewards. Unity's
+``GroupId`` and ``GroupReward`` (``SimpleMultiAgentGroup``) become the BrainInfo's ``group_ids`` and
+``group_rewards`` (``processor.groups``), sent only for a step where some agent has one. Cameras pass through
+as images ``[H, W, C]``: a PNG one
 (Unity's usual form, several PNGs for more than 3 channels, with its ``compressed_channel_mapping``)
 as a uint8 image whose PNGs the processor decodes, once; an uncompressed rank-3 one as a float32
 image. Unity >= 2.0 declares images channels first ``[C, H, W]`` (older packages ``[H, W, C]``):
@@ -89,10 +91,21 @@ class StepRows(NamedTuple):
     """bool [N], done by ``max_step_reached``."""
     action_mask: np.ndarray | None
     """bool [N, M], True = allowed; None when the behavior has no branches or no agent sent a mask."""
+    groups: tuple[np.ndarray, np.ndarray] | None = None
+    """(int32 [N] ``GroupId``, float32 [N] ``GroupReward``); None when no agent of the step is in a group."""
 
     def brain_info(self, behavior_name: str) -> pb.BrainInfo:
+        group_ids, group_rewards = self.groups if self.groups is not None else (None, None)
         return brain_info_message(
-            behavior_name, self.agent_ids, self.observations, self.rewards, self.done, self.max_reached, self.action_mask
+            behavior_name,
+            self.agent_ids,
+            self.observations,
+            self.rewards,
+            self.done,
+            self.max_reached,
+            self.action_mask,
+            group_ids,
+            group_rewards,
         )
 
     def take(self, rows: np.ndarray) -> StepRows:
@@ -106,7 +119,10 @@ class StepRows(NamedTuple):
             else:
                 observations.append(obs[rows])
         mask = None if self.action_mask is None else self.action_mask[rows]
-        return StepRows(self.agent_ids[rows], observations, self.rewards[rows], self.done[rows], self.max_reached[rows], mask)
+        groups = None if self.groups is None else (self.groups[0][rows], self.groups[1][rows])
+        return StepRows(
+            self.agent_ids[rows], observations, self.rewards[rows], self.done[rows], self.max_reached[rows], mask, groups
+        )
 
 
 class BehaviorId(NamedTuple):
@@ -182,7 +198,7 @@ def merge_actions(n: int, parts: Sequence[np.ndarray], results: Sequence[ActionR
 
 
 def capabilities() -> unity_pb.UnityRLCapabilitiesProto:
-    """What the gateway handles: hybrid actions; no analytics, variable-length observations or groups."""
+    """What the gateway handles: hybrid actions and multi-agent groups; no analytics or variable-length observations."""
     return unity_pb.UnityRLCapabilitiesProto(
         baseRLCapabilities=True,
         concatenatedPngObservations=True,
@@ -190,7 +206,7 @@ def capabilities() -> unity_pb.UnityRLCapabilitiesProto:
         hybridActions=True,
         trainingAnalytics=False,
         variableLengthObservation=False,
-        multiAgentGroups=False,
+        multiAgentGroups=True,
     )
 
 
@@ -360,7 +376,6 @@ def behavior_step(spec: BrainParameters, infos: Sequence[demo_pb.AgentInfoProto]
 
     Raises:
         UnityInputError: bad input, naming the behavior and the agent.
-        NotSupportedYetError: an agent in a multi-agent group (a group id or group reward).
     """
     rows = _rows_at_once(spec, infos)
     if rows is None:
@@ -380,7 +395,7 @@ def _rows_at_once(spec: BrainParameters, infos: Sequence[demo_pb.AgentInfoProto]
     specs = spec.observation_specs
     if any(o.is_image for o in specs):
         return None
-    if any(info.group_id or info.group_reward or len(info.observations) != len(specs) for info in infos):
+    if any(len(info.observations) != len(specs) for info in infos):
         return None
     observations: list[np.ndarray | pb.Tensor] = []
     for k, obs_spec in enumerate(specs):
@@ -407,7 +422,7 @@ def _rows_at_once(spec: BrainParameters, infos: Sequence[demo_pb.AgentInfoProto]
     rewards = np.fromiter((info.reward for info in infos), dtype=np.float32, count=n)
     done = np.fromiter((info.done for info in infos), dtype=bool, count=n)
     max_reached = done & np.fromiter((info.max_step_reached for info in infos), dtype=bool, count=n)
-    return StepRows(agent_ids, observations, rewards, done, max_reached, mask)
+    return StepRows(agent_ids, observations, rewards, done, max_reached, mask, _groups(spec.behavior_name, agent_ids, infos))
 
 
 def _rows_by_agent(spec: BrainParameters, infos: Sequence[demo_pb.AgentInfoProto]) -> StepRows:
@@ -420,11 +435,6 @@ def _rows_by_agent(spec: BrainParameters, infos: Sequence[demo_pb.AgentInfoProto
     any_mask = False
     for i, info in enumerate(infos):
         where = f"behavior {name!r}, agent {info.id}"
-        if info.group_id or info.group_reward:
-            raise NotSupportedYetError(
-                f"{where}: group id {info.group_id}, group reward {info.group_reward}; "
-                "multi-agent groups are not supported yet"
-            )
         if len(info.observations) != len(spec.observation_specs):
             raise UnityInputError(f"{where}: {len(info.observations)} observations, {len(spec.observation_specs)} declared")
         for k, values in vectors.items():
@@ -448,7 +458,19 @@ def _rows_by_agent(spec: BrainParameters, infos: Sequence[demo_pb.AgentInfoProto
             _check_finite(name, agent_ids, obs, f"observation {k}")
     done = np.array([info.done for info in infos], dtype=bool)
     max_reached = done & np.array([info.max_step_reached for info in infos], dtype=bool)
-    return StepRows(agent_ids, observations, rewards, done, max_reached, mask if any_mask else None)
+    groups = _groups(name, agent_ids, infos)
+    return StepRows(agent_ids, observations, rewards, done, max_reached, mask if any_mask else None, groups)
+
+
+def _groups(name: str, agent_ids: np.ndarray, infos: Sequence[demo_pb.AgentInfoProto]) -> tuple[np.ndarray, np.ndarray] | None:
+    """The agents' ``GroupId`` and ``GroupReward``; None when none is in a group or has a group reward."""
+    n = len(infos)
+    ids = np.fromiter((info.group_id for info in infos), dtype=np.int32, count=n)
+    rewards = np.fromiter((info.group_reward for info in infos), dtype=np.float32, count=n)
+    if not ids.any() and not rewards.any():
+        return None
+    _check_finite(name, agent_ids, rewards, "group reward")
+    return ids, rewards
 
 
 def _check_finite(name: str, agent_ids: np.ndarray, values: np.ndarray, what: str) -> None:

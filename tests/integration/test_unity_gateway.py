@@ -99,7 +99,7 @@ async def test_initialization_answers_as_mlagents_does(stack: Stack) -> None:
     assert first.header.status == 200
     assert (init.communication_version, init.package_version, init.num_areas) == ("1.5.0", "1.1.0", 1)
     assert init.capabilities.baseRLCapabilities and init.capabilities.hybridActions
-    assert not init.capabilities.multiAgentGroups
+    assert init.capabilities.multiAgentGroups  # GroupId and GroupReward reach the processor (processor.groups)
     reset = second.unity_input.rl_input
     assert second.header.status == 200 and reset.command == unity_pb.RESET
     assert len(reset.side_channel) > 0  # the engine configuration, at least

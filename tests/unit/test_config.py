@@ -567,16 +567,14 @@ def test_ignored_keys_are_accepted_and_named_in_one_log_line(caplog: pytest.LogC
             {"behaviors": {"A": {"reward_signals": {"curiosity": {"network_settings": {"memory": {}}}}}}},
             "behaviors.A.reward_signals.curiosity.network_settings.memory",
         ),
-        ({"behaviors": {"A": {"trainer_type": "poca"}}}, "behaviors.A.trainer_type"),
         ({"env_settings": {"env_path": "Builds/3DBall.x86_64"}}, "env_settings.env_path"),
         (
-            {"default_settings": {"network_settings": {"deterministic": True}}},
-            "default_settings.network_settings.deterministic",
+            {"default_settings": {"reward_signals": {"curiosity": {"network_settings": {"memory": {}}}}}},
+            "default_settings.reward_signals.curiosity.network_settings.memory",
         ),
     ],
     ids=[
         "signal-memory",
-        "poca",
         "unity-build",
         "in-default",
     ],

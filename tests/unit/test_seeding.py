@@ -13,6 +13,7 @@ from common.config import (
     BehaviorSettings,
     ConfigKeyError,
     NetworkSettings,
+    POCAHyperparameters,
     SACHyperparameters,
     TrainerType,
 )
@@ -29,6 +30,9 @@ SETTINGS = {
     ),
     TrainerType.BC: BehaviorSettings(
         trainer_type=TrainerType.BC, hyperparameters=BCHyperparameters(demo_path="unused.demo"), network_settings=SMALL
+    ),
+    TrainerType.POCA: BehaviorSettings(
+        trainer_type=TrainerType.POCA, hyperparameters=POCAHyperparameters(), network_settings=SMALL
     ),
 }
 
