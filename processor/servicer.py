@@ -143,6 +143,7 @@ class AgentProcessorServicer(pb_grpc.AgentProcessorServicer):
         self.topics = behaviors.topics
         self.max_message_bytes = max_message_bytes
         """The server's receive limit, told to each env client in its HelloReply (the SDK measures against it)."""
+        self.max_trajectory_bytes = min(max_message_bytes, MAX_MESSAGE_BYTES)
         self.environment_parameters: EnvironmentParameterService | None = None
         """The run's curriculum and samplers, served to clients that ask (``processor.environment_parameters``)."""
         self.self_play = SelfPlay.from_settings(behaviors.settings, self.topics)
