@@ -20,8 +20,6 @@ PACKAGES = ("protos", "common", "processor", "trainer", "envclient", "cli")
 MAX_COMPLEXITY = 15
 
 STILL_OVER = {
-    "cli/train.py:run_train",
-    "cli/train.py:EmbeddedRun._shutdown",
     "cli/unity_train.py:unity_launch",
     "common/demo_images.py:decode_hwc",
     "common/demo_timing.py:detect_action_timing",
