@@ -376,12 +376,35 @@ def behavior_step(spec: BrainParameters, infos: Sequence[demo_pb.AgentInfoProto]
 def _rows_at_once(spec: BrainParameters, infos: Sequence[demo_pb.AgentInfoProto]) -> StepRows | None:
     """The rows of a step of vector observations every agent of which is well formed (finiteness aside);
     None for any other step (an image, a group, a bad shape, count or compression, masks on some agents only)."""
+    if not _vectors_alone(spec, infos):
+        return None
+    observations = _observations_at_once(spec.observation_specs, infos)
+    if observations is None:
+        return None
+    uniform, mask = _masks_at_once(spec.action_spec.mask_width, infos)
+    if not uniform:
+        return None
     n = len(infos)
+    agent_ids = np.fromiter((info.id for info in infos), dtype=np.int64, count=n)
+    rewards = np.fromiter((info.reward for info in infos), dtype=np.float32, count=n)
+    done = np.fromiter((info.done for info in infos), dtype=bool, count=n)
+    max_reached = done & np.fromiter((info.max_step_reached for info in infos), dtype=bool, count=n)
+    return StepRows(agent_ids, observations, rewards, done, max_reached, mask)
+
+
+def _vectors_alone(spec: BrainParameters, infos: Sequence[demo_pb.AgentInfoProto]) -> bool:
+    """Whether the step holds only vector observations, as many as declared for every agent, and no group."""
     specs = spec.observation_specs
     if any(o.is_image for o in specs):
-        return None
-    if any(info.group_id or info.group_reward or len(info.observations) != len(specs) for info in infos):
-        return None
+        return False
+    return not any(info.group_id or info.group_reward or len(info.observations) != len(specs) for info in infos)
+
+
+def _observations_at_once(
+    specs: Sequence[ObservationSpec], infos: Sequence[demo_pb.AgentInfoProto]
+) -> list[np.ndarray | pb.Tensor] | None:
+    """Each vector observation of every agent as one float32 ``[N, *shape]`` array; None when an agent's is
+    compressed or of another size or shape."""
     observations: list[np.ndarray | pb.Tensor] = []
     for k, obs_spec in enumerate(specs):
         shape = list(obs_spec.shape)
@@ -393,62 +416,88 @@ def _rows_at_once(spec: BrainParameters, infos: Sequence[demo_pb.AgentInfoProto]
             if obs.compression_type != demo_pb.NONE or len(data) != size or obs.shape != shape:
                 return None
             values.extend(data)
-        observations.append(np.asarray(values, dtype=np.float32).reshape((n, *shape)))
-    width = spec.action_spec.mask_width
+        observations.append(np.asarray(values, dtype=np.float32).reshape((len(infos), *shape)))
+    return observations
+
+
+def _masks_at_once(width: int, infos: Sequence[demo_pb.AgentInfoProto]) -> tuple[bool, np.ndarray | None]:
+    """``(uniform, mask)``: whether every agent has a mask of ``width`` entries (``mask``: bool ``[N, width]``, True =
+    allowed) or none has one (``mask`` None); not ``uniform`` (some agents without one, or a wrong width) is read
+    agent by agent."""
     masks = [info.action_mask for info in infos]
     lengths = {len(m) for m in masks}
     if lengths == {width} and width:
-        mask: np.ndarray | None = np.logical_not(np.asarray([list(m) for m in masks], dtype=bool).reshape(n, width))
-    elif lengths <= {0}:
-        mask = None
-    else:  # some agents without a mask, or a wrong width: agent by agent
-        return None
-    agent_ids = np.fromiter((info.id for info in infos), dtype=np.int64, count=n)
-    rewards = np.fromiter((info.reward for info in infos), dtype=np.float32, count=n)
-    done = np.fromiter((info.done for info in infos), dtype=bool, count=n)
-    max_reached = done & np.fromiter((info.max_step_reached for info in infos), dtype=bool, count=n)
-    return StepRows(agent_ids, observations, rewards, done, max_reached, mask)
+        return True, np.logical_not(np.asarray([list(m) for m in masks], dtype=bool).reshape(len(infos), width))
+    return lengths <= {0}, None
 
 
 def _rows_by_agent(spec: BrainParameters, infos: Sequence[demo_pb.AgentInfoProto]) -> StepRows:
     """``behavior_step``'s rows read agent by agent, raising for the first bad agent (module docstring)."""
     name = spec.behavior_name
     n = len(infos)
-    width = spec.action_spec.mask_width
     vectors = {k: np.empty((n, *o.shape), np.float32) for k, o in enumerate(spec.observation_specs) if not o.is_image}
-    mask = np.ones((n, width), dtype=bool)
+    mask = np.ones((n, spec.action_spec.mask_width), dtype=bool)
     any_mask = False
     for i, info in enumerate(infos):
         where = f"behavior {name!r}, agent {info.id}"
-        if info.group_id or info.group_reward:
-            raise NotSupportedYetError(
-                f"{where}: group id {info.group_id}, group reward {info.group_reward}; "
-                "multi-agent groups are not supported yet"
-            )
-        if len(info.observations) != len(spec.observation_specs):
-            raise UnityInputError(f"{where}: {len(info.observations)} observations, {len(spec.observation_specs)} declared")
+        _check_agent(spec, info, where)
         for k, values in vectors.items():
             values[i] = np.asarray(_agent_observation(spec, info, k, where), dtype=np.float32).reshape(values.shape[1:])
-        if len(info.action_mask):
-            if len(info.action_mask) != width:
-                raise UnityInputError(
-                    f"{where}: the action mask has {len(info.action_mask)} entries; "
-                    f"the branches {list(spec.action_spec.discrete_branches)} need {width}"
-                )
-            mask[i] = np.logical_not(np.asarray(info.action_mask, dtype=bool))  # Unity: True = masked
+        row = _agent_mask(spec, info, where)
+        if row is not None:
+            mask[i] = row
             any_mask = True
     agent_ids = np.array([info.id for info in infos], dtype=np.int64)
     rewards = np.array([info.reward for info in infos], dtype=np.float32)
     _check_finite(name, agent_ids, rewards, "reward")
+    observations = _observations_by_agent(spec, infos, vectors, agent_ids)
+    done = np.array([info.done for info in infos], dtype=bool)
+    max_reached = done & np.array([info.max_step_reached for info in infos], dtype=bool)
+    return StepRows(agent_ids, observations, rewards, done, max_reached, mask if any_mask else None)
+
+
+def _check_agent(spec: BrainParameters, info: demo_pb.AgentInfoProto, where: str) -> None:
+    """Refuse an agent in a group, or with another count of observations than declared."""
+    if info.group_id or info.group_reward:
+        raise NotSupportedYetError(
+            f"{where}: group id {info.group_id}, group reward {info.group_reward}; multi-agent groups are not supported yet"
+        )
+    if len(info.observations) != len(spec.observation_specs):
+        raise UnityInputError(f"{where}: {len(info.observations)} observations, {len(spec.observation_specs)} declared")
+
+
+def _agent_mask(spec: BrainParameters, info: demo_pb.AgentInfoProto, where: str) -> np.ndarray | None:
+    """The agent's action mask, bool ``[width]`` with True = allowed (Unity sends True = masked); None without one.
+
+    Raises:
+        UnityInputError: a mask of another width than the branches need.
+    """
+    if not len(info.action_mask):
+        return None
+    width = spec.action_spec.mask_width
+    if len(info.action_mask) != width:
+        raise UnityInputError(
+            f"{where}: the action mask has {len(info.action_mask)} entries; "
+            f"the branches {list(spec.action_spec.discrete_branches)} need {width}"
+        )
+    return np.logical_not(np.asarray(info.action_mask, dtype=bool))
+
+
+def _observations_by_agent(
+    spec: BrainParameters,
+    infos: Sequence[demo_pb.AgentInfoProto],
+    vectors: dict[int, np.ndarray],
+    agent_ids: np.ndarray,
+) -> list[np.ndarray | pb.Tensor]:
+    """The step's observations in declared order: the vectors read (checked finite here), the cameras' images."""
+    name = spec.behavior_name
     observations = [
         vectors[k] if k in vectors else _camera_rows(spec, infos, k, name) for k in range(len(spec.observation_specs))
     ]
     for k, obs in enumerate(observations):
         if isinstance(obs, np.ndarray):  # PNGs are checked where they are decoded
             _check_finite(name, agent_ids, obs, f"observation {k}")
-    done = np.array([info.done for info in infos], dtype=bool)
-    max_reached = done & np.array([info.max_step_reached for info in infos], dtype=bool)
-    return StepRows(agent_ids, observations, rewards, done, max_reached, mask if any_mask else None)
+    return observations
 
 
 def _check_finite(name: str, agent_ids: np.ndarray, values: np.ndarray, what: str) -> None:

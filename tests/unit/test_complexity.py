@@ -23,8 +23,6 @@ STILL_OVER = {
     "common/demo_images.py:decode_hwc",
     "common/demo_timing.py:detect_action_timing",
     "common/trajectory.py:Trajectory.from_proto",
-    "envclient/unity/translate.py:_rows_at_once",
-    "envclient/unity/translate.py:_rows_by_agent",
     "processor/assembly.py:TrajectoryAssembler._cut",
     "trainer/export.py:TFLiteExporter._build_template",
     "trainer/export.py:_policy_outputs",
