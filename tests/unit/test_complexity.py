@@ -20,8 +20,6 @@ PACKAGES = ("protos", "common", "processor", "trainer", "envclient", "cli")
 MAX_COMPLEXITY = 15
 
 STILL_OVER = {
-    "common/demo_images.py:decode_hwc",
-    "common/demo_timing.py:detect_action_timing",
     "common/trajectory.py:Trajectory.from_proto",
     "processor/assembly.py:TrajectoryAssembler._cut",
     "trainer/export.py:TFLiteExporter._build_template",
