@@ -22,7 +22,6 @@ MAX_COMPLEXITY = 15
 STILL_OVER = {
     "common/trajectory.py:Trajectory.from_proto",
     "processor/assembly.py:TrajectoryAssembler._cut",
-    "trainer/export.py:TFLiteExporter._build_template",
     "trainer/export.py:_policy_outputs",
     "trainer/onnx_export.py:policy_to_onnx",
 }
