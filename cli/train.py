@@ -22,13 +22,14 @@ Results go to ``<results-dir>/<run-id>/`` as docs/architecture.md's "Results lay
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import logging
 import math
 import shlex
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -83,6 +84,8 @@ from processor.server import ProcessorServer, ServerOptions
 from trainer.summaries import CUMULATIVE_REWARD, EPISODES, RUN_LOGS, TRAINING_STATUS
 
 if TYPE_CHECKING:  # trainer.loop and trainer.metrics import TensorFlow, which the run imports after its checks
+    from rich.progress import TaskID
+
     from common.metrics import MetricsServer
     from trainer.loop import TrainerLoop, TrainerResult
     from trainer.metrics import TrainerCollector
@@ -196,7 +199,8 @@ def resume_command(options: TrainOptions) -> str:
 
 
 class EmbeddedRun:
-    """The processor, the env clients and one trainer thread per behavior, in this process."""
+    """The runner of a ``TrainPlan``: the processor, the env clients and one trainer thread per behavior, in this
+    process."""
 
     def __init__(self, plan: TrainPlan, run_dir: Path, started_at: float, unity: UnitySource | None = None) -> None:
         self.plan = plan
@@ -340,19 +344,18 @@ class EmbeddedRun:
                 for name in self.offline:
                     self._start_offline(name)
                 if self.plan.processor is not None:  # else only offline BC
-                    server, clients = await self._start_online()
+                    server, clients = await self._start_online(*self.plan.processor)
                 await self._wait(server, clients, interrupted)
             finally:
                 await self._shutdown(server, clients)
         return signals.exit_code
 
-    async def _start_online(self) -> tuple[ProcessorServer, list[asyncio.Future[Any]]]:
-        """The processor, a trainer (or, with --inference, a checkpoint's policy) per env, and the env clients."""
+    async def _start_online(self, host: str, port: int) -> tuple[ProcessorServer, list[asyncio.Future[Any]]]:
+        """The processor on ``host:port`` (0: a free one), a trainer (or, with --inference, a checkpoint's policy) per
+        env, and the env clients."""
         processor_settings = ProcessorSettings.from_run_options(
             self.run_options, seed=self.seed, declared_subscribers=() if self.plan.inference else (TRAINER_SUBSCRIBER,)
         )
-        assert self.plan.processor is not None
-        host, port = self.plan.processor
         server = ProcessorServer(processor_settings, ServerOptions(host=host, port=port))
         status = self.run_dir / RUN_LOGS / TRAINING_STATUS if self.options.resume else None
         server.servicer.environment_parameters = parameter_service(self.run_options, self.seed, status)
@@ -574,7 +577,7 @@ class LatestSummary:
         self.latest: tuple[float, int] | None = None
         """``(mean reward, step of the summary)``."""
 
-    def write(self, metrics: Any, step: int) -> None:
+    def write(self, metrics: Mapping[str, float], step: int) -> None:
         if metrics.get(EPISODES, 0) > 0:
             self.latest = (float(metrics[CUMULATIVE_REWARD]), step)
 
@@ -607,7 +610,7 @@ class _Progress:
         self.run = run
         self.server = server
         self.progress = progress_bar()
-        self.tasks: dict[str, Any] = {}
+        self.tasks: dict[str, TaskID] = {}
         self._rates: dict[str, StepRate] = {}
         self._add_new()
         log.info(
@@ -659,7 +662,7 @@ class _Progress:
             handler.removeFilter(self._throttle)
 
 
-def options_from_args(args: Any) -> TrainOptions:
+def options_from_args(args: argparse.Namespace) -> TrainOptions:
     """The ``TrainOptions`` of the ``train`` subcommand's flags."""
     return replace(
         TrainOptions(Path(args.config)),
