@@ -108,8 +108,11 @@ def test_loading_a_config_that_names_a_build(tmp_path: Path) -> None:
     assert build == UnityLaunch(config, "builds/3DBall.x86_64", 2)
     assert run_options.env_settings.env_paths == ()  # Unity declares the behaviors
     assert (run_options.env_settings.seed, run_options.behaviors["3DBall"].max_steps) == (3, 100)
-    run_options, build = load_train_config(TrainOptions(config, env_flags=EnvFlags(env="gym:CartPole-v1")))
+    run_options, build = load_train_config(
+        TrainOptions(config, env_flags=EnvFlags(env="gym:CartPole-v1"), initialize_from="earlier")
+    )
     assert build is None and run_options.env_settings.env_paths == ("gym:CartPole-v1",)
+    assert run_options.behaviors["3DBall"].init_path == str(Path("results") / "earlier" / "3DBall")
 
 
 def test_serve_refuses_env_flags(tmp_path: Path) -> None:
