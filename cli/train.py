@@ -13,21 +13,26 @@ demonstrations before its trainer starts. With ``--inference`` each behavior act
 beside its newest checkpoint, and this process never loads TensorFlow (only a checkpoint saved without one is restored
 into a learner); the env clients' episode returns are logged at the end (mean of the last 20 and 100 episodes).
 
+``cli.train_plan`` decides the run from its options and config alone (``TrainPlan``: the mode, the services, the
+envs and the trainers); ``run_train`` checks the plan's inputs and prepares its results folder, and ``EmbeddedRun``
+runs it.
+
 Results go to ``<results-dir>/<run-id>/`` as docs/architecture.md's "Results layout" says.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import logging
 import math
 import shlex
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Mapping
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cli.console import (
     RATE_WINDOW_S,
@@ -40,7 +45,7 @@ from cli.console import (
     terminal,
     write_result,
 )
-from cli.flags import MetricsEndpoint, metrics_from_args
+from cli.flags import metrics_from_args
 from cli.ports import check_port_free
 from cli.results import (
     can_act_with_checkpoint,
@@ -54,22 +59,18 @@ from cli.results import (
 )
 from cli.run_config import (
     EnvFlags,
-    check_bare_gym_id,
     check_env_override,
     check_inputs,
     env_specs,
-    load_run_options,
-    offline_behaviors,
     resolve_seed,
-    select_behaviors,
     vector_env_settings,
-    with_max_steps,
 )
-from cli.run_overrides import check_init_paths, with_deterministic, with_initialize_from
+from cli.run_overrides import check_init_paths
 from cli.signals import StopSignals, set_soon
-from cli.unity_train import UnityLaunch, UnitySource, unity_keys, unity_launch, without_env_path
+from cli.train_plan import Mode, TrainOptions, TrainPlan, load_train_config, plan_train
+from cli.unity_train import UnitySource, unity_keys
 from common.clock import process_start_time
-from common.config import BehaviorSettings, RunOptions, TrainerType, load_config
+from common.config import BehaviorSettings, TrainerType
 from common.errors import ConfigError
 from common.logs import log_context
 from common.specs import BrainParameters
@@ -81,6 +82,13 @@ from processor.behaviors import ProcessorSettings
 from processor.environment_parameters import parameter_service
 from processor.server import ProcessorServer, ServerOptions
 from trainer.summaries import CUMULATIVE_REWARD, EPISODES, RUN_LOGS, TRAINING_STATUS
+
+if TYPE_CHECKING:  # trainer.loop and trainer.metrics import TensorFlow, which the run imports after its checks
+    from rich.progress import TaskID
+
+    from common.metrics import MetricsServer
+    from trainer.loop import TrainerLoop, TrainerResult
+    from trainer.metrics import TrainerCollector
 
 log = logging.getLogger(__name__)
 
@@ -95,127 +103,80 @@ IMPORTS_DONE = "start-up: imports done %.3f s after the process start"
 from the process start."""
 
 
-@dataclass(frozen=True)
-class TrainOptions:
-    """The ``train`` subcommand's flags (``mlagents-learn``'s names)."""
-
-    config: Path
-    run_id: str = "ppo"
-    results_dir: Path = Path("results")
-    resume: bool = False
-    force: bool = False
-    inference: bool = False
-    env_flags: EnvFlags = field(default_factory=EnvFlags)
-    """``--env``, ``--num-envs`` and ``--seed`` over the config's ``env_settings``."""
-    max_steps: int | None = None
-    """``--max-steps``: every behavior's max_steps (agent steps); None keeps the config's."""
-    deterministic: bool = False
-    """``--deterministic``: every behavior acts with its distribution's mode (``cli.run_overrides``)."""
-    initialize_from: str | None = None
-    """``--initialize-from RUN_ID``: every behavior without an ``init_path`` starts from that run (``cli.run_overrides``)."""
-    progress: bool = True
-    metrics: MetricsEndpoint = field(default_factory=MetricsEndpoint)
-    """The run's one Prometheus endpoint (processor and trainers); no port serves none, 0 picks one."""
-    serve: tuple[str, int] | None = None
-    """``--serve HOST:PORT``: serve SDK env clients there instead of stepping ``env_settings.env_path``."""
-
-
 def run_train(options: TrainOptions) -> int:
     """Train (or, with --inference, act) until every trainer reaches max_steps or Ctrl-C."""
     started_at = process_start_time()
-    run_options, unity = _run_options(options)
-    online = [n for n in run_options.behaviors if n not in offline_behaviors(run_options)]
-    # Everything that can be checked in seconds is, before TensorFlow's import and the results folder.
-    trained = [*run_options.env_settings.behavior_names, *([] if options.inference else offline_behaviors(run_options))]
-    if unity is not None or options.serve is not None:
-        trained = [*online, *offline_behaviors(run_options)]
-        if options.inference:  # Unity declares which behaviors act; one without a checkpoint is refused then, by name
-            trained = []
-    check_inputs(options.config, run_options, trained)
-    if unity is None and not options.inference:  # --inference: the saved policy is checked against the env instead
-        check_env_override(options.config, options.env_flags, run_options)
-    check_init_paths(options.config, run_options, trained, resume=options.resume, inference=options.inference)
-    check_port_free(options.metrics.host, options.metrics.port, "--metrics-port")
-    if options.serve is not None:
-        check_port_free(*options.serve, "--serve")
-    run_dir = options.results_dir / options.run_id
-    if (options.resume or options.inference) and run_dir.is_dir():  # before anything is written into it
-        _check_resumed_run(options, run_options, run_dir, trained, probe_envs=unity is None and options.serve is None)
-    run_dir = prepare_run_dir(
-        run_dir,
-        run_options,
-        resume=options.resume,
-        force=options.force,
-        inference=options.inference,
-        unity_keys=None if unity is None else unity_keys(unity),
-    )
-    if (
-        unity is not None
-        and options.inference
-        and not any(can_act_with_checkpoint(run_dir / n) for n in run_options.behaviors)
-    ):
-        raise ConfigError(f"{run_dir}: no behavior under behaviors has a checkpoint to run with --inference")
-    source = None if unity is None else UnitySource(unity, run_dir / "run_logs")
+    plan = plan_train(options, *load_train_config(options))
+    _check_inputs(plan)  # everything that can be checked in seconds is, before TensorFlow's import and the folder
+    run_dir = _prepare_run_dir(plan)
+    source = None if plan.unity is None else UnitySource(plan.unity, run_dir / "run_logs")
     with removed_if_unstarted(run_dir, fresh=not (options.resume or options.inference)):
-        if options.inference:  # acting with saved policies needs no TensorFlow (``_publish_checkpoint_policy``)
-            route_native_stderr()  # LiteRT's native notices filtered out of stderr, as TensorFlow's import would
-        else:
-            load_tensorflow()  # its native start-up noise filtered out of stderr
+        _import_runtime(inference=options.inference)
         log.info(IMPORTS_DONE, time.time() - started_at)
-        code = asyncio.run(EmbeddedRun(options, run_options, run_dir, started_at, source).run())
+        code = asyncio.run(EmbeddedRun(plan, run_dir, started_at, source).run())
     if code != 0 and not options.inference:  # stopped by a signal, its checkpoints saved
         write_result(f"stopped; to continue this run: {resume_command(options)}", __name__)
     return code
 
 
-def _run_options(options: TrainOptions) -> tuple[RunOptions, UnityLaunch | None]:
-    """The run's settings (the config, its flags) and the Unity build or Editor it waits for, if any.
+def _check_inputs(plan: TrainPlan) -> None:
+    """The config's inputs (demos, env ids, ``--env`` against the config's envs) and the ports to serve on."""
+    options = plan.options
+    check_inputs(options.config, plan.run_options, plan.checked)
+    if plan.checks_env_override:
+        check_env_override(options.config, options.env_flags, plan.run_options)
+    check_init_paths(options.config, plan.run_options, plan.checked, resume=options.resume, inference=plan.inference)
+    check_port_free(options.metrics.host, options.metrics.port, "--metrics-port")
+    if options.serve is not None:
+        check_port_free(*options.serve, "--serve")
+
+
+def _prepare_run_dir(plan: TrainPlan) -> Path:
+    """The run's results folder, ready (``cli.results.prepare_run_dir``); a resumed or acting run's checked first,
+    before anything is written into it.
 
     Raises:
-        ConfigError: contradictory flags, a bare Gymnasium id for --env, or no env at all for online behaviors.
+        ConfigError: the folder cannot be resumed or acted with, or (Unity, --inference) no behavior has a checkpoint.
     """
-    flags = options.env_flags
-    check_bare_gym_id(flags.env)
-    # A Unity build (--env, else env_settings.env_path): launched with the gateway (cli.unity_train), not an env_path.
-    unity = None if options.serve is not None else unity_launch(options.config, flags.env, flags.num_envs)
-    if options.serve is not None:  # SDK clients declare the behaviors: no env_path is stepped
-        if flags.env is not None or flags.num_envs is not None:
-            raise ConfigError("--serve: the env clients bring their own envs; --env and --num-envs do not apply")
-        run_options = load_config(options.config, overrides=without_env_path(flags.seed))
-    elif unity is not None:
-        run_options = load_config(options.config, overrides=without_env_path(flags.seed))
+    options = plan.options
+    run_dir = options.results_dir / options.run_id
+    if (options.resume or options.inference) and run_dir.is_dir():
+        _check_resumed_run(plan, run_dir)
+    run_dir = prepare_run_dir(
+        run_dir,
+        plan.run_options,
+        resume=options.resume,
+        force=options.force,
+        inference=options.inference,
+        unity_keys=None if plan.unity is None else unity_keys(plan.unity),
+    )
+    if plan.mode is Mode.UNITY and plan.inference:
+        if not any(can_act_with_checkpoint(run_dir / n) for n in plan.run_options.behaviors):
+            raise ConfigError(f"{run_dir}: no behavior under behaviors has a checkpoint to run with --inference")
+    return run_dir
+
+
+def _import_runtime(*, inference: bool) -> None:
+    """TensorFlow, its native start-up noise filtered out of stderr; with --inference, which acts with saved policies
+    and needs no TensorFlow (``EmbeddedRun._publish_checkpoint_policy``), only LiteRT's notices filtered."""
+    if inference:
+        route_native_stderr()
     else:
-        run_options = load_run_options(options.config, flags)
-    run_options = with_max_steps(run_options, options.max_steps)
-    run_options = with_deterministic(run_options, options.deterministic)
-    run_options = with_initialize_from(run_options, options.results_dir, options.initialize_from)
-    if options.serve is not None or unity is not None or run_options.env_settings.env_paths:
-        return run_options, unity
-    online = [n for n in run_options.behaviors if n not in offline_behaviors(run_options)]
-    if online or options.inference:
-        # An online behavior (or --inference, where bc acts too) and no env: wait for the Editor, as mlagents-learn.
-        return run_options, UnityLaunch(options.config)
-    if not offline_behaviors(run_options):
-        raise ConfigError(
-            f"{options.config}: env_settings.env_path is required for `stepstream train` (or pass --env); "
-            "only a bc behavior with a demo_path trains without one"
-        )
-    return run_options, None
+        load_tensorflow()
 
 
-def _check_resumed_run(
-    options: TrainOptions, run_options: RunOptions, run_dir: Path, trained: list[str], *, probe_envs: bool
-) -> None:
+def _check_resumed_run(plan: TrainPlan, run_dir: Path) -> None:
     """--resume / --inference of an existing run folder: refused, before anything is written into it, when it holds
-    no checkpoint of these behaviors, is finished, or (``probe_envs``: one copy of each env made) was trained on
+    no checkpoint of these behaviors, is finished, or (``plan.probe_envs``: one copy of each env made) was trained on
     envs of another spec."""
-    check_resumable(run_dir, trained, inference=options.inference)
-    if not options.resume:
+    trained = list(plan.checked)
+    check_resumable(run_dir, trained, inference=plan.inference)
+    if not plan.options.resume:
         return
-    check_unfinished(run_dir, run_options, trained)
-    if probe_envs:
-        hosted = run_options.env_settings.behavior_names
-        for name, params in env_specs(run_options, [n for n in trained if n in hosted]).items():
+    check_unfinished(run_dir, plan.run_options, trained)
+    if plan.probe_envs:
+        hosted = plan.run_options.env_settings.behavior_names
+        for name, params in env_specs(plan.run_options, [n for n in trained if n in hosted]).items():
             check_resumed_spec(run_dir, params, hosted[name])
 
 
@@ -238,31 +199,26 @@ def resume_command(options: TrainOptions) -> str:
 
 
 class EmbeddedRun:
-    """The processor, the env clients and one trainer thread per behavior, in this process."""
+    """The runner of a ``TrainPlan``: the processor, the env clients and one trainer thread per behavior, in this
+    process."""
 
-    def __init__(
-        self,
-        options: TrainOptions,
-        run_options: RunOptions,
-        run_dir: Path,
-        started_at: float,
-        unity: UnitySource | None = None,
-    ) -> None:
-        self.options = options
+    def __init__(self, plan: TrainPlan, run_dir: Path, started_at: float, unity: UnitySource | None = None) -> None:
+        self.plan = plan
+        self.options = plan.options
         self.unity = unity
         """Unity builds or the Editor (``cli.unity_train``): trainers start as Unity declares behaviors."""
-        self.run_options = run_options
+        self.run_options = plan.run_options
         self.run_dir = run_dir
         self.started_at = started_at
-        self.seed = resolve_seed(run_options.env_settings.seed)
+        self.seed = resolve_seed(plan.run_options.env_settings.seed)
         self.envs: dict[str, VectorEnv] = {}
-        self.offline = [] if options.inference else offline_behaviors(run_options)
-        self.loops: dict[str, Any] = {}
-        self.threads: dict[str, asyncio.Future[Any]] = {}
-        self.collectors: list[Any] = []
-        """The trainers' ``TrainerCollector``s, served beside the processor's (``--metrics-port``)."""
-        self.metrics: Any = None
-        """The run's ``MetricsServer``, while one serves."""
+        self.offline = list(plan.offline)
+        self.loops: dict[str, TrainerLoop] = {}
+        self.threads: dict[str, asyncio.Future[TrainerResult]] = {}
+        self.collectors: list[TrainerCollector] = []
+        """The trainers' collectors, served beside the processor's (``--metrics-port``)."""
+        self.metrics: MetricsServer | None = None
+        """The run's metrics endpoint, while one serves."""
         self.trainer_stop = threading.Event()
         self.env_stop = asyncio.Event()
         self.declared: list[str] = []
@@ -276,10 +232,8 @@ class EmbeddedRun:
         """--serve: whether an SDK client was connected at the last look (``_serve_tick``)."""
 
     def _make_envs(self) -> None:
-        if not self.run_options.env_settings.env_paths:
-            return  # only offline BC
-        behaviors = select_behaviors(self.options.config, self.run_options, "train")
-        for settings in vector_env_settings(self.run_options, behaviors, self.seed):
+        """A vector env for each behavior of the plan's ``envs`` (none where only offline BC, Unity or SDK clients)."""
+        for settings in vector_env_settings(self.run_options, list(self.plan.envs), self.seed):
             self.run_options.settings_for(settings.behavior_name)  # a behavior without settings is a config error now
             self.envs[settings.behavior_name] = make_vector_env(settings)
 
@@ -335,7 +289,7 @@ class EmbeddedRun:
         self.loops[name] = loop
         self.threads[name] = asyncio.ensure_future(asyncio.to_thread(self._in_thread, name, loop.run))
 
-    def _in_thread(self, name: str, run: Callable[[threading.Event], Any]) -> Any:
+    def _in_thread(self, name: str, run: Callable[[threading.Event], TrainerResult]) -> TrainerResult:
         """A trainer's ``run`` in its thread, its log lines (the summaries too) carrying the behavior."""
         with log_context(behavior=name):
             return run(self.trainer_stop)
@@ -389,24 +343,24 @@ class EmbeddedRun:
                 self._make_envs()
                 for name in self.offline:
                     self._start_offline(name)
-                if self.envs or self.unity is not None or self.options.serve is not None:  # else only offline BC
-                    server, clients = await self._start_online()
+                if self.plan.processor is not None:  # else only offline BC
+                    server, clients = await self._start_online(*self.plan.processor)
                 await self._wait(server, clients, interrupted)
             finally:
                 await self._shutdown(server, clients)
         return signals.exit_code
 
-    async def _start_online(self) -> tuple[ProcessorServer, list[asyncio.Future[Any]]]:
-        """The processor, a trainer (or, with --inference, a checkpoint's policy) per env, and the env clients."""
+    async def _start_online(self, host: str, port: int) -> tuple[ProcessorServer, list[asyncio.Future[Any]]]:
+        """The processor on ``host:port`` (0: a free one), a trainer (or, with --inference, a checkpoint's policy) per
+        env, and the env clients."""
         processor_settings = ProcessorSettings.from_run_options(
-            self.run_options, seed=self.seed, declared_subscribers=() if self.options.inference else (TRAINER_SUBSCRIBER,)
+            self.run_options, seed=self.seed, declared_subscribers=() if self.plan.inference else (TRAINER_SUBSCRIBER,)
         )
-        host, port = ("127.0.0.1", 0) if self.options.serve is None else self.options.serve
         server = ProcessorServer(processor_settings, ServerOptions(host=host, port=port))
         status = self.run_dir / RUN_LOGS / TRAINING_STATUS if self.options.resume else None
         server.servicer.environment_parameters = parameter_service(self.run_options, self.seed, status)
         port = await server.start()
-        if self.options.serve is not None:
+        if self.plan.mode is Mode.SERVE:
             log.info(
                 "serving SDK env clients at %s:%d: trainers start as they declare %s; the run ends at max_steps",
                 host,
@@ -415,7 +369,7 @@ class EmbeddedRun:
             )
         try:
             for name, env in self.envs.items():
-                if self.options.inference:
+                if self.plan.inference:
                     server.topics.trajectories(name).expect_no_subscribers()  # acting only: nothing trains on them
                     self._publish_checkpoint_policy(name, env.brain_parameters, server.topics)
                 else:
@@ -451,7 +405,7 @@ class EmbeddedRun:
         if name in self.declared or name in self.loops:  # in loops: a bc behavior training offline from its demos
             return
         self.run_options.settings_for(name)  # a behavior without settings is refused, naming it
-        if self.options.inference:
+        if self.plan.inference:
             server.topics.trajectories(name).expect_no_subscribers()  # acting only: nothing trains on them
             self._publish_checkpoint_policy(name, params, server.topics)  # none: refused, naming its folder
         else:
@@ -463,7 +417,7 @@ class EmbeddedRun:
     async def _env_client(self, address: str, name: str, env: VectorEnv) -> Any:
         async with EnvSession(address, f"embedded-{name}", [env.brain_parameters]) as session:
             max_env_steps = None
-            if self.options.inference:
+            if self.plan.inference:
                 max_env_steps = math.ceil(self._settings(name).max_steps / env.num_agents)
             return await run_env(session, env, name, max_env_steps=max_env_steps, stop=self.env_stop)
 
@@ -473,7 +427,7 @@ class EmbeddedRun:
         """Until every trainer finished (or, with --inference, every env client), or a signal."""
         watched = list(self.threads.values()) if self.threads else clients
         self.progress = progress = _Progress(self, server) if self.options.progress else None
-        serving = server if self.options.serve is not None else None
+        serving = server if self.plan.mode is Mode.SERVE else None
         while not interrupted.is_set() and not self._finished(watched, clients):
             if server is not None:
                 self._release_finished(server)
@@ -531,7 +485,7 @@ class EmbeddedRun:
     def _finished(self, watched: list[asyncio.Future[Any]], clients: list[asyncio.Future[Any]]) -> bool:
         """Every watched task is done; with Unity, every trainer started so far (one online at least), or Unity's end;
         with --serve, the trainer of every configured behavior."""
-        if self.options.serve is not None:
+        if self.plan.mode is Mode.SERVE:
             wanted = [n for n in self.run_options.behaviors if n not in self.offline]
             return all(n in self.threads and self.threads[n].done() for n in wanted)
         if self.unity is None:
@@ -550,12 +504,27 @@ class EmbeddedRun:
             self.progress.close()
             self.progress = None
         if server is not None:
-            # No trainer acks any more: drop its queues, so no env client waits for room on a full topic, and
-            # let the sessions' last flushes be dropped without a warning.
-            for name in self.envs or [n for n in self.loops if n not in self.offline]:
-                topic = server.topics.trajectories(name)
-                topic.remove(TRAINER_SUBSCRIBER)  # logs how many it discards
-                topic.expect_no_subscribers()
+            self._drop_trainer_queues(server)
+        await self._stop_clients(clients)
+        if server is not None:
+            await server.stop(STOP_GRACE_S)
+        if self.metrics is not None:
+            self.metrics.stop()
+        for env in self.envs.values():
+            close_vector_env(env)
+        self._write_results()
+
+    def _drop_trainer_queues(self, server: ProcessorServer) -> None:
+        """No trainer acks any more: its queues go, so no env client waits for room on a full topic, and the sessions'
+        last flushes are dropped without a warning."""
+        for name in self.envs or [n for n in self.loops if n not in self.offline]:
+            topic = server.topics.trajectories(name)
+            topic.remove(TRAINER_SUBSCRIBER)  # logs how many it discards
+            topic.expect_no_subscribers()
+
+    async def _stop_clients(self, clients: list[asyncio.Future[Any]]) -> None:
+        """The env clients (and Unity) told to stop, given ``CLIENT_STOP_TIMEOUT_S``, then cancelled; with
+        --inference, the episode returns of each env client that ended cleanly are logged."""
         self.env_stop.set()
         if self.unity is not None:
             await self.unity.stop()  # the builds first (SIGTERM), then their gateways, which close their sessions
@@ -563,20 +532,17 @@ class EmbeddedRun:
         for task in pending:
             task.cancel()
         await asyncio.gather(*clients, return_exceptions=True)
-        if self.options.inference:
+        if self.plan.inference:
             for name, task in zip(self.envs, clients, strict=False):
                 if task.done() and not task.cancelled() and task.exception() is None:
                     _log_inference_returns(name, task.result())
-        if server is not None:
-            await server.stop(STOP_GRACE_S)
-        if self.metrics is not None:
-            self.metrics.stop()
-        for env in self.envs.values():
-            close_vector_env(env)
+
+    def _write_results(self) -> None:
+        """Each trainer's last line: steps, episodes, its latest mean reward (offline BC: none), policy version."""
         for name, loop in self.loops.items():
             result = loop.result
             summary = self.summaries.get(name, LatestSummary())
-            reward = "" if summary.latest is None else f", mean reward {summary.describe(result.steps)}"  # offline BC: none
+            reward = "" if summary.latest is None else f", mean reward {summary.describe(result.steps)}"
             write_result(
                 f"{name}: {result.steps} steps, {result.episodes} episodes{reward}, policy version {result.policy_version}",
                 __name__,
@@ -611,7 +577,7 @@ class LatestSummary:
         self.latest: tuple[float, int] | None = None
         """``(mean reward, step of the summary)``."""
 
-    def write(self, metrics: Any, step: int) -> None:
+    def write(self, metrics: Mapping[str, float], step: int) -> None:
         if metrics.get(EPISODES, 0) > 0:
             self.latest = (float(metrics[CUMULATIVE_REWARD]), step)
 
@@ -644,7 +610,7 @@ class _Progress:
         self.run = run
         self.server = server
         self.progress = progress_bar()
-        self.tasks: dict[str, Any] = {}
+        self.tasks: dict[str, TaskID] = {}
         self._rates: dict[str, StepRate] = {}
         self._add_new()
         log.info(
@@ -696,7 +662,7 @@ class _Progress:
             handler.removeFilter(self._throttle)
 
 
-def options_from_args(args: Any) -> TrainOptions:
+def options_from_args(args: argparse.Namespace) -> TrainOptions:
     """The ``TrainOptions`` of the ``train`` subcommand's flags."""
     return replace(
         TrainOptions(Path(args.config)),

@@ -77,28 +77,48 @@ def unity_launch(config: Path, env: str | None, num_envs: int | None) -> UnityLa
         ConfigError: ``env_settings.num_envs`` is not an integer >= 1.
         NotSupportedYetError: ``env_settings.env_path`` lists a build among other entries (one build per run).
     """
+    section = _env_settings_section(config)
+    build = env if env is not None else _build_in_env_path(section.get("env_path"))
+    if build is None or not is_unity_build(build):
+        return None
+    return UnityLaunch(config, build, _num_envs(section) if num_envs is None else num_envs)
+
+
+def _env_settings_section(config: Path) -> Mapping[str, Any]:
+    """The YAML's ``env_settings`` mapping, as written (empty when it has none)."""
     mapping = read_yaml(config) or {}
     section = mapping.get("env_settings") if isinstance(mapping, Mapping) else None
-    section = section if isinstance(section, Mapping) else {}
-    if env is None:
-        env_path = section.get("env_path")
-        if isinstance(env_path, list):
-            builds = [e for e in env_path if isinstance(e, str) and is_unity_build(e)]
-            if builds:
-                raise NotSupportedYetError(
-                    f"env_settings.env_path: the Unity build {builds[0]!r} in a list is not supported yet; "
-                    "name one build alone (its behaviors are declared by Unity)"
-                )
-        elif isinstance(env_path, str):
-            env = env_path
-    if not is_unity_build(env):
-        return None
-    assert env is not None
-    if num_envs is None:
-        num_envs = section.get("num_envs", 1)
-        if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
-            raise ConfigError(f"env_settings.num_envs: expected an integer >= 1, got {num_envs!r}")
-    return UnityLaunch(config, env, num_envs)
+    return section if isinstance(section, Mapping) else {}
+
+
+def _build_in_env_path(env_path: object) -> str | None:
+    """``env_settings.env_path`` when it is one string (a build or not); None for a list or nothing.
+
+    Raises:
+        NotSupportedYetError: a list names a Unity build (one build per run, its behaviors declared by Unity).
+    """
+    if isinstance(env_path, str):
+        return env_path
+    if isinstance(env_path, list):
+        builds = [e for e in env_path if isinstance(e, str) and is_unity_build(e)]
+        if builds:
+            raise NotSupportedYetError(
+                f"env_settings.env_path: the Unity build {builds[0]!r} in a list is not supported yet; "
+                "name one build alone (its behaviors are declared by Unity)"
+            )
+    return None
+
+
+def _num_envs(section: Mapping[str, Any]) -> int:
+    """``env_settings.num_envs`` (default 1).
+
+    Raises:
+        ConfigError: not an integer >= 1.
+    """
+    num_envs = section.get("num_envs", 1)
+    if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
+        raise ConfigError(f"env_settings.num_envs: expected an integer >= 1, got {num_envs!r}")
+    return num_envs
 
 
 def without_env_path(seed: int | None) -> dict[str, Any]:

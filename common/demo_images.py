@@ -242,8 +242,29 @@ def decode_hwc(
         DemoFormatError: not PNG, cut short, another size, too many channels, a bad mapping, or
             data that does not decode; the message starts with ``where``.
     """
-    height, width, channels = shape
+    channels = shape[2]
     pngs = split_pngs(data, where)
+    decoded_channels = _check_wire_pngs(pngs, shape, mapping, where, max_decoded_bytes)
+    if as_uint8 and not mapping and (channels > 1 or decoded_channels == 1):
+        # The common case, the pixels themselves: no float round trip (3x faster at 84x84x3).
+        pixels = np.concatenate([_decode_png_uint8(png, where) for png in pngs], axis=2)[:, :, :channels]
+        return _of_shape(pixels, shape, where)
+    hwc = np.concatenate([_decode_png(png, where) for png in pngs], axis=2)
+    image = _of_shape(np.moveaxis(_channels_first(np.moveaxis(hwc, 2, 0), mapping, channels, where), 0, 2), shape, where)
+    return np.rint(image * 255.0).astype(np.uint8) if as_uint8 else image
+
+
+def _check_wire_pngs(
+    pngs: list[bytes], shape: tuple[int, int, int], mapping: list[int], where: str, max_decoded_bytes: int
+) -> int:
+    """Refuse, from their headers alone, PNGs of another size than ``shape``'s, with more decoded channels than the
+    mapping maps (or, without one, more PNGs than the channels need), or decoding to over ``max_decoded_bytes``
+    channel values (``decode_hwc``).
+
+    Returns:
+        The channels the PNGs decode to, together.
+    """
+    height, width, channels = shape
     headers = [png_header(png, where) for png in pngs]
     for i, (h, w, _) in enumerate(headers):
         if (h, w) != (height, width):
@@ -255,9 +276,10 @@ def decode_hwc(
         raise DemoFormatError(
             f"{where}: compressed_channel_mapping has {len(mapping)} entries for {decoded_channels} decoded channels"
         )
-    if not mapping and len(pngs) > max(1, -(-channels // 3)):
+    most_pngs = max(1, -(-channels // 3))
+    if not mapping and len(pngs) > most_pngs:
         raise DemoFormatError(
-            f"{where}: {len(pngs)} PNGs for {channels} channels; at most {max(1, -(-channels // 3))} without a"
+            f"{where}: {len(pngs)} PNGs for {channels} channels; at most {most_pngs} without a"
             " compressed_channel_mapping (3 channels each)"
         )
     decoded = decoded_channels * height * width
@@ -265,17 +287,14 @@ def decode_hwc(
         raise DemoFormatError(
             f"{where}: its {len(pngs)} PNGs decode to {decoded:,} channel values, over the {max_decoded_bytes:,} allowed"
         )
-    if as_uint8 and not mapping and (channels > 1 or decoded_channels == 1):
-        # The common case, the pixels themselves: no float round trip (3x faster at 84x84x3).
-        pixels = np.concatenate([_decode_png_uint8(png, where) for png in pngs], axis=2)[:, :, :channels]
-        if pixels.shape != shape:
-            raise DemoFormatError(f"{where}: the PNG data decodes to {list(pixels.shape)}, the spec declares {list(shape)}")
-        return pixels
-    hwc = np.concatenate([_decode_png(png, where) for png in pngs], axis=2)
-    image = np.moveaxis(_channels_first(np.moveaxis(hwc, 2, 0), mapping, channels, where), 0, 2)
+    return decoded_channels
+
+
+def _of_shape(image: np.ndarray, shape: tuple[int, int, int], where: str) -> np.ndarray:
+    """``image`` itself, refused unless it has the spec's ``shape``."""
     if image.shape != shape:
         raise DemoFormatError(f"{where}: the PNG data decodes to {list(image.shape)}, the spec declares {list(shape)}")
-    return np.rint(image * 255.0).astype(np.uint8) if as_uint8 else image
+    return image
 
 
 def _decode_png_uint8(png: bytes, where: str) -> np.ndarray:

@@ -173,7 +173,6 @@ def detect_action_timing(
     """
     a = len(continuous)
     c = continuous.shape[1]
-    metric = "r2" if c else "accuracy"
     actions = _targets(continuous, discrete, branches)
     # Transitions t -> t+1 inside an episode whose both candidate actions were recorded.
     t = np.flatnonzero(~np.asarray(done[: a - 1], bool)) if a > 1 else np.zeros(0, int)
@@ -181,31 +180,70 @@ def detect_action_timing(
     scored = int(differ.sum())
     same_fit = next_fit = None
     if scored and actions.shape[1]:
-        with np.errstate(all="ignore"):  # a corrupt file's huge values overflow to inf scores, not errors
-            actions = np.nan_to_num(actions, nan=0.0, posinf=0.0, neginf=0.0)
-            x = _features(observations)
-            pair = np.hstack([x[t], x[t + 1] - x[t]])
-            fits = []
-            for lag in (0, 1):
-                pred = _out_of_fold(pair, actions[t + lag])
-                fits.append(round(_score(pred[differ], actions[t + lag][differ], c, branches), 4))
-        same_fit, next_fit = (None if not np.isfinite(f) else f for f in fits)
+        # A corrupt file's NaN and infinite actions count as 0, in the fits and among the zero actions below.
+        actions = np.nan_to_num(actions, nan=0.0, posinf=0.0, neginf=0.0)
+        same_fit, next_fit = _inverse_dynamics_fits(observations, actions, t, differ, c, branches)
     starts = np.r_[0, np.flatnonzero(np.asarray(done[: a - 1], bool)) + 1] if a else np.zeros(0, int)
-    zero = ~np.any(actions[:, :c] != 0, axis=1) & ~np.any(discrete[:a] != 0, axis=1) if a else np.zeros(0, bool)
+    start_zeros, zero_share = _zero_actions(actions[:, :c], discrete[:a], starts)
+    timing, decided_by = _decide(same_fit, next_fit, scored, len(starts), start_zeros, zero_share)
+    metric = "r2" if c else "accuracy"
+    return TimingEvidence(
+        timing, decided_by, metric, same_fit, next_fit, scored, len(starts), start_zeros, round(zero_share, 4)
+    )
+
+
+def _inverse_dynamics_fits(
+    observations: Sequence[np.ndarray],
+    actions: np.ndarray,
+    t: np.ndarray,
+    differ: np.ndarray,
+    continuous_size: int,
+    branches: Sequence[int],
+) -> tuple[float | None, float | None]:
+    """The out-of-fold scores of record t's action and of record t+1's from (obs_t, obs_{t+1} - obs_t), on the
+    transitions ``t`` whose two actions ``differ``; None for a score that is not finite.
+
+    Args:
+        observations: one array ``[R, *shape]`` per observation spec.
+        actions: ``[A, D]``, the targets (``_targets``), finite.
+        t: int ``[T]``, the transitions' first records; differ: bool ``[T]``.
+    """
+    fits = []
+    with np.errstate(all="ignore"):  # a corrupt file's huge values overflow to inf scores, not errors
+        x = _features(observations)
+        pair = np.hstack([x[t], x[t + 1] - x[t]])
+        for lag in (0, 1):
+            pred = _out_of_fold(pair, actions[t + lag])
+            fits.append(round(_score(pred[differ], actions[t + lag][differ], continuous_size, branches), 4))
+    same_fit, next_fit = (None if not np.isfinite(f) else f for f in fits)
+    return same_fit, next_fit
+
+
+def _zero_actions(continuous: np.ndarray, discrete: np.ndarray, starts: np.ndarray) -> tuple[int, float]:
+    """``(start_zeros, zero_share)``: the episode starts whose record carries an all-zero action, and the share of
+    all-zero actions among the other records (0 without any).
+
+    Args:
+        continuous: ``[A, C]`` and discrete: ``[A, B]``, the recorded actions.
+        starts: int ``[S]``, the records that start an episode.
+    """
+    a = len(continuous)
+    zero = ~np.any(continuous != 0, axis=1) & ~np.any(discrete != 0, axis=1) if a else np.zeros(0, bool)
     is_start = np.zeros(a, bool)
     is_start[starts] = True
-    start_zeros = int(zero[starts].sum())
     zero_share = float(zero[~is_start].mean()) if (~is_start).any() else 0.0
+    return int(zero[starts].sum()), zero_share
 
-    def evidence(timing: str, decided_by: str) -> TimingEvidence:
-        return TimingEvidence(
-            timing, decided_by, metric, same_fit, next_fit, scored, len(starts), start_zeros, round(zero_share, 4)
-        )
 
+def _decide(
+    same_fit: float | None, next_fit: float | None, scored: int, starts: int, start_zeros: int, zero_share: float
+) -> tuple[str, str]:
+    """``(timing, decided_by)``: the inverse-dynamics fits where enough rows score them apart, else the zero actions
+    at the episode starts where there are enough starts, else ``same`` (module docstring)."""
     if same_fit is not None and next_fit is not None and scored >= MIN_SCORED_ROWS and abs(next_fit - same_fit) >= FIT_MARGIN:
-        return evidence(NEXT if next_fit > same_fit else SAME, "inverse_dynamics")
-    if len(starts) >= MIN_EPISODE_STARTS:
-        share = start_zeros / len(starts)
+        return (NEXT if next_fit > same_fit else SAME), "inverse_dynamics"
+    if starts >= MIN_EPISODE_STARTS:
+        share = start_zeros / starts
         is_next = share >= ZERO_START_SHARE and share >= ZERO_START_RATIO * zero_share
-        return evidence(NEXT if is_next else SAME, "episode_start_zeros")
-    return evidence(SAME, "default")
+        return (NEXT if is_next else SAME), "episode_start_zeros"
+    return SAME, "default"

@@ -47,12 +47,13 @@ from common.trajectory import Trajectory
 from processor.assembly import StepActions
 from processor.behaviors import Behavior, BehaviorTable, highest_acceptable_version
 from processor.environment_parameters import EnvironmentParameterService, accepts_environment_parameters
-from processor.groups import SessionGroups
-from processor.inference import Policy
+from processor.groups import GroupInfo, SessionGroups
+from processor.inference import ActionOutput, Policy
 from processor.opponents import SelfPlay
 from processor.sessions import Session, SessionTable
 from processor.wire import (
     MAX_BEHAVIOR_NAME_BYTES,
+    DecodedBrainInfo,
     check_behavior_name,
     check_name,
     check_trajectory_fits,
@@ -261,6 +262,23 @@ class AgentProcessorServicer(pb_grpc.AgentProcessorServicer):
             raise TrainingFinishedError(f"training of {', '.join(map(quoted, names))} finished; {who} can end")
 
     async def _step(self, session: Session, request: pb.StepRequest) -> pb.ActionInfo:
+        """One BrainInfo answered: decoded and checked, acted on, its rows assembled and the cut trajectories
+        published. An opponent team's rows (self-play) are acted on and counted, never assembled."""
+        behavior, info, groups = self._decode_step(session, request)
+        if self.self_play.behaviors and (opponents := self.self_play.opponents_of(session, behavior.name)) is not None:
+            out = await self.self_play.act_for_opponent(opponents, session, info.observations, info.action_mask)
+            self._check_live(session)
+            session.steps += 1  # an opponent's rows are counted there, never assembled
+            return encode_action_info(behavior.name, out.env_continuous_actions, out.discrete_actions, out.policy_version)
+        out = await self._act(session, behavior, info)
+        if self.self_play.behaviors and self.self_play.opponents_of(session, behavior.name) is not None:
+            # the team stopped learning while this step waited: its trajectories were cut at the change
+            return encode_action_info(behavior.name, out.env_continuous_actions, out.discrete_actions, out.policy_version)
+        await self._assemble(session, behavior, info, groups, out)
+        return encode_action_info(behavior.name, out.env_continuous_actions, out.discrete_actions, out.policy_version)
+
+    def _decode_step(self, session: Session, request: pb.StepRequest) -> tuple[Behavior, DecodedBrainInfo, GroupInfo | None]:
+        """The request's behavior, its checked BrainInfo and group fields; the environment stats taken."""
         self._check_live(session)
         if self.behaviors.finished:  # per step: no message or list is built while every behavior trains
             self._check_training(f"session {session.session_id}", list(session.behaviors))
@@ -279,11 +297,10 @@ class AgentProcessorServicer(pb_grpc.AgentProcessorServicer):
             )
         if info.environment_stats:  # for the behavior's trainer summaries (common.environment_stats)
             behavior.add_environment_stats(info.environment_stats)
-        if self.self_play.behaviors and (opponents := self.self_play.opponents_of(session, behavior.name)) is not None:
-            out = await self.self_play.act_for_opponent(opponents, session, info.observations, info.action_mask)
-            self._check_live(session)
-            session.steps += 1  # an opponent's rows are counted there, never assembled
-            return encode_action_info(behavior.name, out.env_continuous_actions, out.discrete_actions, out.policy_version)
+        return behavior, info, groups
+
+    async def _act(self, session: Session, behavior: Behavior, info: DecodedBrainInfo) -> ActionOutput:
+        """The behavior's batched forward pass on the rows, with each agent's held noise and recurrent state."""
         held = session.noise.get(behavior.name)
         noise = None if held is None else held.draw(info.agent_ids, info.done)
         assembler = session.assemblers.get(behavior.name)  # made at the first agent: none held yet means zeros
@@ -291,9 +308,13 @@ class AgentProcessorServicer(pb_grpc.AgentProcessorServicer):
         out = await behavior.batcher.act(info.observations, info.action_mask, noise, memories)
         self._check_live(session)  # replaced while waiting: its agents were flushed, this row is not theirs any more
         session.steps += 1
-        if self.self_play.behaviors and self.self_play.opponents_of(session, behavior.name) is not None:
-            # the team stopped learning while this step waited: its trajectories were cut at the change
-            return encode_action_info(behavior.name, out.env_continuous_actions, out.discrete_actions, out.policy_version)
+        return out
+
+    async def _assemble(
+        self, session: Session, behavior: Behavior, info: DecodedBrainInfo, groups: GroupInfo | None, out: ActionOutput
+    ) -> None:
+        """Pair the rows with their actions (``processor.assembly``, ``processor.groups``), feed the curricula and
+        publish what was cut."""
         actions = StepActions(
             out.continuous_actions, out.discrete_actions, out.continuous_log_probs, out.discrete_log_probs, out.policy_version,
             out.memories, out.next_memories,
@@ -308,7 +329,6 @@ class AgentProcessorServicer(pb_grpc.AgentProcessorServicer):
             await behavior.publish(cut)
             for other, trajectories in changed:  # a team change cut the old learning team's trajectories
                 await other.publish(trajectories)
-        return encode_action_info(behavior.name, out.env_continuous_actions, out.discrete_actions, out.policy_version)
 
     def _observe_parameters(self, behavior: Behavior, cut: list[Trajectory]) -> None:
         """Feed the curriculum this step's ended episodes and the acting trainer step; the lessons ride on trajectories."""

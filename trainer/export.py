@@ -30,6 +30,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import keras
@@ -111,6 +112,39 @@ _CHECK_TOLERANCE = 1e-5  # atol and rtol of that check (LiteRT vs TF differ by ~
 def _read(variable: tf.Variable) -> np.ndarray:
     """A variable's value as numpy: the raw read op costs ~10 us, ``Variable.numpy()`` ~30 us."""
     return tf.raw_ops.ReadVariableOp(resource=variable.handle, dtype=variable.dtype).numpy()
+
+
+def _patchable_variables(concrete: Any) -> list[tf.Variable]:
+    """The forward's variables in capture order, each float32 of a fixed shape, one per captured resource.
+
+    Capture order, not ``concrete.variables``' own (which varies between traces): the probe values, and so the cached
+    conversions, follow this order.
+
+    Raises:
+        NotPatchableError: a captured resource that is not a variable, or a variable of another dtype or a free shape.
+    """
+    captured_at = {id(t): i for i, t in enumerate(concrete.captured_inputs)}
+    variables = sorted(concrete.variables, key=lambda v: captured_at.get(id(v.handle), len(captured_at)))
+    captured = sum(1 for t in concrete.captured_inputs if t.dtype == tf.resource)
+    if captured != len(variables):
+        raise NotPatchableError(f"the forward captures {captured} resources but {len(variables)} variables")
+    for v in variables:
+        if v.dtype != tf.float32 or not v.shape.is_fully_defined():
+            raise NotPatchableError(f"variable {v.name} is {v.dtype.name} {v.shape}, not float32 of a fixed shape")
+    return variables
+
+
+def _cached_template(cached: Path, probes: list[list[np.ndarray]], shapes: list[tuple[int, ...]]) -> WeightTemplate | None:
+    """The template of the probe conversions cached at ``cached``; None when there are none, or they do not match
+    their probes (a damaged entry, converted afresh and replaced)."""
+    models = load_probes(cached, len(probes))
+    if models is None:
+        return None
+    try:
+        return matched_template(models, probes, shapes)
+    except NotPatchableError as err:
+        logger.warning("probe cache entry %s does not match its probes (%s); converting again", cached, err)
+        return None
 
 
 class TFLiteExporter:
@@ -244,28 +278,14 @@ class TFLiteExporter:
         self._template = None
 
     def _build_template(self, concrete: Any) -> WeightTemplate:
-        """Converts with three probe sets, finds the slots and checks them (module notes)."""
-        # Capture order, not ``concrete.variables``' own (which varies between traces): the probe values,
-        # and so the cached conversions, follow this order.
-        captured_at = {id(t): i for i, t in enumerate(concrete.captured_inputs)}
-        variables = sorted(concrete.variables, key=lambda v: captured_at.get(id(v.handle), len(captured_at)))
-        captured = sum(1 for t in concrete.captured_inputs if t.dtype == tf.resource)
-        if captured != len(variables):
-            raise NotPatchableError(f"the forward captures {captured} resources but {len(variables)} variables")
-        for v in variables:
-            if v.dtype != tf.float32 or not v.shape.is_fully_defined():
-                raise NotPatchableError(f"variable {v.name} is {v.dtype.name} {v.shape}, not float32 of a fixed shape")
+        """Converts with three probe sets (or reads their conversions from the probe cache), finds the slots and
+        checks them (module notes)."""
+        variables = _patchable_variables(concrete)
         shapes = [tuple(int(d) for d in v.shape) for v in variables]
         probes = probe_sets(shapes)
         cache = probe_cache_dir()
         cached = cache / f"{probe_cache_key(concrete, shapes)}.npz" if cache is not None else None
-        models = load_probes(cached, len(probes)) if cached is not None else None
-        template = None
-        if models is not None:
-            try:
-                template = matched_template(models, probes, shapes)
-            except NotPatchableError as err:  # a damaged entry: convert afresh and replace it
-                logger.warning("probe cache entry %s does not match its probes (%s); converting again", cached, err)
+        template = None if cached is None else _cached_template(cached, probes, shapes)
         if template is None:
             models = self._convert_probes(concrete, variables, probes)
             template = matched_template(models, probes, shapes)

@@ -20,16 +20,10 @@ PACKAGES = ("protos", "common", "processor", "trainer", "envclient", "cli")
 MAX_COMPLEXITY = 15
 
 STILL_OVER = {
-    "cli/train.py:run_train",
-    "cli/train.py:EmbeddedRun._shutdown",
-    "cli/unity_train.py:unity_launch",
-    "common/demo_images.py:decode_hwc",
-    "common/demo_timing.py:detect_action_timing",
     "common/trajectory.py:Trajectory.from_proto",
     "envclient/unity/translate.py:_rows_at_once",
     "envclient/unity/translate.py:_rows_by_agent",
     "processor/assembly.py:TrajectoryAssembler._cut",
-    "trainer/export.py:TFLiteExporter._build_template",
     "trainer/export.py:_policy_outputs",
     "trainer/onnx_export.py:policy_to_onnx",
 }
