@@ -93,7 +93,7 @@ async def test_an_agent_leaves_for_good_with_a_done_row(start_processor: StartPr
         await session.step("Mover", **rows(MOVER, np.arange(3), rng))
         await session.step("Mover", **rows(MOVER, np.arange(3), rng))
         (held,) = list(server.sessions)  # type: ignore[attr-defined]
-        _, assembler = held.behavior("Mover")
+        assembler = held.assemblers["Mover"]
         assert assembler.live_agents == 3
         await session.step("Mover", **rows(MOVER, np.array([2]), rng, done=np.array([True])))  # agent 2 leaves
         assert assembler.live_agents == 2
