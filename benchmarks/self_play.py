@@ -33,43 +33,27 @@ import time
 import numpy as np
 
 from common.config import (
-    BehaviorSettings,
-    NetworkSettings,
-    PPOHyperparameters,
-    RewardSignalSettings,
-    RewardSignalType,
-    ScheduleType,
     SelfPlaySettings,
 )
 from common.topics import TRAINER_SUBSCRIBER
 from processor.behaviors import BehaviorRuntime, ProcessorSettings
 from processor.inference import Policy
 from processor.server import ProcessorServer, ServerOptions
-from tests.race_game import BEHAVIOR, PARAMS, Player, play, play_as_two_teams, random_actions, scripted_actions, train_race
+from tests.race_game import (
+    BEHAVIOR,
+    INITIAL_ELO,
+    PARAMS,
+    Player,
+    play,
+    play_as_two_teams,
+    race_settings,
+    random_actions,
+    scripted_actions,
+    train_race,
+)
 from trainer.registry import make_learner
 
 log = logging.getLogger("benchmarks.self_play")
-INITIAL_ELO = 1200.0
-
-
-def settings(max_steps: int) -> BehaviorSettings:
-    """The learning test's settings (``tests/learning/test_self_play_learning.py``), with ``max_steps``."""
-    return BehaviorSettings(
-        hyperparameters=PPOHyperparameters(
-            batch_size=128,
-            buffer_size=1024,
-            learning_rate=3e-3,
-            learning_rate_schedule=ScheduleType.CONSTANT,
-            beta=5e-3,
-            num_epoch=3,
-        ),
-        network_settings=NetworkSettings(hidden_units=32, num_layers=1),
-        reward_signals={RewardSignalType.EXTRINSIC: RewardSignalSettings(gamma=0.95)},
-        time_horizon=32,
-        summary_freq=4000,
-        max_steps=max_steps,
-        self_play=SelfPlaySettings(save_steps=2000, team_change=8000, swap_steps=1000, window=5, initial_elo=INITIAL_ELO),
-    )
 
 
 def player(policy: Policy, rng: np.random.Generator) -> Player:
@@ -81,7 +65,7 @@ def win_rate(first: Player, second: Player, episodes: int, rng: np.random.Genera
 
 
 def run_seed(seed: int, max_steps: int, episodes: int, timeout_s: float) -> dict[str, object]:
-    run = train_race(settings(max_steps), seed, timeout_s)
+    run = train_race(race_settings(max_steps), seed, timeout_s)
     assert run.policy is not None
     rng = np.random.default_rng(10_000 + seed)
     final = player(run.policy, rng)
@@ -102,7 +86,7 @@ def run_seed(seed: int, max_steps: int, episodes: int, timeout_s: float) -> dict
 async def _throughput(self_play: bool, seconds: float, games: int, seed: int) -> float:
     """Agent rows per second (both teams) of the Race client through a processor serving fixed policies: with
     ``self_play`` the opponents act with a snapshot (two policies in use), without it both teams with one."""
-    behavior = settings(10**6)
+    behavior = race_settings(10**6)
     runtime = BehaviorRuntime.from_settings(behavior)
     snapshot_settings = SelfPlaySettings(play_against_latest_model_ratio=0.0, swap_steps=10**9, team_change=10**6)
     runtime = dataclasses.replace(runtime, self_play=snapshot_settings if self_play else None)

@@ -22,7 +22,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from common.config import BehaviorSettings
+from common.config import (
+    BehaviorSettings,
+    NetworkSettings,
+    PPOHyperparameters,
+    RewardSignalSettings,
+    RewardSignalType,
+    ScheduleType,
+    SelfPlaySettings,
+)
 from common.specs import ActionSpec, BrainParameters, ObservationSpec
 from common.tensors import to_tensor
 from common.topics import TRAINER_SUBSCRIBER
@@ -75,6 +83,29 @@ class RaceGames:
         timed_out = which & ~got.any(axis=0) & (self.t >= MAX_STEPS)
         done = which & (got.any(axis=0) | timed_out)
         return reward, done, timed_out
+
+
+INITIAL_ELO = 1200.0
+
+
+def race_settings(max_steps: int) -> BehaviorSettings:
+    """PPO with self-play for Race, as the learning test and ``benchmarks/self_play.py`` train it."""
+    return BehaviorSettings(
+        hyperparameters=PPOHyperparameters(
+            batch_size=128,
+            buffer_size=1024,
+            learning_rate=3e-3,
+            learning_rate_schedule=ScheduleType.CONSTANT,
+            beta=5e-3,
+            num_epoch=3,
+        ),
+        network_settings=NetworkSettings(hidden_units=32, num_layers=1),
+        reward_signals={RewardSignalType.EXTRINSIC: RewardSignalSettings(gamma=0.95)},
+        time_horizon=32,
+        summary_freq=4000,
+        max_steps=max_steps,
+        self_play=SelfPlaySettings(save_steps=2000, team_change=8000, swap_steps=1000, window=5, initial_elo=INITIAL_ELO),
+    )
 
 
 def random_actions(rng: np.random.Generator) -> Player:

@@ -257,7 +257,9 @@ async def test_policy_latest_wins_and_older_versions_are_ignored(transport: Tran
     sink, source = roles.policy_sink, roles.policy_source
     assert await asyncio.to_thread(lambda: sink.highest_version) == -1
     assert source.latest() is None
+    # Each publish the next version: the processor accepts no jump (tests/integration/test_policy_versions.py).
     assert await asyncio.to_thread(sink.publish, policy_update(1), 1)
+    assert await asyncio.to_thread(sink.publish, policy_update(2), 2)
     assert await asyncio.to_thread(sink.publish, policy_update(3), 3)
     assert not await asyncio.to_thread(sink.publish, policy_update(2), 2)  # older: ignored
     assert not await asyncio.to_thread(sink.publish, policy_update(3), 3)  # equal: ignored

@@ -12,16 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from common.config import (
-    BehaviorSettings,
-    NetworkSettings,
-    PPOHyperparameters,
-    RewardSignalSettings,
-    RewardSignalType,
-    ScheduleType,
-    SelfPlaySettings,
-)
-from tests.race_game import play, random_actions, scripted_actions, train_race
+from tests.race_game import INITIAL_ELO, play, race_settings, random_actions, scripted_actions, train_race
 
 pytestmark = pytest.mark.learning
 
@@ -30,26 +21,6 @@ MAX_STEPS = 24000
 """Trainer steps (the learning team's experiences taken in)."""
 EVAL_EPISODES = 400
 TIMEOUT_S = 85.0
-INITIAL_ELO = 1200.0
-
-
-def race_settings() -> BehaviorSettings:
-    return BehaviorSettings(
-        hyperparameters=PPOHyperparameters(
-            batch_size=128,
-            buffer_size=1024,
-            learning_rate=3e-3,
-            learning_rate_schedule=ScheduleType.CONSTANT,
-            beta=5e-3,
-            num_epoch=3,
-        ),
-        network_settings=NetworkSettings(hidden_units=32, num_layers=1),
-        reward_signals={RewardSignalType.EXTRINSIC: RewardSignalSettings(gamma=0.95)},
-        time_horizon=32,
-        summary_freq=4000,
-        max_steps=MAX_STEPS,
-        self_play=SelfPlaySettings(save_steps=2000, team_change=8000, swap_steps=1000, window=5, initial_elo=INITIAL_ELO),
-    )
 
 
 def test_self_play_beats_the_scripted_opponent_and_its_elo_rises() -> None:
@@ -57,7 +28,7 @@ def test_self_play_beats_the_scripted_opponent_and_its_elo_rises() -> None:
     random_results = play(random_actions(rng), scripted_actions(rng), EVAL_EPISODES, rng)
     assert (random_results < 0).mean() > 0.5, "the game's premise: random loses to the scripted player"
 
-    run = train_race(race_settings(), SEED, TIMEOUT_S)
+    run = train_race(race_settings(MAX_STEPS), SEED, TIMEOUT_S)
     loop, policy = run.loop, run.policy
     assert policy is not None
 
