@@ -380,7 +380,24 @@ class RewardSignalSettings:
 
 
 @dataclass(frozen=True, kw_only=True)
-class GAILSettings(RewardSignalSettings):
+class LearnedSignalSettings(RewardSignalSettings):
+    """What every signal with a model of its own shares (GAIL, curiosity, RND): its step size and the deprecated
+    width key, with their checks."""
+
+    learning_rate: float = 3.0e-4
+    """Adam step size of the signal's model; > 0."""
+    encoding_size: int | None = None
+    """Deprecated by ML-Agents; sets network_settings.hidden_units when network_settings is absent."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        positive(self.learning_rate, "learning_rate")
+        if self.encoding_size is not None:
+            at_least(self.encoding_size, 1, "encoding_size")
+
+
+@dataclass(frozen=True, kw_only=True)
+class GAILSettings(LearnedSignalSettings):
     """``reward_signals.gail`` (Ho & Ermon 2016, arXiv:1606.03476)."""
 
     demo_path: str
@@ -389,8 +406,6 @@ class GAILSettings(RewardSignalSettings):
     """Which record holds the action chosen at an observation: ``auto`` (detected per file), ``same``, ``next``."""
     learning_rate: float = 3.0e-4
     """Adam step size of the discriminator; > 0."""
-    encoding_size: int | None = None
-    """Deprecated by ML-Agents; sets network_settings.hidden_units when network_settings is absent."""
     use_actions: bool = False
     """Let the discriminator see actions as well as observations."""
     use_vail: bool = False
@@ -399,41 +414,22 @@ class GAILSettings(RewardSignalSettings):
     def __post_init__(self) -> None:
         super().__post_init__()
         require(bool(self.demo_path), "demo_path", "must name a .demo file or folder, got ''")
-        positive(self.learning_rate, "learning_rate")
-        if self.encoding_size is not None:
-            at_least(self.encoding_size, 1, "encoding_size")
 
 
 @dataclass(frozen=True, kw_only=True)
-class CuriositySettings(RewardSignalSettings):
+class CuriositySettings(LearnedSignalSettings):
     """``reward_signals.curiosity`` (Pathak et al. 2017, arXiv:1705.05363)."""
 
     learning_rate: float = 3.0e-4
     """Adam step size of the forward and inverse models; > 0."""
-    encoding_size: int | None = None
-    """Deprecated by ML-Agents; sets network_settings.hidden_units when network_settings is absent."""
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        positive(self.learning_rate, "learning_rate")
-        if self.encoding_size is not None:
-            at_least(self.encoding_size, 1, "encoding_size")
 
 
 @dataclass(frozen=True, kw_only=True)
-class RNDSettings(RewardSignalSettings):
+class RNDSettings(LearnedSignalSettings):
     """``reward_signals.rnd``: Random Network Distillation (Burda et al. 2018, arXiv:1810.12894)."""
 
     learning_rate: float = 1.0e-4
     """Adam step size of the predictor network; > 0."""
-    encoding_size: int | None = None
-    """Deprecated by ML-Agents; sets network_settings.hidden_units when network_settings is absent."""
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        positive(self.learning_rate, "learning_rate")
-        if self.encoding_size is not None:
-            at_least(self.encoding_size, 1, "encoding_size")
 
 
 REWARD_SIGNAL_SETTINGS_FOR: dict[RewardSignalType, type[RewardSignalSettings]] = {
